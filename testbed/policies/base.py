@@ -1,0 +1,92 @@
+"""The policy interface: pure objects shared by the emulated dispatcher and the simulator.
+
+A policy sees, per candidate target, only what a real client could know (a
+:class:`TargetState` per target inside a :class:`View`) and answers with a
+:class:`Decision`. After the task completes, :meth:`Policy.observe` receives the
+:class:`Outcome` so estimating policies can learn and record their prediction error.
+Only a policy whose ``sees_sizes`` is true (an oracle) is handed the task's true size.
+All times are model-time seconds except ``TargetState.delay_s``, which is physical
+(link delays are never scaled).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a policy may know about the task it places."""
+
+    task_id: int
+    client: str
+    arrival: float  # model time, seconds since the start of the trace
+    size: float | None = None  # true service demand; set only for policies with sees_sizes
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """One candidate target as the client last observed it."""
+
+    name: str
+    tier: str
+    queue: int  # tasks waiting (not in service)
+    busy: int  # workers serving a task
+    active: int  # workers able to serve (c minus failed/disabled)
+    c: int  # configured workers
+    service_rate: float  # mu per worker, tasks per model-second, speed factor included
+    arrival_rate: float  # tier's own arrival rate over a sliding window, all clients
+    delay_s: float  # observed communication delay (request + response), physical seconds
+    age_s: float  # how old this state was when the decision used it (wall seconds)
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything a policy is shown for one decision."""
+
+    now: float  # model time
+    client: str
+    targets: Mapping[str, TargetState]
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: str
+    estimate_s: float | None = None  # predicted total latency (model s), if the policy made one
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to a placed task, reported back to the policy that placed it."""
+
+    task_id: int
+    target: str
+    latency_s: float  # total latency, model seconds
+    wait_s: float
+    service_s: float
+    network_s: float
+    estimate_s: float | None
+    ok: bool = True
+
+
+@dataclass
+class Policy(ABC):
+    """Base class of every placement policy.
+
+    Subclasses set ``name`` and implement :meth:`choose`. ``seed`` makes any randomness
+    reproducible: two instances built with the same seed make the same choices for the
+    same inputs.
+    """
+
+    seed: int = 0
+    name: str = field(default="", init=False)
+    sees_sizes: bool = field(default=False, init=False)
+
+    @abstractmethod
+    def choose(self, task: TaskInfo, view: View) -> Decision:
+        """Pick a target among ``view.targets`` for ``task``."""
+
+    def observe(self, outcome: Outcome) -> None:  # noqa: B027 - optional hook
+        """Learn from a completed task. The default ignores it."""
