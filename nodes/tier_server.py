@@ -1,0 +1,335 @@
+"""The tier server: ``C`` workers behind one FIFO queue, standing for one compute tier.
+
+A task (``POST /task``) holds one worker for ``size / speed / time_scale`` wall seconds;
+whoever finds every worker busy waits in arrival order. Waiting is therefore never
+computed: it emerges from contention, exactly as in a real M/G/c station, and the
+response reports the timestamps (``server_arrival``, ``start``, ``end``) from which the
+dispatcher splits latency into network, wait and service.
+
+``GET /state`` exposes what a client may observe (queue, busy and active workers, the
+arrival rate over a sliding window, the per-worker service rate), in model time.
+``POST /admin/workers`` lets the harness disable workers for fault events and
+``POST /reset`` clears the counters between repetitions. The HTTP reference is
+``docs/services.md``.
+
+Two service models exist. ``hold`` (the default) sleeps on the event loop until a
+loop-clock deadline, precise to tens of microseconds (:func:`nodes.common.sleep_until`)
+and costing no CPU. ``compute`` burns one CPU core in a worker thread until the same
+deadline, for workloads whose point is real CPU contention between co-located services;
+the hold duration is still the service time (the thread spins on the clock, it does not
+run a fixed amount of work), so results stay comparable with ``hold``.
+
+Run it as ``python -m nodes.tier_server --host H --port P --workers C --speed S
+--time-scale K --mu MU [--window-s W] [--model hold|compute]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import logging
+import math
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from nodes.common import (
+    client_error,
+    configure_logging,
+    int_field,
+    make_base_app,
+    positive_number_field,
+    read_json_object,
+    serve,
+    sleep_until,
+    str_field,
+)
+
+MODELS = ("hold", "compute")
+
+_log = logging.getLogger("nodes.tier_server")
+
+TASK_FIELDS = {
+    "task_id": int_field(),
+    "size": positive_number_field(),
+    "client": str_field(),
+}
+
+
+class WorkerPool:
+    """``c`` numbered workers handed out in strict FIFO order.
+
+    Unlike :class:`asyncio.Semaphore`, it says *which* worker a task got, lets the
+    number of usable workers (``active``) change at run time, and keeps ``queue`` exact
+    when a waiting task is cancelled (its place is removed, or the worker it was handed
+    at the same instant is given back).
+    """
+
+    def __init__(self, c: int) -> None:
+        self.c = c
+        self.active = c
+        self.busy = 0
+        self._free = list(range(c))  # a heap: the lowest free worker id is used first
+        self._waiters: deque[asyncio.Future[int]] = deque()
+
+    @property
+    def queue(self) -> int:
+        """Tasks waiting for a worker (not in service)."""
+        return len(self._waiters)
+
+    async def acquire(self) -> int:
+        """Wait (FIFO) for a free active worker and return its id."""
+        if not self._waiters and self.busy < self.active:
+            return self._take()
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            else:  # handed a worker in the same loop iteration as the cancellation
+                self.release(waiter.result())
+            raise
+
+    def release(self, worker: int) -> None:
+        """Give ``worker`` back and start the next waiting tasks, if any."""
+        heapq.heappush(self._free, worker)
+        self.busy -= 1
+        self._wake()
+
+    def set_active(self, active: int) -> None:
+        """Allow ``active`` workers to serve; tasks in service on others finish normally."""
+        self.active = active
+        self._wake()
+
+    def _take(self) -> int:
+        self.busy += 1
+        return heapq.heappop(self._free)
+
+    def _wake(self) -> None:
+        while self._waiters and self.busy < self.active:
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # a cancelled waiter is dropped here or in acquire()
+                waiter.set_result(self._take())
+
+
+def _burn_until(deadline: float) -> None:
+    """Keep one CPU busy until ``time.monotonic()`` reaches ``deadline``.
+
+    ``deadline`` comes from ``loop.time()``, which is ``time.monotonic()`` in asyncio.
+    """
+    while time.monotonic() < deadline:
+        pass
+
+
+class TierServer:
+    """State and HTTP handlers of one tier server (see the module docstring)."""
+
+    def __init__(
+        self, workers: int, speed: float, time_scale: float, mu: float, window_s: float, model: str
+    ) -> None:
+        self.speed = speed
+        self.time_scale = time_scale
+        self.mu = mu
+        self.window_s = window_s
+        self.model = model
+        self.pool = WorkerPool(workers)
+        self.completed = 0
+        self._arrivals: deque[float] = deque()  # time.monotonic() instants in the window
+        self._since = time.monotonic()  # start or last reset
+        self._executor = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tier-worker")
+            if model == "compute"
+            else None
+        )
+
+    def hold_s(self, size: float) -> float:
+        """Wall seconds a task of ``size`` model seconds holds a worker."""
+        return size / self.speed / self.time_scale
+
+    def arrival_rate(self, now: float) -> float:
+        """Arrivals per model second over the last ``window_s`` wall seconds.
+
+        Before a full window has passed since start or reset, the elapsed time is the
+        denominator, so early estimates are not biased low.
+        """
+        horizon = now - self.window_s
+        while self._arrivals and self._arrivals[0] < horizon:
+            self._arrivals.popleft()
+        if not self._arrivals:
+            return 0.0
+        span = min(self.window_s, now - self._since)
+        return len(self._arrivals) / max(span, 1e-6) / self.time_scale
+
+    def state(self) -> dict[str, float | int]:
+        """What ``GET /state`` reports."""
+        return {
+            "queue": self.pool.queue,
+            "busy": self.pool.busy,
+            "active": self.pool.active,
+            "c": self.pool.c,
+            "arrival_rate": self.arrival_rate(time.monotonic()),
+            "service_rate": self.mu * self.speed,
+            "window_s": self.window_s,
+            "completed": self.completed,
+            "time": time.time(),
+        }
+
+    async def _hold(self, deadline: float) -> None:
+        """Occupy the worker until loop-clock ``deadline`` according to the service model."""
+        if self._executor is None:
+            await sleep_until(deadline)
+        else:
+            await asyncio.get_running_loop().run_in_executor(self._executor, _burn_until, deadline)
+
+    async def handle_task(self, request: web.Request) -> web.Response:
+        """``POST /task``: queue FIFO for a worker, hold it, report the timestamps.
+
+        A task whose client disconnected is still served (the server cannot tell, as a
+        real one could not), so contention is unchanged; if the handler is cancelled
+        instead (shutdown), the pool gives its place or worker back.
+        """
+        body = await read_json_object(request, TASK_FIELDS)
+        loop = asyncio.get_running_loop()
+        server_arrival = time.time()
+        self._arrivals.append(time.monotonic())
+        queue_at_arrival = self.pool.queue
+        worker = await self.pool.acquire()
+        try:
+            start = time.time()
+            await self._hold(loop.time() + self.hold_s(body["size"]))
+            end = time.time()
+        finally:
+            self.pool.release(worker)
+        self.completed += 1
+        return web.json_response(
+            {
+                "task_id": body["task_id"],
+                "server_arrival": server_arrival,
+                "start": start,
+                "end": end,
+                "queue_at_arrival": queue_at_arrival,
+                "service_wall_s": end - start,
+                "worker": worker,
+            }
+        )
+
+    async def handle_state(self, request: web.Request) -> web.Response:
+        """``GET /state``."""
+        return web.json_response(self.state())
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """``GET /health``: the server is up and how many workers it has."""
+        return web.json_response({"ok": True, "c": self.pool.c})
+
+    async def handle_reset(self, request: web.Request) -> web.Response:
+        """``POST /reset``: clear counters and the rate window; 409 while tasks are in flight."""
+        if self.pool.queue or self.pool.busy:
+            reason = (
+                f"cannot reset while tasks are in flight: "
+                f"queue={self.pool.queue}, busy={self.pool.busy}"
+            )
+            raise client_error(web.HTTPConflict, reason)
+        self.completed = 0
+        self._arrivals.clear()
+        self._since = time.monotonic()
+        return web.json_response({"ok": True})
+
+    async def handle_workers(self, request: web.Request) -> web.Response:
+        """``POST /admin/workers {"active": n}``: let only ``n`` workers (0..c) serve."""
+        fields = {"active": int_field(0, self.pool.c)}
+        body = await read_json_object(request, fields)
+        self.pool.set_active(body["active"])
+        return web.json_response({"active": self.pool.active, "c": self.pool.c})
+
+    async def close(self, app: web.Application) -> None:
+        """Stop the compute threads when the app shuts down (cleanup hook)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+TIER = web.AppKey("tier", TierServer)
+"""Where :func:`make_app` stores the :class:`TierServer` inside the application."""
+
+
+def make_app(
+    workers: int,
+    speed: float,
+    time_scale: float,
+    mu: float,
+    window_s: float = 10.0,
+    model: str = "hold",
+) -> web.Application:
+    """Build the tier server application.
+
+    ``workers`` (C) >= 1; ``speed`` (S) > 0 scales service demands; ``time_scale`` (K)
+    >= 1 compresses model time; ``mu`` (MU) > 0 is the nominal per-worker service rate
+    reported in ``/state``; ``window_s`` > 0 is the arrival-rate window (wall seconds);
+    ``model`` is ``hold`` or ``compute``. Raises :class:`ValueError` on a bad value.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, found {workers}")
+    for name, value in (("speed", speed), ("mu", mu), ("window_s", window_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, found {value}")
+    if not time_scale >= 1:
+        raise ValueError(f"time_scale must be >= 1, found {time_scale}")
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
+    tier = TierServer(workers, speed, time_scale, mu, window_s, model)
+    app = make_base_app()
+    app[TIER] = tier
+    app.router.add_post("/task", tier.handle_task)
+    app.router.add_get("/state", tier.handle_state)
+    app.router.add_get("/health", tier.handle_health)
+    app.router.add_post("/reset", tier.handle_reset)
+    app.router.add_post("/admin/workers", tier.handle_workers)
+    app.on_cleanup.append(tier.close)
+    return app
+
+
+def _bounded(kind: Callable[[str], float], low: float, strict: bool) -> Callable[[str], float]:
+    """An argparse ``type``: a finite ``kind`` value > ``low`` (>= when not ``strict``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            sign = ">" if strict else ">="
+            raise argparse.ArgumentTypeError(f"expected a value {sign} {low}, found {text!r}")
+        return value
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.tier_server", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=_bounded(int, 0, strict=False), default=8000)
+    parser.add_argument("--workers", type=_bounded(int, 1, strict=False), required=True)
+    parser.add_argument("--speed", type=_bounded(float, 0, strict=True), required=True)
+    parser.add_argument("--time-scale", type=_bounded(float, 1, strict=False), required=True)
+    parser.add_argument("--mu", type=_bounded(float, 0, strict=True), required=True)
+    parser.add_argument("--window-s", type=_bounded(float, 0, strict=True), default=10.0)
+    parser.add_argument("--model", choices=MODELS, default="hold")
+    args = parser.parse_args(argv)
+    configure_logging()
+    app = make_app(args.workers, args.speed, args.time_scale, args.mu, args.window_s, args.model)
+    serve(app, args.host, args.port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

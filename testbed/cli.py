@@ -1,0 +1,126 @@
+"""The ``testbed`` command: list, run, compare, calibrate, clean."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from testbed.errors import TestbedError
+
+
+def _cmd_list(_args: argparse.Namespace) -> int:
+    from testbed.scenario.loader import builtin_scenarios, load_scenario
+
+    for name in sorted(builtin_scenarios()):
+        scenario = load_scenario(name)
+        print(f"{name:<20} {scenario.description.strip().splitlines()[0] if scenario.description else ''}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from testbed.runner import run_scenario
+    from testbed.scenario.loader import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    policies = args.policies.split(",") if args.policies else None
+    scenario = scenario.with_overrides(policies=policies, seed=args.seed,
+                                       duration=args.duration, repetitions=args.repetitions)
+    executor = args.executor or scenario.executor.default
+    run_scenario(scenario, out=Path(args.out) if args.out else None, executor=executor,
+                 progress=lambda line: print(line, flush=True))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from testbed.report import compare, format_compare
+    from testbed.traces import read_traces
+
+    df = read_traces(args.run_dir)
+    baseline = args.baseline or sorted(df["policy"].unique())[0]
+    result = compare(df, baseline=baseline, n_boot=args.boot, seed=args.seed)
+    if args.json:
+        print(json.dumps(result, indent=2, default=float))
+    else:
+        print(format_compare(result))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from testbed.calibrate import calibrate, format_table
+
+    results = calibrate(backend=args.backend, probes=args.probes)
+    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    return 0
+
+
+def _cmd_clean(_args: argparse.Namespace) -> int:
+    from testbed.emulation.ledger import clean_stale
+
+    report = clean_stale()
+    if not report:
+        print("nothing to clean: no ledger of a stopped run remains")
+    for run, errors in report.items():
+        print(f"{run}: {'cleaned' if not errors else 'errors: ' + '; '.join(errors)}")
+    return 1 if any(report.values()) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="testbed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="name the built-in scenarios").set_defaults(fn=_cmd_list)
+
+    run = sub.add_parser("run", help="run a scenario (built-in name or YAML path)")
+    run.add_argument("scenario")
+    run.add_argument("--executor", choices=("emulation", "sim"), default=None)
+    run.add_argument("--out", help="results folder (default: a new folder under results/)")
+    run.add_argument("--policies", help="comma-separated policy names (default: the scenario's)")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--duration", type=float, default=None,
+                     help="model-time seconds, overrides the scenario's duration")
+    run.add_argument("--repetitions", type=int, default=None)
+    run.set_defaults(fn=_cmd_run)
+
+    cmp_ = sub.add_parser("compare", help="per-policy statistics with bootstrap CIs")
+    cmp_.add_argument("run_dir")
+    cmp_.add_argument("--baseline", help="policy the others are paired against")
+    cmp_.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
+    cmp_.add_argument("--seed", type=int, default=0)
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(fn=_cmd_compare)
+
+    cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth")
+    cal.add_argument("--backend", choices=("auto", "netem", "userspace"), default="auto")
+    cal.add_argument("--probes", type=int, default=200)
+    cal.add_argument("--json", action="store_true")
+    cal.set_defaults(fn=_cmd_calibrate)
+
+    sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \
+        .set_defaults(fn=_cmd_clean)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except TestbedError as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        from testbed.emulation.executor import Interrupted
+
+        if isinstance(exc, Interrupted):
+            print(f"testbed: stopped by {exc}; everything the run created was removed",
+                  file=sys.stderr)
+            return 130
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The emulation executor: Mininet hosts, shaped links, real services and dispatchers."""

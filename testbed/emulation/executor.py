@@ -1,0 +1,421 @@
+"""The emulation executor: one scenario, built once, every policy replayed on it.
+
+Lifecycle of a run (every resource goes into the run ledger as it is created and is
+removed in reverse order on success, exception, SIGINT or SIGTERM):
+
+1. start the run's helpers: the userspace delayer (when the kernel has no netem), the
+   service launcher, a private Docker engine (docker nodes), userspace OVS and the
+   os-ken controller (``switch: ovs``);
+2. build the topology on Mininet and start every service, waiting until each answers;
+3. for each repetition and policy: reset the services, start one dispatcher per client
+   host at a common start instant, apply the scenario's events on schedule, collect the
+   dispatchers' rows, and restore the network and services for the next policy;
+4. tear everything down. The caller (:mod:`testbed.runner`) materialised the trace
+   before and writes traces, summary, plots and metadata after.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from testbed.emulation import links as linkmod
+from testbed.emulation.launcher import LauncherClient, start_launcher
+from testbed.emulation.ledger import Ledger
+from testbed.emulation.network import BuiltNetwork, build_network, stop_network
+from testbed.emulation.probe import http_json, in_netns, wait_http_ok
+from testbed.emulation.shaping import resolve_backend
+from testbed.errors import EmulationError
+from testbed.scenario.model import Event, Scenario, Service
+
+Progress = Callable[[str], None]
+SERVICE_START_TIMEOUT_S = 60.0
+START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread when SIGINT or SIGTERM asks the run to stop."""
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM into :class:`Interrupted` so ``finally`` blocks tear down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@dataclass
+class Infrastructure:
+    """The long-lived helpers of one run, started on demand and recorded in the ledger."""
+
+    ledger: Ledger
+    workdir: Path
+    backend: str
+    prefix: str
+    delayer: Any = None
+    launcher: LauncherClient | None = None
+    engine: Any = None
+    ovs: Any = None
+    controller: Any = None
+
+    def start(self, scenario: Scenario) -> None:
+        if self.backend == "userspace":
+            from testbed.emulation.delayer import start_delayer
+
+            self.delayer = start_delayer(self.ledger, self.workdir)
+        self.launcher = start_launcher(self.ledger, self.workdir)
+        if any(n.runtime == "docker" for n in scenario.topology.nodes if not n.is_switch):
+            from testbed.emulation.docker_engine import ensure_base_image, start_engine
+
+            self.engine = start_engine(self.ledger)
+            self.image = ensure_base_image(self.engine.client)
+        if scenario.topology.switch == "ovs":
+            from testbed.emulation.controller import start_controller
+            from testbed.emulation.ovs import start_ovs
+
+            self.ovs = start_ovs(self.ledger, self.workdir)
+            self.controller = start_controller(self.ledger)
+
+    # Hooks used by testbed.emulation.network while it builds the topology.
+    def ovs_switch_class(self) -> Any:
+        from testbed.emulation.ovs import UserspaceOVSSwitch
+
+        return UserspaceOVSSwitch
+
+    def switch_params(self) -> dict:
+        return {}
+
+    def docker_host_class(self) -> Any:
+        from testbed.emulation.docker_runtime import DockerHost
+
+        return DockerHost
+
+    def docker_host_params(self, node: Any) -> dict:
+        return {"engine": self.engine, "image": self.image, "ledger": self.ledger,
+                "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
+                "workdir": str(self.workdir)}
+
+    def wait_switch_connected(self, switch: Any) -> None:
+        from testbed.emulation.controller import wait_connected
+
+        wait_connected(self.ovs, switch.name, timeout=30.0)
+
+
+@dataclass
+class RunningService:
+    service: Service
+    pid: int | None = None  # process runtime: the launcher's child
+    handle: Any = None  # docker runtime: the exec handle
+
+
+@dataclass
+class EmulatedTopology:
+    """A built, started scenario: network, helpers and services."""
+
+    scenario: Scenario
+    infra: Infrastructure
+    net: BuiltNetwork
+    workdir: Path
+    services: dict[str, RunningService] = field(default_factory=dict)
+
+    # ----- services -------------------------------------------------------------------
+    def service_argv(self, svc: Service) -> list[str]:
+        """Command-line arguments for a service program (``--key value`` per param)."""
+        argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
+        if svc.is_tier_server:
+            node = self.scenario.node(svc.node)
+            argv += ["--speed", repr(node.speed), "--time-scale", repr(self.scenario.time_scale)]
+        for key, value in svc.params.items():
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+        return argv
+
+    def start_service(self, svc: Service) -> None:
+        host = self.net.hosts[svc.node]
+        node = self.scenario.node(svc.node)
+        module = f"nodes.{svc.program}"
+        argv = self.service_argv(svc)
+        log = self.workdir / f"service-{svc.name}.log"
+        if node.runtime == "docker":
+            handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log))
+            self.services[svc.name] = RunningService(svc, handle=handle)
+            return
+        cgroup = self.net.cgroups.get(svc.node)
+        pid = self.infra.launcher.spawn(host.pid, module, argv, log,
+                                        cgroups=cgroup.procs_files if cgroup else None)
+        self.infra.ledger.record_process(pid, what=f"service {svc.name}")
+        self.services[svc.name] = RunningService(svc, pid=pid)
+
+    def stop_service(self, name: str) -> None:
+        """Kill a service abruptly (a crash event)."""
+        running = self.services.pop(name, None)
+        if running is None:
+            return
+        if running.handle is not None:
+            self.net.hosts[running.service.node].stop_service(running.handle)
+        elif running.pid is not None:
+            import os
+
+            try:
+                os.kill(running.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.infra.launcher.wait(running.pid, timeout=5.0)
+
+    def url(self, svc: Service, client: str, path: str = "") -> str:
+        """How ``client`` reaches ``svc`` (loopback when both share a host)."""
+        ip = "127.0.0.1" if svc.node == client else self.net.ip(svc.node)
+        return f"http://{ip}:{svc.port}{path}"
+
+    def probe_host(self, svc: Service) -> str:
+        """A host from which ``svc`` can be reached: its own node."""
+        return svc.node
+
+    def wait_services(self, names: list[str] | None = None) -> float:
+        """Wait until every (or each named) service answers ``/health`` on its own host."""
+        took = 0.0
+        for svc in self.scenario.services:
+            if names is not None and svc.name not in names:
+                continue
+            host = self.net.hosts[svc.node]
+            took += wait_http_ok(host.pid, [f"http://127.0.0.1:{svc.port}/health"],
+                                 SERVICE_START_TIMEOUT_S)
+        return took
+
+    def reset_services(self, timeout: float = 60.0) -> None:
+        """Clear every tier server's counters; waits while tasks are still in flight."""
+        for svc in self.scenario.tier_servers():
+            host = self.net.hosts[svc.node]
+            url = f"http://127.0.0.1:{svc.port}/reset"
+
+            def reset(url: str = url) -> None:
+                deadline = time.monotonic() + timeout
+                while True:
+                    status, body = http_json(url, method="POST", body={})
+                    if status == 200:
+                        return
+                    if status != 409 or time.monotonic() > deadline:
+                        raise EmulationError(f"reset of {url} failed: {status} {body}")
+                    time.sleep(0.05)
+
+            in_netns(host.pid, reset)
+
+    # ----- events ---------------------------------------------------------------------
+    def apply_event(self, event: Event) -> None:
+        """Carry out one scheduled change now."""
+        action = event.action
+        if action in ("link_down", "link_up"):
+            linkmod.set_link_up(self.net.link(event.target), action == "link_up")
+        elif action == "link_change":
+            linkmod.set_link_params(self.net.link(event.target), **dict(event.params))
+        elif action in ("leave", "join"):
+            for link in self.scenario.topology.links:
+                if event.target in (link.a, link.b):
+                    linkmod.set_link_up(self.net.link(link.name), action == "join")
+        elif action == "crash":
+            for svc in self.scenario.services_on(event.target):
+                self.stop_service(svc.name)
+        elif action == "load":
+            self.set_cpu(event.target, float(event.params["cpu"]))
+        else:
+            raise EmulationError(f"event action {action!r} is not supported by emulation")
+
+    def set_cpu(self, node_name: str, cpu: float) -> None:
+        node = self.scenario.node(node_name)
+        host = self.net.hosts[node_name]
+        if node.runtime == "docker":
+            host.set_cpu(cpu)
+            return
+        cgroup = self.net.cgroups.get(node_name)
+        if cgroup is None:
+            from testbed.emulation.cgroups import NodeCgroup
+
+            cgroup = NodeCgroup(self.infra.ledger, self.infra.prefix, node_name, cpu, None)
+            self.net.cgroups[node_name] = cgroup
+            for running in self.services.values():
+                if running.service.node == node_name and running.pid is not None:
+                    for procs in cgroup.procs_files:
+                        Path(procs).write_text(str(running.pid))
+        cgroup.set_cpu(cpu)
+
+    def restore(self, events: tuple[Event, ...]) -> None:
+        """Undo the effects of ``events`` so the next policy starts from the same state."""
+        topology = self.scenario.topology
+        for event in events:
+            if event.action.startswith("link_"):
+                link = topology.link(*event.link_ends)
+                built = self.net.link(event.target)
+                linkmod.set_link_params(built, delay_ms=link.delay_ms,
+                                        jitter_ms=link.jitter_ms, loss_pct=link.loss_pct,
+                                        bw_mbit=link.bw_mbit)
+                linkmod.set_link_up(built, True)
+            elif event.action in ("leave", "join"):
+                for link in topology.links:
+                    if event.target in (link.a, link.b):
+                        linkmod.set_link_up(self.net.link(link.name), True)
+            elif event.action == "load":
+                node = topology.node(event.target)
+                self.set_cpu(event.target, node.cpu if node.cpu is not None else 1.0)
+        missing = [s for s in self.scenario.services if s.name not in self.services]
+        for svc in missing:
+            self.start_service(svc)
+        if missing:
+            self.wait_services([s.name for s in missing])
+
+
+class EventScheduler(threading.Thread):
+    """Applies a scenario's events at ``start_at + at / time_scale`` (wall clock)."""
+
+    def __init__(self, topo: EmulatedTopology, start_at: float, log: Path) -> None:
+        super().__init__(name="events", daemon=True)
+        self.topo = topo
+        self.start_at = start_at
+        self.log = log
+        self.stopped = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        scale = self.topo.scenario.time_scale
+        with self.log.open("a") as fh:
+            for event in self.topo.scenario.events:
+                due = self.start_at + event.at / scale
+                if self.stopped.wait(max(0.0, due - time.time())):
+                    return
+                try:
+                    self.topo.apply_event(event)
+                    outcome = "applied"
+                except Exception as exc:  # recorded; the run continues and reports it
+                    outcome = f"failed: {exc}"
+                    self.errors.append(f"{event.action} {event.target}: {exc}")
+                fh.write(json.dumps({**event.to_dict(), "due_wall": due,
+                                     "applied_wall": time.time(), "outcome": outcome}) + "\n")
+                fh.flush()
+
+
+def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
+             progress: Progress) -> EmulatedTopology:
+    """Start the helpers, build the network and start every service."""
+    backend = resolve_backend(scenario.executor.shaping)
+    infra = Infrastructure(ledger=ledger, workdir=workdir, backend=backend, prefix=prefix)
+    t0 = time.monotonic()
+    infra.start(scenario)
+    progress(f"helpers up ({backend} shaping) in {time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
+    net = build_network(scenario.topology, prefix, ledger, backend, infra)
+    progress(f"network of {len(net.hosts)} hosts and {len(net.switches)} switches built in "
+             f"{time.monotonic() - t0:.1f} s")
+    topo = EmulatedTopology(scenario=scenario, infra=infra, net=net, workdir=workdir)
+    t0 = time.monotonic()
+    try:
+        for svc in scenario.services:
+            topo.start_service(svc)
+        topo.wait_services()
+    except BaseException:
+        stop_network(net)
+        raise
+    progress(f"{len(scenario.services)} services answering in {time.monotonic() - t0:.1f} s")
+    return topo
+
+
+def replay_policy(topo: EmulatedTopology, run: str, policy: str, repetition: int,
+                  trace_dir: Path, progress: Progress) -> list[dict]:
+    """Replay the materialised trace once with ``policy``; returns the trace rows."""
+    scenario = topo.scenario
+    topo.reset_services()
+    start_at = time.time() + START_LEAD_S
+    poll = scenario.executor.poll_interval_ms / 1000.0
+    timeout_model = max(scenario.duration, 60.0)
+    pids: dict[str, int] = {}
+    outs: dict[str, Path] = {}
+    tag = f"{policy}-r{repetition}"
+    for client in scenario.clients():
+        targets = [{"name": s.name, "tier": s.tier, "url": topo.url(s, client.name)}
+                   for s in scenario.servers_for(client)]
+        out = topo.workdir / f"rows-{tag}-{client.name}.jsonl"
+        config = {"run": run, "client": client.name, "policy": policy,
+                  "policy_seed": scenario.seed * 1000 + repetition, "repetition": repetition,
+                  "trace": str(trace_dir), "targets": targets, "poll_interval_s": poll,
+                  "time_scale": scenario.time_scale, "start_at": start_at, "out": str(out),
+                  "timeout_s": timeout_model}
+        config_path = topo.workdir / f"dispatch-{tag}-{client.name}.json"
+        config_path.write_text(json.dumps(config, indent=1))
+        host = topo.net.hosts[client.name]
+        pid = topo.infra.launcher.spawn(host.pid, "testbed.dispatch", [str(config_path)],
+                                        topo.workdir / f"dispatch-{tag}-{client.name}.log")
+        topo.infra.ledger.record_process(pid, what=f"dispatcher {client.name}")
+        pids[client.name], outs[client.name] = pid, out
+    events = EventScheduler(topo, start_at, topo.workdir / "events.jsonl")
+    events.start()
+    budget = START_LEAD_S + (scenario.duration + timeout_model) / scenario.time_scale + 60.0
+    deadline = time.monotonic() + budget
+    try:
+        for client, pid in pids.items():
+            code = topo.infra.launcher.wait(pid, timeout=max(0.0, deadline - time.monotonic()))
+            if code is None:
+                raise EmulationError(f"dispatcher on {client} did not finish within "
+                                     f"{budget:.0f} s")
+            if code != 0:
+                log = topo.workdir / f"dispatch-{tag}-{client}.log"
+                raise EmulationError(f"dispatcher on {client} exited with {code}: "
+                                     f"{log.read_text()[-1500:]}")
+    finally:
+        events.stopped.set()
+        events.join()
+    rows = []
+    for out in outs.values():
+        with out.open() as fh:
+            rows.extend(json.loads(line) for line in fh if line.strip())
+    ok = sum(1 for r in rows if r.get("outcome") == "ok")
+    progress(f"  {policy} (repetition {repetition}): {ok}/{len(rows)} tasks ok")
+    if events.errors:
+        progress(f"  events that failed: {'; '.join(events.errors)}")
+    topo.restore(scenario.events)
+    return rows
+
+
+def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
+                  progress: Progress, ledger_root: Path | None = None) -> dict[str, Any]:
+    """Run every repetition and policy of ``scenario``; returns rows and run details."""
+    prefix = f"tb{run[-4:]}"
+    ledger = Ledger(run, root=ledger_root)
+    started = time.time()
+    details: dict[str, Any] = {"ledger": str(ledger.path)}
+    with stop_on_signals():
+        try:
+            topo = bring_up(scenario, ledger, workdir, prefix, progress)
+            details["shaping_backend"] = topo.net.backend
+            details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
+                                       "runtime": scenario.node(name).runtime}
+                                for name, host in topo.net.hosts.items()}
+            rows: list[dict] = []
+            try:
+                for rep in range(scenario.repetitions):
+                    for policy in scenario.policies:
+                        rows += replay_policy(topo, run, policy, rep, trace_dir, progress)
+            finally:
+                stop_network(topo.net)
+        finally:
+            errors = ledger.teardown()
+            if errors:
+                progress("teardown left errors: " + "; ".join(errors))
+    details["rows"] = rows
+    details["wall_s"] = time.time() - started
+    details["teardown_errors"] = errors
+    return details

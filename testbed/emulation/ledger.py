@@ -1,0 +1,288 @@
+"""The run ledger: every resource a run creates is written down before it is used.
+
+Each run owns one append-only JSON-lines file under ``LEDGER_ROOT``. An entry is
+written (and fsynced) right after the resource exists, and a matching ``undone`` line
+after it is removed. :meth:`Ledger.teardown` removes what is still open in reverse order
+of creation; :func:`clean_stale` does the same for the ledgers of runs whose owning
+process is gone (a crash or ``kill -9``), and touches nothing that is not written in
+a ledger.
+
+Undo handlers are keyed by entry kind and must be idempotent: removing something that
+is already gone is success.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+LEDGER_ROOT = Path(os.environ.get("TESTBED_LEDGER_ROOT", "/run/edge-testbed/ledgers"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One created resource."""
+
+    seq: int
+    kind: str
+    data: dict
+
+
+UndoHandler = Callable[[dict], None]
+UNDO: dict[str, UndoHandler] = {}
+
+
+def undo_handler(kind: str) -> Callable[[UndoHandler], UndoHandler]:
+    """Register the function that removes resources of ``kind``."""
+
+    def register(fn: UndoHandler) -> UndoHandler:
+        UNDO[kind] = fn
+        return fn
+
+    return register
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone.
+
+    Stored with every process entry so a recycled pid is never signalled by mistake.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _same_process(data: dict) -> bool:
+    return process_start_time(data["pid"]) == data.get("start")
+
+
+def wait_gone(pid: int, start: int | None, timeout: float) -> bool:
+    """Wait until ``pid`` (with that start time) no longer exists; reap it if it is ours."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        current = process_start_time(pid)
+        if current is None or current != start:
+            return True
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@undo_handler("process")
+def _undo_process(data: dict) -> None:
+    """Terminate a process (its whole process group when it leads one)."""
+    pid, start = data["pid"], data.get("start")
+    if not _same_process(data):
+        return
+    group = data.get("group", False)
+    for sig, grace in ((signal.SIGTERM, data.get("grace", 3.0)), (signal.SIGKILL, 3.0)):
+        try:
+            if group:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        if wait_gone(pid, start, grace):
+            return
+
+
+def _run_quiet(argv: list[str]) -> None:
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
+@undo_handler("link")
+def _undo_link(data: dict) -> None:
+    """Delete a network interface in the root namespace (one end of a veth deletes both)."""
+    if Path(f"/sys/class/net/{data['name']}").exists():
+        _run_quiet(["ip", "link", "del", data["name"]])
+
+
+@undo_handler("bridge")
+def _undo_bridge(data: dict) -> None:
+    """Delete a Linux bridge created by the run."""
+    if Path(f"/sys/class/net/{data['name']}").exists():
+        _run_quiet(["ip", "link", "set", data["name"], "down"])
+        _run_quiet(["ip", "link", "del", data["name"]])
+
+
+@undo_handler("cgroup")
+def _undo_cgroup(data: dict) -> None:
+    """Remove a cgroup folder (its processes must have ended first)."""
+    path = Path(data["path"])
+    if path.is_dir():
+        for _ in range(100):
+            try:
+                path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+@undo_handler("iptables")
+def _undo_iptables(data: dict) -> None:
+    """Delete a rule the run inserted (``rule`` is the argv after the table/chain flag)."""
+    check = ["iptables", "-t", data.get("table", "filter"), "-C", data["chain"], *data["rule"]]
+    while subprocess.run(check, capture_output=True).returncode == 0:
+        _run_quiet(["iptables", "-t", data.get("table", "filter"), "-D", data["chain"],
+                    *data["rule"]])
+
+
+@undo_handler("dir")
+def _undo_dir(data: dict) -> None:
+    """Remove a folder the run created for its own scratch state."""
+    shutil.rmtree(data["path"], ignore_errors=True)
+
+
+class Ledger:
+    """The append-only record of one run's resources."""
+
+    def __init__(self, run_id: str, root: Path | None = None) -> None:
+        self.run_id = run_id
+        self.root = Path(root) if root is not None else LEDGER_ROOT
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / f"{run_id}.jsonl"
+        if self.path.exists():
+            raise FileExistsError(f"ledger {self.path} already exists")
+        self._seq = 0
+        self._open: dict[int, Entry] = {}
+        self._append({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
+                      "run": run_id, "time": time.time()})
+
+    def _append(self, obj: dict) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(obj, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def record(self, kind: str, **data: object) -> Entry:
+        """Write down a resource that now exists; returns its entry for :meth:`forget`."""
+        if kind not in UNDO:
+            raise KeyError(f"no undo handler for ledger kind {kind!r}")
+        self._seq += 1
+        entry = Entry(self._seq, kind, dict(data))
+        self._append({"seq": entry.seq, "kind": kind, "data": entry.data})
+        self._open[entry.seq] = entry
+        return entry
+
+    def record_process(self, pid: int, group: bool = False, **data: object) -> Entry:
+        """Record a process, pinned to its start time so a recycled pid is never hit."""
+        return self.record("process", pid=pid, start=process_start_time(pid), group=group,
+                           **data)
+
+    def forget(self, entry: Entry) -> None:
+        """Mark a resource as removed by its owner (nothing left for teardown)."""
+        if self._open.pop(entry.seq, None) is not None:
+            self._append({"undone": entry.seq})
+
+    def release(self, entry: Entry) -> None:
+        """Remove one resource now and mark it removed."""
+        UNDO[entry.kind](entry.data)
+        self.forget(entry)
+
+    def open_entries(self) -> list[Entry]:
+        return sorted(self._open.values(), key=lambda e: e.seq)
+
+    def teardown(self) -> list[str]:
+        """Remove every open resource, newest first. Returns the errors met, if any."""
+        errors = _undo_all(self.open_entries(), self._append)
+        self._open.clear()
+        if not errors:
+            self.path.unlink(missing_ok=True)
+        return errors
+
+
+def _undo_all(entries: list[Entry], mark: Callable[[dict], None]) -> list[str]:
+    errors = []
+    for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+        handler = UNDO.get(entry.kind)
+        try:
+            if handler is None:
+                raise KeyError(f"no undo handler for kind {entry.kind!r}")
+            handler(entry.data)
+            mark({"undone": entry.seq})
+        except Exception as exc:  # keep removing the rest; report every failure
+            errors.append(f"{entry.kind} {entry.data}: {exc}")
+    return errors
+
+
+def read_ledger(path: Path) -> tuple[dict, list[Entry]]:
+    """Parse a ledger file: its header and the entries not yet undone."""
+    header: dict = {}
+    entries: dict[int, Entry] = {}
+    for line in path.read_text().splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line from a crash
+        if "owner" in obj:
+            header = obj
+        elif "undone" in obj:
+            entries.pop(obj["undone"], None)
+        elif "seq" in obj:
+            entries[obj["seq"]] = Entry(obj["seq"], obj["kind"], obj["data"])
+    return header, sorted(entries.values(), key=lambda e: e.seq)
+
+
+def stale_ledgers(root: Path | None = None) -> Iterator[Path]:
+    """Ledgers whose owning process no longer runs."""
+    root = Path(root) if root is not None else LEDGER_ROOT
+    if not root.is_dir():
+        return
+    for path in sorted(root.glob("*.jsonl")):
+        header, _ = read_ledger(path)
+        owner = header.get("owner")
+        if owner is None or process_start_time(owner) != header.get("owner_start"):
+            yield path
+
+
+def clean_stale(root: Path | None = None) -> dict[str, list[str]]:
+    """Undo what crashed runs left behind, from their ledgers only.
+
+    Returns, per cleaned run, the errors met (an empty list when all went).
+    """
+    load_handlers()
+    report: dict[str, list[str]] = {}
+    for path in list(stale_ledgers(root)):
+        _, entries = read_ledger(path)
+
+        def mark(obj: dict, path: Path = path) -> None:
+            with path.open("a") as fh:
+                fh.write(json.dumps(obj) + "\n")
+
+        errors = _undo_all(entries, mark)
+        report[path.stem] = errors
+        if not errors:
+            path.unlink(missing_ok=True)
+    return report
+
+
+def load_handlers() -> None:
+    """Import every module that registers undo handlers of its own kinds."""
+    import importlib
+
+    for module in ("testbed.emulation.docker_runtime", "testbed.emulation.ovs",
+                   "testbed.emulation.delayer"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise

@@ -1,0 +1,127 @@
+"""Builds a scenario's topology on Mininet and tears it down.
+
+Naming: Mininet hosts keep the scenario's node names (their interfaces live in their own
+network namespaces). Everything in the root namespace carries the run's prefix
+``tb<4 hex>`` so that exactly what this run made can be found and removed: a switch
+``s<i>`` becomes the bridge ``tb<rid>s<i>`` and its ports ``tb<rid>s<i>-e<port>``
+(Mininet's Linux bridge adopts the interfaces whose names contain the bridge's name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mininet.net import Mininet
+from mininet.node import Host
+from mininet.nodelib import LinuxBridge
+
+from testbed.emulation import links as linkmod
+from testbed.emulation.cgroups import NodeCgroup
+from testbed.emulation.ledger import Ledger
+from testbed.errors import EmulationError
+from testbed.scenario.model import Topology
+
+
+@dataclass
+class BuiltNetwork:
+    """A started Mininet network and the harness's view of it."""
+
+    net: Mininet
+    hosts: dict[str, Host]  # scenario node name -> Mininet host
+    switches: dict[str, Any]  # scenario switch name -> Mininet switch
+    links: dict[str, Any]  # "a-b" -> Mininet link
+    cgroups: dict[str, NodeCgroup] = field(default_factory=dict)
+    backend: str = "userspace"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def ip(self, node: str) -> str:
+        """The address other hosts reach ``node`` at."""
+        return self.hosts[node].IP()
+
+    def link(self, spec: str) -> Any:
+        """A link by ``a-b`` (either order)."""
+        if spec in self.links:
+            return self.links[spec]
+        a, _, b = spec.partition("-")
+        if f"{b}-{a}" in self.links:
+            return self.links[f"{b}-{a}"]
+        raise EmulationError(f"no link {spec!r}; links are {sorted(self.links)}")
+
+
+def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
+                  services: Any) -> BuiltNetwork:
+    """Create hosts, switches and shaped links, start them, and record every resource.
+
+    ``services`` is the object that provides what the node runtimes need (the delayer
+    for userspace shaping, the Docker engine for docker nodes, OVS and the controller
+    for ``switch: ovs``); see :class:`testbed.emulation.executor.Infrastructure`.
+    """
+    switch_cls: Any = LinuxBridge
+    controller = None
+    if topology.switch == "ovs":
+        switch_cls = services.ovs_switch_class()
+        controller = services.controller
+    net = Mininet(topo=None, controller=None, switch=switch_cls, build=False,
+                  autoSetMacs=True, waitConnected=False, inNamespace=False)
+    built = BuiltNetwork(net=net, hosts={}, switches={}, links={}, backend=backend)
+    try:
+        _add_nodes(built, topology, prefix, ledger, services)
+        ports: dict[str, int] = {}
+        for link in topology.links:
+            a, b = built.hosts.get(link.a) or built.switches[link.a], \
+                built.hosts.get(link.b) or built.switches[link.b]
+            names = []
+            for node in (a, b):
+                port = ports.get(node.name, 0)
+                ports[node.name] = port + 1
+                sep = "-e" if node.name.startswith(prefix) else "-eth"
+                names.append(f"{node.name}{sep}{port}")
+            created = linkmod.make_link(net, a, b, link, backend, services.delayer, names)
+            for name in names:
+                if name.startswith(prefix):
+                    ledger.record("link", name=name)
+            built.links[f"{link.a}-{link.b}"] = created
+        if controller is not None:
+            net.addController(controller)
+        net.build()
+        net.start()
+        if controller is not None:
+            for switch in built.switches.values():
+                services.wait_switch_connected(switch)
+    except BaseException:
+        stop_network(built)
+        raise
+    return built
+
+
+def _add_nodes(built: BuiltNetwork, topology: Topology, prefix: str, ledger: Ledger,
+               services: Any) -> None:
+    net = built.net
+    switch_index = 0
+    for node in topology.nodes:
+        if node.role == "switch":
+            name = f"{prefix}s{switch_index}"
+            switch_index += 1
+            switch = net.addSwitch(name, **services.switch_params())
+            ledger.record("bridge", name=name)
+            built.switches[node.name] = switch
+            continue
+        if node.runtime == "docker":
+            host = net.addHost(node.name, cls=services.docker_host_class(),
+                               **services.docker_host_params(node))
+        else:
+            host = net.addHost(node.name)
+            if node.cpu is not None or node.memory_mb is not None:
+                built.cgroups[node.name] = NodeCgroup(ledger, prefix, node.name,
+                                                      node.cpu, node.memory_mb)
+        ledger.record_process(host.pid, what=f"mininet host {node.name}")
+        built.hosts[node.name] = host
+
+
+def stop_network(built: BuiltNetwork) -> None:
+    """Stop Mininet's nodes and links (the ledger removes whatever this leaves)."""
+    try:
+        built.net.stop()
+    except Exception:  # the ledger's teardown still removes every recorded resource
+        pass

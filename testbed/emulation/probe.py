@@ -1,0 +1,87 @@
+"""HTTP from inside an emulated host's network namespace, without a subprocess.
+
+The harness lives in the root namespace, where the emulated hosts' addresses are not
+routed. A worker thread that enters a host's namespace (``setns`` applies to the calling
+thread only) opens its sockets there, so the harness can wait for services to answer
+and reset them between policies exactly as a client would see them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, TypeVar
+
+from testbed.emulation.netns import enter_netns_of
+from testbed.errors import EmulationError
+
+T = TypeVar("T")
+
+
+def in_netns(pid: int, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in a fresh thread inside the network namespace of ``pid``."""
+    result: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            enter_netns_of(pid)
+            result["value"] = fn()
+        except BaseException as exc:  # handed back to the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"netns-{pid}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def http_json(url: str, method: str = "GET", body: dict | None = None,
+              timeout: float = 5.0) -> tuple[int, dict]:
+    """One JSON request; returns (status, decoded body). Errors of HTTP give their status."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        payload = exc.read()
+        try:
+            return exc.code, json.loads(payload or b"{}")
+        except ValueError:
+            return exc.code, {"error": payload.decode(errors="replace")}
+
+
+def wait_http_ok(pid: int, urls: list[str], timeout: float) -> float:
+    """Wait until every URL answers 200 from inside ``pid``'s namespace.
+
+    Returns the seconds it took; raises EmulationError naming the URLs that never did.
+    """
+
+    def poll() -> float:
+        start = time.monotonic()
+        pending = list(urls)
+        while pending:
+            still = []
+            for url in pending:
+                try:
+                    status, _ = http_json(url, timeout=1.0)
+                except (OSError, ValueError):
+                    status = 0
+                if status != 200:
+                    still.append(url)
+            pending = still
+            if not pending:
+                break
+            if time.monotonic() - start > timeout:
+                raise EmulationError(f"services did not answer within {timeout} s: "
+                                     f"{', '.join(pending)}")
+            time.sleep(0.02)
+        return time.monotonic() - start
+
+    return in_netns(pid, poll)

@@ -1,0 +1,144 @@
+"""Runs a scenario end to end and writes its self-describing results folder.
+
+A run folder holds ``metadata.json`` (resolved scenario, seeds, versions, git commit,
+kernel, shaping backend, host and runtime details, wall time), the materialised
+``trace/`` the policies replayed, ``traces.parquet`` + ``traces.csv``, ``summary.json``,
+one latency-CDF plot per policy, and ``work/`` (service and dispatcher logs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import time
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from testbed import __version__
+from testbed.errors import TestbedError
+from testbed.scenario.model import Scenario
+from workloads import generate
+from workloads.trace import write_trace
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_ROOT = PROJECT_ROOT / "results"
+EXECUTORS = ("emulation", "sim")
+
+
+def new_run_id(scenario: Scenario) -> str:
+    """``<scenario>-<UTC time>-<4 hex>``; the hex part prefixes the run's interfaces."""
+    return f"{scenario.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-" \
+           f"{secrets.token_hex(2)}"
+
+
+def materialise(scenario: Scenario, folder: Path) -> Path:
+    """Generate the workload trace once, before any policy runs, and write it."""
+    clients = [n.name for n in scenario.clients()]
+    tasks = generate(scenario.workload.generator, scenario.workload.params, clients,
+                     scenario.duration, scenario.workload.seed)
+    write_trace(tasks, folder, {"generator": scenario.workload.generator,
+                                "params": dict(scenario.workload.params),
+                                "seed": scenario.workload.seed, "clients": clients,
+                                "duration": scenario.duration})
+    return folder
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "testbed": __version__}
+    for dist in ("mininet", "aiohttp", "numpy", "pandas", "pyarrow", "os-ken", "docker",
+                 "requests", "matplotlib", "PyYAML"):
+        try:
+            out[dist] = importlib_metadata.version(dist)
+        except importlib_metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def _git_commit() -> str | None:
+    try:
+        res = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+    except OSError:
+        return None
+    if res.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True)
+    return res.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def machine_details() -> dict[str, Any]:
+    """What the run ran on: kernel, CPUs, memory."""
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"hostname": platform.node(), "kernel": platform.release(),
+            "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": mem,
+            "os": platform.platform()}
+
+
+def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "emulation",
+                 progress: Callable[[str], None] = print,
+                 ledger_root: Path | None = None) -> Path:
+    """Run ``scenario`` with every policy and write the results folder; returns it."""
+    from testbed import report, traces
+
+    if executor not in EXECUTORS:
+        raise TestbedError(f"--executor: expected one of {', '.join(EXECUTORS)}, "
+                           f"found {executor!r}")
+    if executor == "sim":
+        raise TestbedError("--executor sim: the discrete-event executor is not part of this "
+                           "version yet; use --executor emulation")
+    if os.geteuid() != 0:
+        raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
+                           "run as root")
+    run = new_run_id(scenario)
+    folder = Path(out) if out is not None else RESULTS_ROOT / run
+    if folder.exists() and any(folder.iterdir()):
+        raise TestbedError(f"--out {folder}: the folder exists and is not empty")
+    folder.mkdir(parents=True, exist_ok=True)
+    workdir = folder / "work"
+    workdir.mkdir()
+    started = time.time()
+    trace_dir = materialise(scenario, folder / "trace")
+    trace_meta = json.loads((trace_dir / "trace.json").read_text())
+    progress(f"run {run}: {trace_meta['n']} tasks materialised; policies "
+             f"{', '.join(scenario.policies)} x {scenario.repetitions} repetition(s)")
+    from testbed.emulation.executor import run_emulation
+
+    details = run_emulation(scenario, run, trace_dir, workdir, progress, ledger_root)
+    df = traces.rows_to_frame(details.pop("rows"))
+    traces.write_traces(df, folder)
+    summary = traces.summarize(df)
+    traces.write_summary(summary, folder)
+    report.plot_cdfs(df, folder)
+    meta = {
+        "run": run,
+        "scenario": scenario.resolved(),
+        "source": scenario.source,
+        "executor": executor,
+        "seeds": {"scenario": scenario.seed, "workload": scenario.workload.seed,
+                  "policies": {p: [scenario.seed * 1000 + r for r in range(scenario.repetitions)]
+                               for p in scenario.policies}},
+        "trace": {"n": trace_meta["n"], "sha256": trace_meta["sha256"]},
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+        "machine": machine_details(),
+        "command": sys.argv,
+        "started": started,
+        "wall_s": time.time() - started,
+        **details,
+    }
+    (folder / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
+    progress(report.format_table(summary))
+    progress(f"results: {folder}")
+    return folder

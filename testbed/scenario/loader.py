@@ -1,0 +1,766 @@
+"""Read scenario and topology YAML files and validate them into the frozen model.
+
+Validation stops at the first problem and raises one :class:`ScenarioError` naming the
+file, the field path (``topology.links[2].delay_ms``), what was expected and what was
+found. Whatever a file contains, nothing but ``ScenarioError`` escapes from here. The
+loader is pure: it reads files and imports the registries it validates names against
+(``workloads.GENERATORS``, ``testbed.policies.POLICIES``), but builds nothing.
+The accepted format is documented field by field in ``docs/scenario.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import random
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping, NoReturn
+
+import yaml
+
+from testbed.errors import ScenarioError
+from testbed.scenario.model import (
+    ACTIONS,
+    EXECUTORS,
+    LINK_ACTIONS,
+    NODE_ACTIONS,
+    ROLES,
+    RUNTIMES,
+    SERVICE_MODELS,
+    SHAPINGS,
+    SWITCHES,
+    TIER_SERVER,
+    TIMING_FLOOR_S,
+    Event,
+    ExecutorDefaults,
+    Link,
+    Node,
+    Scenario,
+    Service,
+    Topology,
+    Workload,
+)
+
+NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,7}")
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+MAX_SEED = 2**63 - 1
+MAX_EVENTS = 10_000  # expected events per random schedule
+MAX_REPETITIONS = 1_000
+MAX_WORKERS = 4_096
+MAX_DELAY_MS = 60_000.0
+MAX_BW_MBIT = 1_000_000.0
+MAX_QUEUE = 1_000_000
+MAX_MEMORY_MB = 2**24
+MAX_PARAM_DEPTH = 16
+MAX_PARAM_ITEMS = 1_000
+
+_EXPECT_NODE_NAME = "a node name matching ^[a-z][a-z0-9]{0,7}$ (interface names derive from it)"
+_EXPECT_LABEL = "a tier label matching ^[a-z][a-z0-9_-]{0,31}$"
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """The scenarios shipped in ``testbed/scenarios/``, by name (the file stem)."""
+    folder = resources.files("testbed") / "scenarios"
+    return {
+        entry.name[: -len(".yaml")]: Path(str(entry))
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".yaml") and entry.is_file()
+    }
+
+
+def builtin_topologies() -> dict[str, Path]:
+    """The topologies shipped in the top-level ``topologies`` package, by name."""
+    folder = resources.files("topologies")
+    return {
+        entry.name[: -len(".yaml")]: Path(str(entry))
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".yaml") and entry.is_file()
+    }
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file by path, and validate it."""
+    builtins = builtin_scenarios()
+    if name_or_path in builtins:
+        path = builtins[name_or_path]
+    else:
+        path = Path(name_or_path)
+        if not _is_file(path):
+            raise ScenarioError(
+                name_or_path,
+                "",
+                f"a built-in scenario ({', '.join(builtins) or 'none'}) or a scenario file",
+                "<no such scenario>",
+            )
+    return scenario_from_dict(_read_yaml(path), source=str(path))
+
+
+def load_topology(name_or_path: str) -> Topology:
+    """Load a topology from the ``topologies`` package by name, or from a file by path."""
+    path = _find_topology(name_or_path, Path.cwd())
+    if path is None:
+        raise ScenarioError(
+            name_or_path,
+            "",
+            f"a topology name ({', '.join(builtin_topologies()) or 'none'}) or a topology file",
+            "<no such topology>",
+        )
+    return _topology(_Checker(str(path)), _read_yaml(path), "")
+
+
+def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
+    """Validate an already parsed scenario document (as ``yaml.safe_load`` returns it).
+
+    ``source`` names the document in errors; if it is a file path, a topology given as
+    a relative path is looked up next to it, otherwise in the working directory.
+    """
+    base_dir = Path.cwd() if source.startswith("<") else Path(source).parent
+    return _scenario(_Checker(source), data, base_dir)
+
+
+# --- reading files -------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses duplicate mapping keys instead of keeping the last."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[tuple[str, str]] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = (key_node.tag, key_node.value)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping",
+                            node.start_mark,
+                            f"found duplicate key {key_node.value!r}",
+                            key_node.start_mark,
+                        )
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> Any:
+    """Parse one YAML file, turning every failure into a ``ScenarioError``."""
+    label = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ScenarioError(label, "", "a readable UTF-8 YAML file", f"<{exc}>") from exc
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError(label, where, "valid YAML", f"<{exc.problem}>") from exc
+    # PyYAML lets ValueError, AttributeError and RecursionError escape for odd explicit
+    # tags (``!!int abc``, ``!!timestamp x``) and deep nesting: all mean "not valid YAML".
+    except Exception as exc:
+        raise ScenarioError(label, "", "valid YAML", f"<{type(exc).__name__}: {exc}>") from exc
+
+
+def _is_file(path: Path) -> bool:
+    """``Path.is_file`` that answers False for names the OS refuses (too long, NUL...)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _find_topology(ref: str, base_dir: Path) -> Path | None:
+    """A topology file: a name in the ``topologies`` package, else a path from base_dir."""
+    if TOPOLOGY_NAME.fullmatch(ref):
+        known = builtin_topologies()
+        if ref in known:
+            return known[ref]
+    path = base_dir / ref
+    return path if _is_file(path) else None
+
+
+# --- generic checks --------------------------------------------------------------------
+
+
+def _join(path: str, key: object) -> str:
+    """The path of ``key`` inside the mapping at ``path``."""
+    shown = key if isinstance(key, str) else repr(key)[:40]
+    return f"{path}.{shown}" if path else str(shown)
+
+
+def _shown(value: object) -> object:
+    """What an error shows as "found": containers are summarised, never repr'd whole."""
+    if isinstance(value, Mapping):
+        return f"<mapping with {len(value)} keys>"
+    if isinstance(value, (list, tuple, set)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return value
+
+
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    """Human text for an interval such as ``> 0``, ``in [0, 100]`` or ``in (0, 1]``."""
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {lo:g}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {hi:g}"
+    return ""
+
+
+class _Checker:
+    """Type and range checks that raise ``ScenarioError`` for one file."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, path: str, expected: str, found: object) -> NoReturn:
+        raise ScenarioError(self.file, path, expected, _shown(found))
+
+    def mapping(
+        self,
+        value: object,
+        path: str,
+        required: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """A mapping holding all ``required`` keys and nothing else but ``optional`` ones."""
+        if not isinstance(value, dict):
+            self.fail(path, "a mapping", value)
+        allowed = required + optional
+        for key in value:
+            if key not in allowed:
+                keys = f"one of the keys {', '.join(allowed)}" if allowed else "no keys"
+                self.fail(_join(path, key), keys, "<unknown key>")
+        for key in required:
+            if key not in value:
+                self.fail(_join(path, key), "a value (the field is required)", "<missing>")
+        return value
+
+    def sequence(self, value: object, path: str, nonempty: bool = False) -> list[Any]:
+        """A list (non-empty if asked)."""
+        if not isinstance(value, list) or (nonempty and not value):
+            self.fail(path, "a non-empty list" if nonempty else "a list", value)
+        return value
+
+    def string(self, value: object, path: str, pattern: re.Pattern[str] | None = None,
+               expected: str = "a string") -> str:
+        """A string, matching ``pattern`` in full if one is given."""
+        if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
+            self.fail(path, expected, value)
+        return value
+
+    def choice(self, value: object, path: str, choices: tuple[str, ...]) -> str:
+        """One of a fixed set of strings."""
+        if not isinstance(value, str) or value not in choices:
+            self.fail(path, f"one of {', '.join(choices)}", value)
+        return value
+
+    def integer(self, value: object, path: str, lo: int, hi: int) -> int:
+        """An int in ``[lo, hi]``; booleans and integral floats are refused."""
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            self.fail(path, f"an integer {_range_text(lo, hi, False, False)}", value)
+        return value
+
+    def number(
+        self,
+        value: object,
+        path: str,
+        lo: float | None = None,
+        hi: float | None = None,
+        lo_open: bool = False,
+        hi_open: bool = False,
+    ) -> float:
+        """A finite int or float within the given bounds, returned as float."""
+        expected = f"a finite number {_range_text(lo, hi, lo_open, hi_open)}".rstrip()
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            self.fail(path, expected, value)
+        try:
+            number = float(value)
+        except OverflowError:
+            self.fail(path, expected, value)
+        if (
+            not math.isfinite(number)
+            or (lo is not None and (number <= lo if lo_open else number < lo))
+            or (hi is not None and (number >= hi if hi_open else number > hi))
+        ):
+            self.fail(path, expected, value)
+        return number
+
+    def nullable(self, data: Mapping[str, Any], key: str, path: str,
+                 check: Callable[[object, str], Any]) -> Any:
+        """``data[key]`` checked by ``check``, or ``None`` when absent or null."""
+        value = data.get(key)
+        return None if value is None else check(value, _join(path, key))
+
+    def free(self, value: object, path: str) -> dict[str, Any]:
+        """A free-form parameter mapping: JSON-like, bounded in depth and size, copied."""
+        budget = [MAX_PARAM_ITEMS]
+
+        def copy(item: object, where: str, depth: int) -> Any:
+            budget[0] -= 1
+            if budget[0] < 0 or depth > MAX_PARAM_DEPTH:
+                self.fail(where, f"parameters of at most {MAX_PARAM_ITEMS} values nested at "
+                                 f"most {MAX_PARAM_DEPTH} deep", "<too large>")
+            if isinstance(item, dict):
+                out = {}
+                for key, sub in item.items():
+                    if not isinstance(key, str):
+                        self.fail(_join(where, key), "a string key", key)
+                    out[key] = copy(sub, _join(where, key), depth + 1)
+                return out
+            if isinstance(item, list):
+                return [copy(sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item)]
+            if isinstance(item, float) and not math.isfinite(item):
+                self.fail(where, "a finite number", item)
+            if item is None or isinstance(item, (str, int, float)):
+                return item
+            self.fail(where, "a string, number, boolean, null, list or mapping", repr(item))
+
+        if not isinstance(value, dict):
+            self.fail(path, "a mapping", value)
+        return copy(value, path, 0)
+
+
+def _registry(c: _Checker, module: str, attr: str, path: str) -> Mapping[str, Any]:
+    """A name registry, imported only now so the model stays importable without it."""
+    try:
+        registry = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        c.fail(path, f"a name registered in {module}.{attr}", f"<registry unavailable: {exc}>")
+    return registry
+
+
+# --- topology -----------------------------------------------------------------------
+
+
+def _topology(c: _Checker, value: object, path: str) -> Topology:
+    """Validate a topology mapping found at ``path`` of ``c``'s file."""
+    data = c.mapping(value, path, required=("nodes",), optional=("switch", "links",
+                                                                   "description"))
+    if "description" in data:
+        c.string(data["description"], _join(path, "description"))
+    switch = c.choice(data.get("switch", "linuxbridge"), _join(path, "switch"), SWITCHES)
+    nodes: list[Node] = []
+    for i, item in enumerate(c.sequence(data["nodes"], _join(path, "nodes"), nonempty=True)):
+        node = _node(c, item, f"{_join(path, 'nodes')}[{i}]")
+        if any(n.name == node.name for n in nodes):
+            c.fail(f"{_join(path, 'nodes')}[{i}].name", "a node name not used before", node.name)
+        nodes.append(node)
+    names = {n.name for n in nodes}
+    links: list[Link] = []
+    for i, item in enumerate(c.sequence(data.get("links", []), _join(path, "links"))):
+        where = f"{_join(path, 'links')}[{i}]"
+        link = _link(c, item, where, names)
+        for j, other in enumerate(links):
+            if other.joins(link.a, link.b):
+                c.fail(where, f"a node pair not linked before (links[{j}] joins it already)",
+                       f"<{link.a}-{link.b}>")
+        links.append(link)
+    topology = Topology(nodes=tuple(nodes), links=tuple(links), switch=switch)
+    for node in nodes[1:]:
+        try:
+            topology.path(nodes[0].name, node.name)
+        except KeyError:
+            c.fail(_join(path, "links"), "links that connect every node",
+                   f"<no route from {nodes[0].name} to {node.name}>")
+    return topology
+
+
+def _node(c: _Checker, value: object, path: str) -> Node:
+    """Validate one node entry."""
+    data = c.mapping(value, path, required=("name", "role"),
+                     optional=("tier", "lat", "lon", "cpu", "speed", "memory_mb", "runtime"))
+    name = c.string(data["name"], _join(path, "name"), NODE_NAME, _EXPECT_NODE_NAME)
+    role = c.choice(data["role"], _join(path, "role"), ROLES)
+    tier = c.nullable(data, "tier", path, lambda v, p: c.string(v, p, LABEL, _EXPECT_LABEL))
+    lat = c.nullable(data, "lat", path, lambda v, p: c.number(v, p, -90, 90))
+    lon = c.nullable(data, "lon", path, lambda v, p: c.number(v, p, -180, 180))
+    if (lat is None) != (lon is None):
+        missing = "lat" if lat is None else "lon"
+        c.fail(_join(path, missing), "a value: lat and lon are given together", None)
+    if role == "switch":
+        for key in ("cpu", "speed", "memory_mb", "runtime"):
+            if data.get(key) is not None:
+                c.fail(_join(path, key), "nothing: switches run no programs", data[key])
+        return Node(name=name, role=role, tier=tier, lat=lat, lon=lon, runtime=None)
+    return Node(
+        name=name,
+        role=role,
+        tier=tier,
+        lat=lat,
+        lon=lon,
+        cpu=c.nullable(data, "cpu", path, lambda v, p: c.number(v, p, 0, 1, lo_open=True)),
+        speed=c.number(data.get("speed", 1.0), _join(path, "speed"), lo=0, lo_open=True),
+        memory_mb=c.nullable(data, "memory_mb", path,
+                             lambda v, p: c.integer(v, p, 1, MAX_MEMORY_MB)),
+        runtime=c.choice(data.get("runtime", "process"), _join(path, "runtime"), RUNTIMES),
+    )
+
+
+def _shaping(c: _Checker, data: Mapping[str, Any], path: str) -> dict[str, float]:
+    """Check the shaping fields present in ``data`` (shared by links and link_change)."""
+    out: dict[str, float] = {}
+    if "delay_ms" in data:
+        out["delay_ms"] = c.number(data["delay_ms"], _join(path, "delay_ms"), 0, MAX_DELAY_MS)
+    if "jitter_ms" in data:
+        out["jitter_ms"] = c.number(data["jitter_ms"], _join(path, "jitter_ms"), 0,
+                                    MAX_DELAY_MS)
+    if "loss_pct" in data:
+        out["loss_pct"] = c.number(data["loss_pct"], _join(path, "loss_pct"), 0, 100)
+    if data.get("bw_mbit") is not None:
+        out["bw_mbit"] = c.number(data["bw_mbit"], _join(path, "bw_mbit"), 0, MAX_BW_MBIT,
+                                  lo_open=True)
+    return out
+
+
+def _link(c: _Checker, value: object, path: str, names: set[str]) -> Link:
+    """Validate one link entry against the declared node names."""
+    data = c.mapping(value, path, required=("a", "b"),
+                     optional=("delay_ms", "jitter_ms", "loss_pct", "bw_mbit", "queue"))
+    ends = []
+    for key in ("a", "b"):
+        end = c.string(data[key], _join(path, key), expected="the name of a declared node")
+        if end not in names:
+            c.fail(_join(path, key), "the name of a declared node", end)
+        ends.append(end)
+    if ends[0] == ends[1]:
+        c.fail(_join(path, "b"), "a node other than a (no self-links)", ends[1])
+    shaping = _shaping(c, data, path)
+    link = Link(
+        a=ends[0],
+        b=ends[1],
+        queue=c.nullable(data, "queue", path, lambda v, p: c.integer(v, p, 1, MAX_QUEUE)),
+        **shaping,
+    )
+    if link.jitter_ms > link.delay_ms:
+        c.fail(_join(path, "jitter_ms"), f"a jitter <= delay_ms ({link.delay_ms:g})",
+               link.jitter_ms)
+    return link
+
+
+# --- scenario -------------------------------------------------------------------------
+
+
+def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
+    """Validate a whole scenario document."""
+    data = c.mapping(
+        value,
+        "",
+        required=("name", "topology", "services", "workload", "policies", "duration"),
+        optional=("description", "seed", "repetitions", "time_scale", "events", "executor"),
+    )
+    name = c.string(data["name"], "name", SCENARIO_NAME,
+                    "a scenario name matching ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description = c.string(data.get("description", ""), "description")
+    seed = c.integer(data.get("seed", 1), "seed", 0, MAX_SEED)
+    topology = _topology_ref(c, data["topology"], base_dir)
+    services = _services(c, data["services"], topology)
+    workload, generator = _workload(c, data["workload"], seed)
+    policies = _policies(c, data["policies"])
+    repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
+    duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
+    time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
+    speeds = [topology.node(s.node).speed for s in services if s.is_tier_server]
+    _check_timing_floor(c, workload, generator, max(speeds), time_scale)
+    events = _events(c, data.get("events", []), topology, duration, seed)
+    executor = _executor(c, data.get("executor", {}))
+    return Scenario(
+        name=name,
+        description=description,
+        seed=seed,
+        topology=topology,
+        services=services,
+        workload=workload,
+        policies=policies,
+        repetitions=repetitions,
+        duration=duration,
+        time_scale=time_scale,
+        events=events,
+        executor=executor,
+        source=c.file,
+        raw=_plain_copy(data),
+    )
+
+
+def _plain_copy(value: Any) -> Any:
+    """Deep copy of a validated document (bounded, so aliases cannot blow it up)."""
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    return value
+
+
+def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
+    """An inline topology, or one named by a string (package name or relative path)."""
+    if isinstance(value, str):
+        path = _find_topology(value, base_dir)
+        if path is None:
+            known = ", ".join(builtin_topologies()) or "none"
+            c.fail("topology", f"a topology name ({known}), a topology file path relative "
+                               "to the scenario, or an inline topology", value)
+        return _topology(_Checker(str(path)), _read_yaml(path), "")
+    topology = _topology(c, value, "topology")
+    return topology
+
+
+def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, ...]:
+    """Validate the services and check every client has a server to place tasks on."""
+    services: list[Service] = []
+    for i, item in enumerate(c.sequence(value, "services", nonempty=True)):
+        path = f"services[{i}]"
+        data = c.mapping(item, path, required=("name", "program", "node"),
+                         optional=("port", "tier", "params"))
+        name = c.string(data["name"], f"{path}.name", SERVICE_NAME,
+                        "a service name matching ^[a-z][a-z0-9_-]{0,31}$")
+        if any(s.name == name for s in services):
+            c.fail(f"{path}.name", "a service name not used before", name)
+        program = c.string(data["program"], f"{path}.program", PROGRAM_NAME,
+                           "a module name from the nodes package")
+        _check_program(c, program, f"{path}.program")
+        node_name = c.string(data["node"], f"{path}.node")
+        try:
+            node = topology.node(node_name)
+        except KeyError:
+            c.fail(f"{path}.node", "the name of a node of the topology", node_name)
+        if node.is_switch:
+            c.fail(f"{path}.node", "a client or server node (switches run no programs)",
+                   node_name)
+        port = c.integer(data.get("port", 8000), f"{path}.port", 1, 65535)
+        if any(s.node == node.name and s.port == port for s in services):
+            c.fail(f"{path}.port", f"a port not used by another service on {node.name}", port)
+        tier = c.nullable(data, "tier", path, lambda v, p: c.string(v, p, LABEL, _EXPECT_LABEL))
+        tier = node.tier if tier is None else tier
+        if program == TIER_SERVER:
+            params = _tier_server_params(c, data.get("params", {}), f"{path}.params")
+            if tier is None:
+                c.fail(f"{path}.tier", "a tier label (neither the service nor its node has one)",
+                       None)
+        else:
+            params = c.free(data.get("params", {}), f"{path}.params")
+        services.append(Service(name=name, program=program, node=node.name, port=port,
+                                tier=tier, params=params))
+    scenario_clients = [n for n in topology.nodes if n.role == "client"]
+    if not scenario_clients:
+        c.fail("topology", "a topology with at least one client node", "<no client>")
+    for client in scenario_clients:
+        if not any(
+            s.is_tier_server and (s.node == client.name or topology.node(s.node).role != "client")
+            for s in services
+        ):
+            c.fail("services", f"a tier_server that client {client.name} can use (on its own "
+                               "node or on a non-client node)", "<none>")
+    return tuple(services)
+
+
+def _check_program(c: _Checker, program: str, path: str) -> None:
+    """Refuse a program that is not a module of the top-level ``nodes`` package."""
+    try:
+        spec = importlib.util.find_spec(f"nodes.{program}")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        c.fail(path, "a module of the nodes package (nodes/<program>.py)", program)
+
+
+def _tier_server_params(c: _Checker, value: object, path: str) -> dict[str, Any]:
+    """Validate ``workers``, ``mu`` and ``model`` of a tier server."""
+    data = c.mapping(value, path, required=("workers", "mu"), optional=("model",))
+    return {
+        "workers": c.integer(data["workers"], f"{path}.workers", 1, MAX_WORKERS),
+        "mu": c.number(data["mu"], f"{path}.mu", lo=0, lo_open=True),
+        "model": c.choice(data.get("model", "hold"), f"{path}.model", SERVICE_MODELS),
+    }
+
+
+def _call_generator(c: _Checker, name: str, hook: Callable[[dict[str, Any]], Any],
+                    params: dict[str, Any]) -> Any:
+    """Call a generator hook on a copy of the params, mapping its errors to the file."""
+    try:
+        return hook(_plain_copy(params))
+    except ValueError as exc:
+        if len(exc.args) == 3 and isinstance(exc.args[0], str):
+            where, expected, found = exc.args
+            c.fail(_join("workload.params", where) if where else "workload.params",
+                   str(expected), found)
+        c.fail("workload.params", f"parameters accepted by generator {name}", f"<{exc}>")
+    except (KeyError, TypeError) as exc:
+        c.fail("workload.params", f"parameters accepted by generator {name}",
+               f"<{type(exc).__name__}: {exc}>")
+
+
+def _workload(c: _Checker, value: object, seed: int) -> tuple[Workload, Any]:
+    """Validate the workload; also return the generator object for the timing check."""
+    data = c.mapping(value, "workload", required=("generator",), optional=("params", "seed"))
+    name = c.string(data["generator"], "workload.generator")
+    generators = _registry(c, "workloads", "GENERATORS", "workload.generator")
+    if name not in generators:
+        c.fail("workload.generator", f"one of the generators {', '.join(sorted(generators))}",
+               name)
+    params = c.free(data.get("params", {}), "workload.params")
+    generator = generators[name]
+    validate = getattr(generator, "validate", None)
+    if validate is not None:
+        _call_generator(c, name, validate, params)
+    workload_seed = c.integer(data.get("seed", seed), "workload.seed", 0, MAX_SEED)
+    return Workload(generator=name, params=params, seed=workload_seed), generator
+
+
+def _policies(c: _Checker, value: object) -> tuple[str, ...]:
+    """Validate the list of policy names against ``testbed.policies.POLICIES``."""
+    items = c.sequence(value, "policies", nonempty=True)
+    registry = _registry(c, "testbed.policies", "POLICIES", "policies")
+    names: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or item not in registry:
+            c.fail(f"policies[{i}]", f"one of the policies {', '.join(sorted(registry))}", item)
+        if item in names:
+            c.fail(f"policies[{i}]", "a policy not listed before", item)
+        names.append(item)
+    return tuple(names)
+
+
+def _check_timing_floor(c: _Checker, workload: Workload, generator: Any, speed: float,
+                        time_scale: float) -> None:
+    """Refuse a time_scale that compresses the shortest service below the timing floor."""
+    hook = getattr(generator, "min_service_time", None)
+    if hook is None:
+        return
+    smallest = _call_generator(c, workload.generator, hook, dict(workload.params))
+    try:
+        compressed = float(smallest) / speed / time_scale
+    except (TypeError, ValueError, OverflowError):
+        compressed = math.nan
+    if not compressed >= TIMING_FLOOR_S:
+        limit = float(smallest) / speed / TIMING_FLOOR_S if compressed == compressed else 0.0
+        c.fail(
+            "time_scale",
+            f"a time_scale of at most {limit:g}, so the smallest service time "
+            f"({smallest!r} model s on the fastest server, speed {speed:g}) stays at or above "
+            f"the timing floor of {TIMING_FLOOR_S * 1000:g} ms",
+            f"<{time_scale:g}, which compresses it to {compressed * 1000:.3g} ms>",
+        )
+
+
+# --- events and executor -----------------------------------------------------------------
+
+
+def _target(c: _Checker, value: object, path: str, action: str, topology: Topology) -> str:
+    """A node name for node actions, a link ``a-b`` (normalised as declared) otherwise."""
+    if action in NODE_ACTIONS:
+        target = c.string(value, path, expected="the name of a non-switch node")
+        if not any(n.name == target and not n.is_switch for n in topology.nodes):
+            c.fail(path, "the name of a non-switch node", target)
+        return target
+    target = c.string(value, path, expected="a link written a-b")
+    ends = target.split("-")
+    if len(ends) == 2:
+        try:
+            return topology.link(*ends).name
+        except KeyError:
+            pass
+    c.fail(path, "a link of the topology written a-b", target)
+
+
+def _event_params(c: _Checker, value: object, path: str, action: str) -> dict[str, Any]:
+    """The parameters an action takes: shaping for link_change, ``cpu`` for load."""
+    if action == "link_change":
+        data = c.mapping(value, path, optional=("delay_ms", "jitter_ms", "loss_pct", "bw_mbit"))
+        params = _shaping(c, data, path)
+        if not params:
+            c.fail(path, "at least one of delay_ms, jitter_ms, loss_pct, bw_mbit", value)
+        return params
+    if action == "load":
+        data = c.mapping(value, path, required=("cpu",))
+        return {"cpu": c.number(data["cpu"], f"{path}.cpu", 0, 1)}
+    c.mapping(value, path)
+    return {}
+
+
+def _random_events(c: _Checker, value: object, path: str, topology: Topology,
+                   duration: float, seed: int) -> list[Event]:
+    """Expand a random schedule (a Poisson process over the duration) into events."""
+    data = c.mapping(value, path, required=("action", "targets", "rate_per_s"),
+                     optional=("seed", "params"))
+    action = c.choice(data["action"], f"{path}.action", ACTIONS)
+    targets = [
+        _target(c, item, f"{path}.targets[{j}]", action, topology)
+        for j, item in enumerate(c.sequence(data["targets"], f"{path}.targets", nonempty=True))
+    ]
+    rate = c.number(data["rate_per_s"], f"{path}.rate_per_s", lo=0, lo_open=True)
+    if not rate * duration <= MAX_EVENTS:
+        c.fail(f"{path}.rate_per_s", f"a rate giving at most {MAX_EVENTS} events on average over "
+                                     f"the duration of {duration:g} s", rate)
+    rng_seed = c.integer(data.get("seed", seed), f"{path}.seed", 0, MAX_SEED)
+    params = _event_params(c, data.get("params", {}), f"{path}.params", action)
+    # Without its own seed, each schedule mixes in its position so two schedules differ.
+    rng = random.Random(f"{rng_seed}:{path}" if "seed" not in data else rng_seed)
+    events: list[Event] = []
+    at = rng.expovariate(rate)
+    while at < duration:
+        events.append(Event(at=at, action=action, target=rng.choice(targets),
+                            params=dict(params)))
+        at += rng.expovariate(rate)
+    return events
+
+
+def _events(c: _Checker, value: object, topology: Topology, duration: float,
+            seed: int) -> tuple[Event, ...]:
+    """Validate explicit events, expand random ones, and sort all by time (stably)."""
+    timed: list[tuple[Event, str]] = []
+    for i, item in enumerate(c.sequence(value, "events")):
+        path = f"events[{i}]"
+        if isinstance(item, dict) and "random" in item:
+            data = c.mapping(item, path, required=("random",))
+            timed += [(e, f"{path}.random.params")
+                      for e in _random_events(c, data["random"], f"{path}.random", topology,
+                                              duration, seed)]
+            continue
+        data = c.mapping(item, path, required=("at", "action", "target"),
+                         optional=("params",))
+        at = c.number(data["at"], f"{path}.at", 0, duration, hi_open=True)
+        action = c.choice(data["action"], f"{path}.action", ACTIONS)
+        target = _target(c, data["target"], f"{path}.target", action, topology)
+        params = _event_params(c, data.get("params", {}), f"{path}.params", action)
+        timed.append((Event(at=at, action=action, target=target, params=params),
+                      f"{path}.params"))
+    timed.sort(key=lambda pair: pair[0].at)
+    _check_link_changes(c, timed, topology)
+    return tuple(event for event, _ in timed)
+
+
+def _check_link_changes(c: _Checker, timed: list[tuple[Event, str]],
+                        topology: Topology) -> None:
+    """Replay link changes in time order and refuse any that leaves jitter > delay."""
+    state = {link.name: (link.delay_ms, link.jitter_ms) for link in topology.links}
+    for event, path in timed:
+        if event.action == "link_change":
+            delay, jitter = state[event.target]
+            delay = event.params.get("delay_ms", delay)
+            jitter = event.params.get("jitter_ms", jitter)
+            if jitter > delay:
+                c.fail(path, f"jitter_ms <= delay_ms after the change at {event.at:g} s on "
+                             f"{event.target}", f"<delay {delay:g} ms, jitter {jitter:g} ms>")
+            state[event.target] = (delay, jitter)
+
+
+def _executor(c: _Checker, value: object) -> ExecutorDefaults:
+    """Validate the executor defaults."""
+    data = c.mapping(value, "executor",
+                     optional=("default", "poll_interval_ms", "shaping", "state_timeout_s"))
+    return ExecutorDefaults(
+        default=c.choice(data.get("default", "emulation"), "executor.default", EXECUTORS),
+        poll_interval_ms=c.number(data.get("poll_interval_ms", 100), "executor.poll_interval_ms",
+                                  0, 60_000, lo_open=True),
+        shaping=c.choice(data.get("shaping", "auto"), "executor.shaping", SHAPINGS),
+        state_timeout_s=c.number(data.get("state_timeout_s", 1.0), "executor.state_timeout_s",
+                                 0, 3_600, lo_open=True),
+    )

@@ -1,0 +1,330 @@
+"""The per-task trace: one row per placed task, its schema, files and summary.
+
+Every dispatcher writes rows (dicts) following :data:`SCHEMA`; the harness gathers them
+with :func:`rows_to_frame`, stores them with :func:`write_traces` (``traces.parquet`` for
+analysis, ``traces.csv`` for people) and condenses them with :func:`summarize`.
+``docs/traces.md`` is the human reference of the same schema.
+
+Columns shared by every row come first; *extension* columns belong to one ``kind`` of
+row (``frame``, ``storage``, ``search``) and must stay null for every other kind.
+Columns that only a completed request can fill (server timestamps, latency parts) are
+nullable but required on ``outcome == "ok"`` rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from testbed.errors import TestbedError
+
+PARQUET_NAME = "traces.parquet"
+CSV_NAME = "traces.csv"
+SUMMARY_NAME = "summary.json"
+
+KINDS = ("task", "frame", "storage", "search")
+OUTCOMES = ("ok", "error", "timeout")
+
+# dtypes: "string" (nullable text), "int64" (required integer), "Int64" (nullable
+# integer), "float64" (NaN marks a null where the column is nullable).
+_STRING, _INT, _NULLABLE_INT, _FLOAT = "string", "int64", "Int64", "float64"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One trace column: name, pandas dtype and who must fill it.
+
+    ``nullable`` columns may be null; ``ok_required`` ones are nevertheless required on
+    rows whose outcome is ``"ok"``; ``kind`` is set for extension columns, which may be
+    non-null only on rows of that kind.
+    """
+
+    name: str
+    dtype: str
+    nullable: bool = False
+    ok_required: bool = False
+    kind: str | None = None
+
+
+def _ok(name: str, dtype: str = _FLOAT) -> Column:
+    """A column filled only when the request completed."""
+    nullable_dtype = _NULLABLE_INT if dtype == _INT else dtype
+    return Column(name, nullable_dtype, nullable=True, ok_required=True)
+
+
+def _ext(kind: str, name: str, dtype: str) -> Column:
+    """An extension column of rows of ``kind``."""
+    return Column(name, dtype, nullable=True, kind=kind)
+
+
+SCHEMA: tuple[Column, ...] = (
+    Column("run", _STRING),
+    Column("policy", _STRING),
+    Column("repetition", _INT),
+    Column("kind", _STRING),
+    Column("task_id", _INT),
+    Column("client", _STRING),
+    Column("target", _STRING),
+    Column("tier", _STRING),
+    Column("size", _FLOAT),
+    Column("cls", _STRING),
+    Column("arrival_model", _FLOAT),
+    Column("dispatch_model", _FLOAT),
+    _ok("response_model"),
+    Column("arrival_wall", _FLOAT),
+    Column("dispatch_wall", _FLOAT),
+    _ok("server_arrival_wall"),
+    _ok("start_wall"),
+    _ok("end_wall"),
+    _ok("response_wall"),
+    _ok("latency_s"),
+    _ok("network_s"),
+    _ok("wait_s"),
+    _ok("service_s"),
+    _ok("latency_wall_s"),
+    _ok("queue_at_arrival", _INT),
+    Column("estimate_s", _FLOAT, nullable=True),
+    Column("state_age_s", _FLOAT),
+    Column("decision_us", _FLOAT),
+    Column("outcome", _STRING),
+    Column("error", _STRING, nullable=True),
+    _ext("frame", "frame_stream", _STRING),
+    _ext("frame", "frame_index", _NULLABLE_INT),
+    _ext("frame", "frame_deadline_s", _FLOAT),
+    _ext("storage", "op", _STRING),
+    _ext("storage", "key", _STRING),
+    _ext("storage", "bytes", _NULLABLE_INT),
+    _ext("storage", "replica", _STRING),
+    _ext("search", "step", _NULLABLE_INT),
+    _ext("search", "item", _STRING),
+)
+
+COLUMNS: dict[str, str] = {c.name: c.dtype for c in SCHEMA}
+"""Every trace column in file order, mapped to its pandas dtype."""
+
+_BY_NAME = {c.name: c for c in SCHEMA}
+
+
+def _is_null(value: Any) -> bool:
+    """True for None, NaN and pandas' NA."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _first_bad(values: pd.Series, good: Any) -> tuple[Any, Any] | None:
+    """Return (row, value) of the first non-null value failing ``good``, or None."""
+    for row, value in values.items():
+        if not _is_null(value) and not good(value):
+            return row, value
+    return None
+
+
+def _is_text(value: Any) -> bool:
+    """True for a Python string."""
+    return isinstance(value, str)
+
+
+def _is_number(value: Any) -> bool:
+    """True for an integer or float (booleans excluded, though Python counts them)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def _convert(column: Column, values: pd.Series) -> pd.Series:
+    """Cast ``values`` to ``column.dtype``, refusing values of the wrong kind.
+
+    Columns that already have a suitable dtype are cast without inspecting each value;
+    object columns (rows built from dicts, CSV text) are checked value by value.
+    """
+    dtype = values.dtype
+    if column.dtype == _STRING:
+        if not isinstance(dtype, pd.StringDtype):
+            bad = _first_bad(values, _is_text)
+            if bad is not None:
+                raise TestbedError(
+                    f"trace column {column.name}: expected text, found {bad[1]!r} (row {bad[0]})"
+                )
+        return values.astype(_STRING)
+    if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
+        bad = _first_bad(values, _is_number)
+        if bad is not None:
+            raise TestbedError(
+                f"trace column {column.name}: expected a number, found {bad[1]!r} (row {bad[0]})"
+            )
+        numbers = values.map(lambda v: np.nan if _is_null(v) else float(v)).to_numpy(float)
+    else:
+        numbers = values.to_numpy(dtype=float, na_value=np.nan)
+    as_float = pd.Series(numbers, index=values.index, dtype=_FLOAT)
+    if column.dtype == _FLOAT:
+        return as_float
+    fractional = as_float[as_float.notna() & (as_float != np.floor(as_float))]
+    if len(fractional):
+        raise TestbedError(
+            f"trace column {column.name}: expected an integer, found {fractional.iloc[0]!r} "
+            f"(row {fractional.index[0]})"
+        )
+    return as_float.astype(_NULLABLE_INT).astype(column.dtype)
+
+
+def validate_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Return ``df`` with exactly the schema's columns, order and dtypes, or raise.
+
+    Missing nullable columns are added as nulls; unknown or missing required columns,
+    nulls where a value is required, unknown kinds or outcomes and extension values on
+    rows of another kind raise :class:`TestbedError`.
+    """
+    unknown = [c for c in df.columns if c not in COLUMNS]
+    if unknown:
+        raise TestbedError(f"trace has unknown columns {unknown}; known: {list(COLUMNS)}")
+    missing = [c.name for c in SCHEMA if not c.nullable and c.name not in df.columns]
+    if missing:
+        raise TestbedError(f"trace lacks required columns {missing}")
+    raw = df.reset_index(drop=True)
+    out = pd.DataFrame(index=raw.index)
+    for column in SCHEMA:
+        if column.name in raw:
+            values = raw[column.name]
+        else:
+            values = pd.Series(None, index=raw.index, dtype=object)
+        out[column.name] = _convert(column, values)
+
+    def refuse(mask: pd.Series, what: str) -> None:
+        if mask.any():
+            rows = list(mask[mask].index[:5])
+            raise TestbedError(f"trace rows {rows}: {what}")
+
+    for column in SCHEMA:
+        if not column.nullable:
+            refuse(out[column.name].isna(), f"{column.name} is required but null")
+    refuse(~out["kind"].isin(KINDS), f"kind must be one of {', '.join(KINDS)}")
+    refuse(~out["outcome"].isin(OUTCOMES), f"outcome must be one of {', '.join(OUTCOMES)}")
+    ok = out["outcome"] == "ok"
+    for column in SCHEMA:
+        if column.ok_required:
+            refuse(ok & out[column.name].isna(), f"{column.name} is required when outcome is ok")
+        if column.kind is not None:
+            refuse(
+                (out["kind"] != column.kind) & out[column.name].notna(),
+                f"{column.name} is only for rows of kind {column.kind}",
+            )
+    return out
+
+
+def rows_to_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Build a validated trace frame from row dicts (one per task).
+
+    Missing nullable columns are filled with nulls; anything that breaks the schema
+    (unknown or missing required keys, wrong value types, bad kind or outcome, ...) raises
+    :class:`TestbedError` naming the column and rows.
+    """
+    for index, row in enumerate(rows):
+        unknown = [k for k in row if k not in COLUMNS]
+        if unknown:
+            raise TestbedError(f"trace row {index}: unknown columns {unknown}")
+    frame = pd.DataFrame([dict(r) for r in rows], columns=list(COLUMNS), dtype=object)
+    return validate_frame(frame)
+
+
+def write_traces(df: pd.DataFrame, folder: str | Path) -> tuple[Path, Path]:
+    """Validate ``df`` and write it as ``traces.parquet`` and ``traces.csv`` in ``folder``.
+
+    Returns both paths. The Parquet file keeps the dtypes and is what
+    :func:`read_traces` prefers; the CSV (nulls as empty fields) is for inspection.
+    """
+    frame = validate_frame(df)
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    parquet_path, csv_path = out / PARQUET_NAME, out / CSV_NAME
+    frame.to_parquet(parquet_path, engine="pyarrow", index=False)
+    frame.to_csv(csv_path, index=False, float_format="%.17g")
+    return parquet_path, csv_path
+
+
+def read_traces(folder: str | Path) -> pd.DataFrame:
+    """Read and validate the traces in ``folder`` (Parquet if present, else CSV)."""
+    base = Path(folder)
+    parquet_path, csv_path = base / PARQUET_NAME, base / CSV_NAME
+    try:
+        if parquet_path.is_file():
+            frame = pd.read_parquet(parquet_path, engine="pyarrow")
+        elif csv_path.is_file():
+            text = pd.read_csv(csv_path, dtype=object, keep_default_na=False, na_values=[""])
+            frame = pd.DataFrame({name: _parse_csv_column(text[name]) for name in text.columns})
+        else:
+            raise TestbedError(f"{base}: no {PARQUET_NAME} or {CSV_NAME} found")
+    except (OSError, ValueError) as exc:
+        raise TestbedError(f"{base}: cannot read traces: {exc}") from exc
+    return validate_frame(frame)
+
+
+def _parse_csv_column(values: pd.Series) -> pd.Series:
+    """Turn a CSV column read as text back into numbers where the schema wants them."""
+    dtype = COLUMNS.get(str(values.name))
+    if dtype is None or dtype == _STRING:
+        return values
+    return values.map(lambda v: np.nan if _is_null(v) else float(v)).astype(_FLOAT)
+
+
+def _ms(value: float) -> float:
+    """Seconds to milliseconds as a plain float."""
+    return float(value) * 1000.0
+
+
+_STAT_KEYS = (
+    "mean_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "mean_wait_ms",
+    "mean_network_ms",
+    "mean_service_ms",
+)
+
+
+def summarize(df: pd.DataFrame) -> dict[str, Any]:
+    """Condense a trace frame into per-policy statistics (JSON-ready).
+
+    Returns ``{"policies": {NAME: {...}}}`` with policies in name order. ``n`` counts all
+    rows, ``n_ok`` the completed ones and ``n_failed`` the rest. Latency statistics
+    (model-time ``latency_s`` in milliseconds; percentiles with numpy's default linear
+    interpolation) and the mean wait, network and service times use the ok rows only and
+    are ``None`` when there are none. ``share_by_target`` is the fraction of *all* rows
+    (placement decisions, failed ones included) sent to each target.
+    """
+    frame = validate_frame(df)
+    policies: dict[str, Any] = {}
+    for policy in sorted(frame["policy"].unique()):
+        rows = frame[frame["policy"] == policy]
+        ok = rows[rows["outcome"] == "ok"]
+        latency = ok["latency_s"].to_numpy(dtype=float)
+        entry: dict[str, Any] = {"n": len(rows), "n_ok": len(ok), "n_failed": len(rows) - len(ok)}
+        if len(ok):
+            p50, p95, p99 = np.percentile(latency, [50, 95, 99])
+            stats = (latency.mean(), p50, p95, p99, latency.max())
+            stats += tuple(ok[c].mean() for c in ("wait_s", "network_s", "service_s"))
+            entry.update({key: _ms(v) for key, v in zip(_STAT_KEYS, stats, strict=True)})
+        else:
+            entry.update(dict.fromkeys(_STAT_KEYS))
+        counts = rows["target"].value_counts()
+        entry["share_by_target"] = {
+            str(t): int(counts[t]) / len(rows) for t in sorted(counts.index)
+        }
+        policies[str(policy)] = entry
+    return {"policies": policies}
+
+
+def write_summary(summary: Mapping[str, Any], folder: str | Path) -> Path:
+    """Write ``summary`` as ``summary.json`` in ``folder`` and return its path."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SUMMARY_NAME
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path

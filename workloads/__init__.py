@@ -1,0 +1,82 @@
+"""Seeded workload generators and their registry.
+
+A generator turns ``(params, clients, duration, seed)`` into a list of
+:class:`~workloads.trace.Task`. The same inputs always give the same tasks, so a trace
+can be regenerated from its ``trace.json`` and every policy replays identical work.
+Generators are looked up by name in :data:`GENERATORS`; :func:`generate` is the one
+entry point the rest of the harness calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from testbed.errors import TestbedError
+from workloads.bursty_pareto import BurstyPareto
+from workloads.trace import Task, read_trace, write_trace
+
+__all__ = ["GENERATORS", "Generator", "Task", "generate", "read_trace", "write_trace"]
+
+
+class Generator(Protocol):
+    """What every workload generator provides.
+
+    ``validate`` raises :class:`ValueError` with a message of the form
+    ``"params.<field>: expected ..., found ..."`` so the scenario loader can prefix the
+    file and path. ``min_service_time`` is the smallest model-time size the generator can
+    produce, which lets scenarios check timeouts and time scales before running.
+    """
+
+    name: str
+
+    def validate(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`ValueError` if ``params`` is not acceptable."""
+        ...
+
+    def min_service_time(self, params: Mapping[str, Any]) -> float:
+        """Return the smallest task size (model seconds) these params can produce."""
+        ...
+
+    def generate(
+        self, params: Mapping[str, Any], clients: Sequence[str], duration: float, seed: int
+    ) -> list[Task]:
+        """Return every client's tasks with arrivals in ``[0, duration)``.
+
+        Tasks come sorted by arrival with task ids ``0..n-1`` in that order.
+        """
+        ...
+
+
+GENERATORS: dict[str, Generator] = {g.name: g for g in (BurstyPareto(),)}
+
+
+def generate(
+    name: str, params: Mapping[str, Any], clients: list[str], duration: float, seed: int
+) -> list[Task]:
+    """Generate the trace of generator ``name``: tasks sorted by arrival, ids 0..n-1.
+
+    Raises :class:`TestbedError` for an unknown generator, invalid params (carrying the
+    generator's ``params.<field>`` message), an empty or duplicated client list, a
+    non-positive duration or a negative seed.
+    """
+    generator = GENERATORS.get(name)
+    if generator is None:
+        known = ", ".join(sorted(GENERATORS))
+        raise TestbedError(f"unknown workload generator {name!r}; known: {known}")
+    if not clients or len(set(clients)) != len(clients) or not all(
+        isinstance(c, str) and c for c in clients
+    ):
+        raise TestbedError(f"workload clients must be distinct non-empty names, found {clients!r}")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
+        math.isfinite(duration) and duration > 0
+    ):
+        raise TestbedError(f"workload duration must be a finite number > 0, found {duration!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TestbedError(f"workload seed must be an integer >= 0, found {seed!r}")
+    try:
+        generator.validate(params)
+    except ValueError as exc:
+        raise TestbedError(f"workload {name!r}: {exc}") from exc
+    return generator.generate(params, list(clients), float(duration), seed)

@@ -1,0 +1,193 @@
+"""The ``bursty-pareto`` generator: on/off bursty Poisson arrivals, Pareto sizes.
+
+Each client is an independent source. Its arrival rate is piecewise constant: it
+alternates between *off* periods (rate ``rate``) and *on* periods (rate
+``rate * factor``), with exponentially distributed durations of means ``off_mean_s`` and
+``on_mean_s``, starting in off. Without ``burst`` the rate is constant (plain Poisson).
+
+Arrivals are exact for the piecewise-constant rate: the number of arrivals in
+``[0, duration)`` is drawn as Poisson(Lambda) with Lambda the integrated rate, their
+positions in integrated-rate space are uniform, and each is mapped back to time through
+the inverse of the (piecewise-linear) integrated rate.
+
+Sizes are classical Pareto with shape ``alpha`` > 2 (finite variance) and scale
+``x_m = (alpha - 1) / (alpha * mu)``, so the mean size is ``1 / mu``. Tasks whose size
+lies in the top decile of that distribution (above ``x_m * 10 ** (1 / alpha)``) get
+``cls = "large"``, the others ``"small"``.
+
+Randomness: client ``i`` (its index in the client list) draws from three independent
+streams derived from ``SeedSequence(seed, spawn_key=(i, k))`` for phases, arrivals and
+sizes, so a client's tasks do not depend on the other clients, and the size sequence
+does not depend on the arrival parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from workloads.trace import Task
+
+_PHASES, _ARRIVALS, _SIZES = 0, 1, 2
+_KNOWN = ("alpha", "burst", "mu", "rate")
+_BURST_KNOWN = ("factor", "off_mean_s", "on_mean_s")
+DEFAULT_ALPHA = 2.5
+
+
+def _number(params: Mapping[str, Any], key: str, path: str, *, above: float) -> float:
+    """Return ``params[key]`` as a float, requiring a finite real number > ``above``."""
+    value = params[key]
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > above
+    )
+    if not ok:
+        raise ValueError(f"{path}.{key}: expected a finite number > {above:g}, found {value!r}")
+    return float(value)
+
+
+def _check_keys(params: Mapping[str, Any], path: str, known: tuple[str, ...]) -> None:
+    """Refuse keys outside ``known`` so a misspelt field is not silently ignored."""
+    for key in params:
+        if key not in known:
+            raise ValueError(
+                f"{path}.{key}: expected one of the fields {', '.join(known)}, "
+                f"found an unknown field"
+            )
+
+
+def _scale(mu: float, alpha: float) -> float:
+    """Pareto scale ``x_m`` giving mean ``1 / mu`` for shape ``alpha``."""
+    return (alpha - 1.0) / (alpha * mu)
+
+
+class BurstyPareto:
+    """Generator ``bursty-pareto`` (see the module docstring for the model)."""
+
+    name = "bursty-pareto"
+
+    def validate(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`ValueError` (``"params.<field>: expected ..., found ..."``) if invalid.
+
+        Required: ``rate`` > 0, ``mu`` > 0. Optional: ``alpha`` > 2 (default 2.5) and
+        ``burst`` with ``on_mean_s`` > 0, ``off_mean_s`` > 0 and ``factor`` > 0.
+        """
+        if not isinstance(params, Mapping):
+            # The Generator contract reports every bad param as ValueError.
+            raise ValueError(f"params: expected a mapping, found {params!r}")  # noqa: TRY004
+        _check_keys(params, "params", _KNOWN)
+        for key in ("rate", "mu"):
+            if key not in params:
+                raise ValueError(f"params.{key}: expected a finite number > 0, found nothing")
+            _number(params, key, "params", above=0.0)
+        if "alpha" in params:
+            _number(params, "alpha", "params", above=2.0)
+        burst = params.get("burst")
+        if burst is None:
+            return
+        if not isinstance(burst, Mapping):
+            raise ValueError(  # noqa: TRY004 - same contract as above
+                f"params.burst: expected a mapping with {', '.join(_BURST_KNOWN)}, found {burst!r}"
+            )
+        _check_keys(burst, "params.burst", _BURST_KNOWN)
+        for key in _BURST_KNOWN:
+            if key not in burst:
+                raise ValueError(f"params.burst.{key}: expected a finite number > 0, found nothing")
+            _number(burst, key, "params.burst", above=0.0)
+
+    def min_service_time(self, params: Mapping[str, Any]) -> float:
+        """Return ``x_m``, the Pareto scale: no task is smaller (params must be valid)."""
+        return _scale(float(params["mu"]), float(params.get("alpha", DEFAULT_ALPHA)))
+
+    def generate(
+        self, params: Mapping[str, Any], clients: Sequence[str], duration: float, seed: int
+    ) -> list[Task]:
+        """Return all clients' tasks in ``[0, duration)`` sorted by arrival, ids ``0..n-1``.
+
+        ``params`` must already be valid (see :meth:`validate`); ties in arrival time are
+        ordered by client index.
+        """
+        rate = float(params["rate"])
+        mu = float(params["mu"])
+        alpha = float(params.get("alpha", DEFAULT_ALPHA))
+        burst = params.get("burst")
+        x_m = _scale(mu, alpha)
+        large_above = x_m * 10.0 ** (1.0 / alpha)
+
+        per_client: list[tuple[np.ndarray, np.ndarray]] = []
+        for index in range(len(clients)):
+            streams = [
+                np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index, k)))
+                for k in (_PHASES, _ARRIVALS, _SIZES)
+            ]
+            starts, rates = _rate_segments(rate, burst, duration, streams[_PHASES])
+            times = _arrivals(starts, rates, duration, streams[_ARRIVALS])
+            sizes = (streams[_SIZES].pareto(alpha, size=times.size) + 1.0) * x_m
+            per_client.append((times, sizes))
+
+        times = np.concatenate([t for t, _ in per_client])
+        sizes = np.concatenate([s for _, s in per_client])
+        owner = np.concatenate([np.full(t.size, i) for i, (t, _) in enumerate(per_client)])
+        order = np.lexsort((owner, times))
+        return [
+            Task(
+                task_id=task_id,
+                client=clients[int(owner[j])],
+                arrival=float(times[j]),
+                size=float(sizes[j]),
+                cls="large" if sizes[j] > large_above else "small",
+            )
+            for task_id, j in enumerate(order)
+        ]
+
+
+def _rate_segments(
+    rate: float, burst: Mapping[str, Any] | None, duration: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the start times and rates of the piecewise-constant arrival rate.
+
+    Without ``burst`` there is one segment. Otherwise off and on periods alternate,
+    starting with off, until ``duration`` is covered; the first start is always 0.
+    """
+    if burst is None:
+        return np.zeros(1), np.array([rate])
+    off_mean = float(burst["off_mean_s"])
+    on_mean = float(burst["on_mean_s"])
+    factor = float(burst["factor"])
+    lengths: list[np.ndarray] = []
+    covered = 0.0
+    batch = max(16, 2 * math.ceil(duration / (off_mean + on_mean)))
+    while covered < duration:
+        pairs = np.empty(2 * batch)
+        pairs[0::2] = rng.exponential(off_mean, size=batch)
+        pairs[1::2] = rng.exponential(on_mean, size=batch)
+        lengths.append(pairs)
+        covered += float(pairs.sum())
+    ends = np.cumsum(np.concatenate(lengths))
+    count = int(np.searchsorted(ends, duration, side="left")) + 1  # segments reaching duration
+    starts = np.concatenate(([0.0], ends[: count - 1]))
+    rates = np.where(np.arange(count) % 2 == 0, rate, rate * factor)
+    return starts, rates
+
+
+def _arrivals(
+    starts: np.ndarray, rates: np.ndarray, duration: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Draw the sorted arrival times of a Poisson process with piecewise-constant rate.
+
+    ``starts[k]`` is where segment ``k`` (rate ``rates[k]``) begins; the last segment runs
+    to ``duration``.
+    """
+    ends = np.append(starts[1:], duration)
+    cumulative = np.concatenate(([0.0], np.cumsum(rates * (ends - starts))))
+    total = float(cumulative[-1])
+    points = np.sort(rng.uniform(0.0, total, size=rng.poisson(total)))
+    segment = np.searchsorted(cumulative, points, side="right") - 1
+    segment = np.clip(segment, 0, rates.size - 1)
+    times = starts[segment] + (points - cumulative[segment]) / rates[segment]
+    return times[times < duration]
