@@ -238,10 +238,14 @@ async def serve_async(
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully.
 
     Graceful means: stop accepting connections, give in-flight requests up to
-    ``shutdown_timeout`` seconds to finish, then run the app's cleanup hooks. The access
-    log is off (one line per request would drown the emulation host's logs).
+    ``shutdown_timeout`` seconds to finish, then run the app's cleanup hooks. A handler
+    whose client disconnects is cancelled (as under aiohttp's test server, so tests see
+    the production behaviour). The access log is off (one line per request would drown
+    the emulation host's logs).
     """
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True
+    )
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -139,7 +139,6 @@ class TierServer:
         self.time_scale = time_scale
         self.mu = mu
         self.window_s = window_s
-        self.model = model
         self.pool = WorkerPool(workers)
         self.completed = 0
         self._arrivals: deque[float] = deque()  # time.monotonic() instants in the window
@@ -192,9 +191,9 @@ class TierServer:
     async def handle_task(self, request: web.Request) -> web.Response:
         """``POST /task``: queue FIFO for a worker, hold it, report the timestamps.
 
-        A task whose client disconnected is still served (the server cannot tell, as a
-        real one could not), so contention is unchanged; if the handler is cancelled
-        instead (shutdown), the pool gives its place or worker back.
+        When the client disconnects, aiohttp cancels this handler (``serve`` enables
+        handler cancellation): a queued task leaves the queue and a task in service frees
+        its worker at once, so abandoned work costs no capacity and the counts stay exact.
         """
         body = await read_json_object(request, TASK_FIELDS)
         loop = asyncio.get_running_loop()
@@ -255,10 +254,6 @@ class TierServer:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-TIER = web.AppKey("tier", TierServer)
-"""Where :func:`make_app` stores the :class:`TierServer` inside the application."""
-
-
 def make_app(
     workers: int,
     speed: float,
@@ -285,7 +280,6 @@ def make_app(
         raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
     tier = TierServer(workers, speed, time_scale, mu, window_s, model)
     app = make_base_app()
-    app[TIER] = tier
     app.router.add_post("/task", tier.handle_task)
     app.router.add_get("/state", tier.handle_state)
     app.router.add_get("/health", tier.handle_health)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,43 +124,55 @@ def format_table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _statistic(name: str) -> Callable[[np.ndarray], np.ndarray]:
-    """Return a function computing statistic ``name`` along the last axis.
-
-    ``mean`` or ``p<q>`` with ``0 <= q <= 100`` (numpy's linear-interpolation percentile,
-    as in :func:`testbed.traces.summarize`).
-    """
+def _parse_statistic(name: str) -> float | None:
+    """Parse a statistic name: ``None`` for ``mean``, ``q`` for ``p<q>`` (0 <= q <= 100)."""
     if name == "mean":
-        return lambda x: np.mean(x, axis=-1)
+        return None
     match = re.fullmatch(r"p(\d+(?:\.\d+)?)", name)
     if match and 0.0 <= float(match.group(1)) <= 100.0:
-        q = float(match.group(1))
-        return lambda x: np.percentile(x, q, axis=-1)
+        return float(match.group(1))
     raise TestbedError(f"unknown statistic {name!r}; expected 'mean' or 'p<q>' with 0 <= q <= 100")
+
+
+def _statistics(x: np.ndarray, specs: Sequence[float | None]) -> np.ndarray:
+    """Compute every statistic of ``specs`` along the last axis of ``x``.
+
+    Returns an array of shape ``x.shape[:-1] + (len(specs),)``. Percentiles use numpy's
+    linear interpolation, as :func:`testbed.traces.summarize` does, and are computed in
+    one pass so each resample is partitioned once.
+    """
+    out = np.empty((*x.shape[:-1], len(specs)))
+    quantiles = [q for q in specs if q is not None]
+    if quantiles:
+        values = np.moveaxis(np.percentile(x, quantiles, axis=-1), 0, -1)
+        positions = [j for j, q in enumerate(specs) if q is not None]
+        out[..., positions] = values
+    means = [j for j, q in enumerate(specs) if q is None]
+    if means:
+        out[..., means] = np.mean(x, axis=-1)[..., None]
+    return out
 
 
 def _bootstrap(
     arrays: Sequence[np.ndarray],
-    functions: Sequence[Callable[[np.ndarray], np.ndarray]],
+    specs: Sequence[float | None],
     n_boot: int,
     rng: np.random.Generator,
 ) -> list[np.ndarray]:
     """Resample the aligned ``arrays`` together ``n_boot`` times.
 
     Each resample draws the same indices for every array (so pairs stay paired).
-    Returns, per array, an ``(n_boot, len(functions))`` matrix of statistics. Work is
+    Returns, per array, an ``(n_boot, len(specs))`` matrix of statistics. Work is
     chunked so memory stays bounded for long traces.
     """
     n = arrays[0].size
-    results = [np.empty((n_boot, len(functions))) for _ in arrays]
+    results = [np.empty((n_boot, len(specs))) for _ in arrays]
     chunk = max(1, _CHUNK_ELEMENTS // n)
     for start in range(0, n_boot, chunk):
         stop = min(n_boot, start + chunk)
         index = rng.integers(0, n, size=(stop - start, n))
         for array, result in zip(arrays, results, strict=True):
-            resampled = array[index]
-            for j, function in enumerate(functions):
-                result[start:stop, j] = function(resampled)
+            result[start:stop] = _statistics(array[index], specs)
     return results
 
 
@@ -238,7 +250,7 @@ def compare(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise TestbedError(f"seed must be an integer >= 0, found {seed!r}")
     stats = list(stats)
-    functions = [_statistic(s) for s in stats]
+    specs = [_parse_statistic(s) for s in stats]
     policies = sorted(frame["policy"].unique())
     if baseline not in policies:
         raise TestbedError(f"baseline policy {baseline!r} is not in the traces; found {policies}")
@@ -265,12 +277,14 @@ def compare(
         latency = _ok_latency_ms(frame, policy)
         entry: dict[str, Any] = {"n_ok": int(latency.size), "stats": dict.fromkeys(stats)}
         if latency.size:
-            (boot,) = _bootstrap([latency], functions, n_boot, _stream(seed, policy))
-            for j, (name, function) in enumerate(zip(stats, functions, strict=True)):
-                value = float(function(latency))
-                entry["stats"][name] = {"value": value, "ci": _interval(boot[:, j])}
-        entry["diff"] = None if policy == baseline else _diff(
-            frame, policy, baseline, stats, functions, n_boot, seed
+            (boot,) = _bootstrap([latency], specs, n_boot, _stream(seed, policy))
+            values = _statistics(latency, specs)
+            for j, name in enumerate(stats):
+                entry["stats"][name] = {"value": float(values[j]), "ci": _interval(boot[:, j])}
+        entry["diff"] = (
+            None
+            if policy == baseline
+            else _diff(frame, policy, baseline, stats, specs, n_boot, seed)
         )
         result["policies"][policy] = entry
     return result
@@ -281,7 +295,7 @@ def _diff(
     policy: str,
     baseline: str,
     stats: list[str],
-    functions: list[Callable[[np.ndarray], np.ndarray]],
+    specs: list[float | None],
     n_boot: int,
     seed: int,
 ) -> dict[str, Any]:
@@ -291,11 +305,12 @@ def _diff(
     if not mine.size:
         return diff
     rng = _stream(seed, policy, baseline)
-    boot_mine, boot_theirs = _bootstrap([mine, theirs], functions, n_boot, rng)
-    for j, (name, function) in enumerate(zip(stats, functions, strict=True)):
+    boot_mine, boot_theirs = _bootstrap([mine, theirs], specs, n_boot, rng)
+    values = _statistics(mine, specs) - _statistics(theirs, specs)
+    for j, name in enumerate(stats):
         low, high = _interval(boot_mine[:, j] - boot_theirs[:, j])
         diff["stats"][name] = {
-            "value": float(function(mine) - function(theirs)),
+            "value": float(values[j]),
             "ci": [low, high],
             "excludes_zero": bool(low > 0.0 or high < 0.0),
         }

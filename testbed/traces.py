@@ -243,7 +243,7 @@ def write_traces(df: pd.DataFrame, folder: str | Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     parquet_path, csv_path = out / PARQUET_NAME, out / CSV_NAME
     frame.to_parquet(parquet_path, engine="pyarrow", index=False)
-    frame.to_csv(csv_path, index=False, float_format="%.17g")
+    frame.to_csv(csv_path, index=False)
     return parquet_path, csv_path
 
 

@@ -65,12 +65,16 @@ def generate(
     if generator is None:
         known = ", ".join(sorted(GENERATORS))
         raise TestbedError(f"unknown workload generator {name!r}; known: {known}")
-    if not clients or len(set(clients)) != len(clients) or not all(
-        isinstance(c, str) and c for c in clients
+    if (
+        not clients
+        or len(set(clients)) != len(clients)
+        or not all(isinstance(c, str) and c for c in clients)
     ):
         raise TestbedError(f"workload clients must be distinct non-empty names, found {clients!r}")
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
-        math.isfinite(duration) and duration > 0
+    if (
+        isinstance(duration, bool)
+        or not isinstance(duration, (int, float))
+        or not (math.isfinite(duration) and duration > 0)
     ):
         raise TestbedError(f"workload duration must be a finite number > 0, found {duration!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -48,14 +48,28 @@ class Task:
     cls: str
 
 
-def _ordered(tasks: Iterable[Task]) -> list[Task]:
-    """Return ``tasks`` sorted by (arrival, task_id), refusing duplicate task ids."""
+def _checked(tasks: Iterable[Task]) -> list[Task]:
+    """Return ``tasks`` sorted by (arrival, task_id) after checking they can be read back.
+
+    Refuses duplicate task ids, non-finite or negative arrivals, non-positive sizes and
+    names that are empty or contain line breaks.
+    """
     ordered = sorted(tasks, key=lambda t: (t.arrival, t.task_id))
     seen: set[int] = set()
-    for task in ordered:
-        if task.task_id in seen:
-            raise TestbedError(f"trace: task_id {task.task_id} appears more than once")
-        seen.add(task.task_id)
+    for t in ordered:
+        if t.task_id in seen:
+            raise TestbedError(f"trace: task_id {t.task_id} appears more than once")
+        seen.add(t.task_id)
+        for field, name in (("client", t.client), ("cls", t.cls)):
+            if not name or "\n" in name or "\r" in name:
+                raise TestbedError(
+                    f"trace: task {t.task_id}: {field} must be non-empty without line breaks, "
+                    f"found {name!r}"
+                )
+        if not (math.isfinite(t.arrival) and t.arrival >= 0):
+            raise TestbedError(f"trace: task {t.task_id}: arrival must be finite and >= 0")
+        if not (math.isfinite(t.size) and t.size > 0):
+            raise TestbedError(f"trace: task {t.task_id}: size must be finite and > 0")
     return ordered
 
 
@@ -75,9 +89,10 @@ def write_trace(tasks: Iterable[Task], folder: str | Path, meta: Mapping[str, An
     Tasks are written sorted by arrival (ties by task id). ``meta`` must be
     JSON-serialisable; its ``n`` and ``sha256`` keys, if present (e.g. from a previous
     :func:`read_trace`), are replaced by the values computed for this CSV. Raises
-    :class:`TestbedError` on duplicate task ids or unserialisable metadata.
+    :class:`TestbedError` on duplicate task ids, invalid task fields or unserialisable
+    metadata, so whatever is written reads back.
     """
-    ordered = _ordered(tasks)
+    ordered = _checked(tasks)
     data = _csv_bytes(ordered)
     full_meta = {k: v for k, v in meta.items() if k not in ("n", "sha256")}
     full_meta["n"] = len(ordered)

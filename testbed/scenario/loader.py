@@ -15,9 +15,10 @@ import importlib.util
 import math
 import random
 import re
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 
@@ -25,7 +26,6 @@ from testbed.errors import ScenarioError
 from testbed.scenario.model import (
     ACTIONS,
     EXECUTORS,
-    LINK_ACTIONS,
     NODE_ACTIONS,
     ROLES,
     RUNTIMES,
@@ -42,6 +42,7 @@ from testbed.scenario.model import (
     Service,
     Topology,
     Workload,
+    plain_copy,
 )
 
 NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,7}")
@@ -50,6 +51,8 @@ SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_GENERATOR_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
+                              r"found (?P<found>.*)", re.DOTALL)
 
 MAX_SEED = 2**63 - 1
 MAX_EVENTS = 10_000  # expected events per random schedule
@@ -77,13 +80,19 @@ def builtin_scenarios() -> dict[str, Path]:
 
 
 def builtin_topologies() -> dict[str, Path]:
-    """The topologies shipped in the top-level ``topologies`` package, by name."""
-    folder = resources.files("topologies")
-    return {
-        entry.name[: -len(".yaml")]: Path(str(entry))
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".yaml") and entry.is_file()
-    }
+    """The topologies shipped in the top-level ``topologies`` package, by name.
+
+    The package's ``__path__`` is searched directly rather than through
+    ``importlib.resources``, which fails when an editable install made before
+    ``topologies/__init__.py`` existed turns it into a namespace package.
+    """
+    found: dict[str, Path] = {}
+    for root in importlib.import_module("topologies").__path__:
+        folder = Path(root)
+        if folder.is_dir():
+            for entry in sorted(folder.glob("*.yaml")):
+                found.setdefault(entry.stem, entry)
+    return found
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -157,7 +166,7 @@ def _read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ScenarioError(label, "", "a readable UTF-8 YAML file", f"<{exc}>") from exc
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -206,12 +215,16 @@ def _shown(value: object) -> object:
 
 def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
     """Human text for an interval such as ``> 0``, ``in [0, 100]`` or ``in (0, 1]``."""
+
+    def num(x: float) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
     if lo is not None and hi is not None:
-        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        return f"in {'(' if lo_open else '['}{num(lo)}, {num(hi)}{')' if hi_open else ']'}"
     if lo is not None:
-        return f"{'>' if lo_open else '>='} {lo:g}"
+        return f"{'>' if lo_open else '>='} {num(lo)}"
     if hi is not None:
-        return f"{'<' if hi_open else '<='} {hi:g}"
+        return f"{'<' if hi_open else '<='} {num(hi)}"
     return ""
 
 
@@ -486,17 +499,8 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
         events=events,
         executor=executor,
         source=c.file,
-        raw=_plain_copy(data),
+        raw=plain_copy(data),
     )
-
-
-def _plain_copy(value: Any) -> Any:
-    """Deep copy of a validated document (bounded, so aliases cannot blow it up)."""
-    if isinstance(value, dict):
-        return {k: _plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_copy(v) for v in value]
-    return value
 
 
 def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
@@ -508,8 +512,7 @@ def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
             c.fail("topology", f"a topology name ({known}), a topology file path relative "
                                "to the scenario, or an inline topology", value)
         return _topology(_Checker(str(path)), _read_yaml(path), "")
-    topology = _topology(c, value, "topology")
-    return topology
+    return _topology(c, value, "topology")
 
 
 def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, ...]:
@@ -582,17 +585,21 @@ def _tier_server_params(c: _Checker, value: object, path: str) -> dict[str, Any]
 
 
 def _call_generator(c: _Checker, name: str, hook: Callable[[dict[str, Any]], Any],
-                    params: dict[str, Any]) -> Any:
-    """Call a generator hook on a copy of the params, mapping its errors to the file."""
+                    params: Mapping[str, Any]) -> Any:
+    """Call a generator hook on a copy of the params, mapping its errors to the file.
+
+    Generators report ``ValueError("params.<field>: expected ..., found ...")``; that
+    becomes a ``ScenarioError`` at ``workload.params.<field>``. Any other ``ValueError``,
+    ``KeyError``, ``TypeError`` or arithmetic error is reported at ``workload.params``.
+    """
     try:
-        return hook(_plain_copy(params))
+        return hook(plain_copy(params))
     except ValueError as exc:
-        if len(exc.args) == 3 and isinstance(exc.args[0], str):
-            where, expected, found = exc.args
-            c.fail(_join("workload.params", where) if where else "workload.params",
-                   str(expected), found)
+        match = _GENERATOR_ERROR.fullmatch(str(exc))
+        if match:
+            c.fail(f"workload.{match['path']}", match["expected"], f"<{match['found']}>")
         c.fail("workload.params", f"parameters accepted by generator {name}", f"<{exc}>")
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ArithmeticError) as exc:
         c.fail("workload.params", f"parameters accepted by generator {name}",
                f"<{type(exc).__name__}: {exc}>")
 
@@ -634,18 +641,19 @@ def _check_timing_floor(c: _Checker, workload: Workload, generator: Any, speed: 
     hook = getattr(generator, "min_service_time", None)
     if hook is None:
         return
-    smallest = _call_generator(c, workload.generator, hook, dict(workload.params))
+    reported = _call_generator(c, workload.generator, hook, workload.params)
     try:
-        compressed = float(smallest) / speed / time_scale
+        smallest = float(reported)
     except (TypeError, ValueError, OverflowError):
-        compressed = math.nan
-    if not compressed >= TIMING_FLOOR_S:
-        limit = float(smallest) / speed / TIMING_FLOOR_S if compressed == compressed else 0.0
+        c.fail("workload.params", f"parameters for which generator {workload.generator} "
+                                  "reports a numeric smallest service time", repr(reported))
+    compressed = smallest / speed / time_scale
+    if not compressed >= TIMING_FLOOR_S:  # also catches NaN
         c.fail(
             "time_scale",
-            f"a time_scale of at most {limit:g}, so the smallest service time "
-            f"({smallest!r} model s on the fastest server, speed {speed:g}) stays at or above "
-            f"the timing floor of {TIMING_FLOOR_S * 1000:g} ms",
+            f"a time_scale of at most {smallest / speed / TIMING_FLOOR_S:g}, so that the "
+            f"smallest service time ({smallest:g} model s at the fastest server speed "
+            f"{speed:g}) stays at or above the timing floor of {TIMING_FLOOR_S * 1000:g} ms",
             f"<{time_scale:g}, which compresses it to {compressed * 1000:.3g} ms>",
         )
 

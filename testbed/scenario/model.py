@@ -13,8 +13,9 @@ which the emulation divides by ``Scenario.time_scale``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 #: The smallest wall-clock duration the emulation times faithfully (seconds). A scenario
 #: whose shortest compressed service time falls below it is refused.
@@ -196,7 +197,7 @@ class Service:
             "node": self.node,
             "port": self.port,
             "tier": self.tier,
-            "params": _plain(self.params),
+            "params": plain_copy(self.params),
         }
 
 
@@ -210,7 +211,7 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form with every field set."""
-        return {"generator": self.generator, "params": _plain(self.params), "seed": self.seed}
+        return {"generator": self.generator, "params": plain_copy(self.params), "seed": self.seed}
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ class Event:
             "at": self.at,
             "action": self.action,
             "target": self.target,
-            "params": _plain(self.params),
+            "params": plain_copy(self.params),
         }
 
 
@@ -364,17 +365,20 @@ class Scenario:
             raise TypeError(f"cannot override {', '.join(unknown)}; only {OVERRIDABLE}")
         from testbed.scenario.loader import scenario_from_dict  # the loader imports us
 
-        data = _plain(self.raw)
+        data = plain_copy(self.raw)
         for key, value in overrides.items():
             if value is not None:
-                data[key] = _plain(value)
+                data[key] = plain_copy(value)
         return scenario_from_dict(data, source=self.source)
 
 
-def _plain(value: Any) -> Any:
-    """A deep copy of a params-like structure as plain dicts and lists."""
+def plain_copy(value: Any) -> Any:
+    """A deep copy of a document or params structure as plain dicts and lists.
+
+    Only ever applied to validated data, whose depth and size the loader has bounded.
+    """
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_copy(v) for v in value]
     return value

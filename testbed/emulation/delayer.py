@@ -1,0 +1,681 @@
+"""The userspace link delayer: delay, jitter, loss and queue caps where the kernel has no netem.
+
+One delayer process serves every delayed link of a run. A link is a pair of TAP devices,
+one created inside each end's network namespace under the interface name the topology
+wants; the delayer holds both file descriptors and forwards Ethernet frames between them.
+Each direction of a link is shaped on its own:
+
+* **delay** ``delay_ms``: one-way, applied to every frame of the direction;
+* **jitter** ``jitter_ms``: a per-frame offset drawn uniformly from ``[-J, J]`` (the delay
+  never goes below zero). A direction never reorders: a frame is released no earlier than
+  its predecessor, so under load jitter skews the delay upwards rather than reordering
+  (netem reorders when jitter exceeds the inter-frame gap; a FIFO wire does not);
+* **loss** ``loss_pct``: per-frame Bernoulli drop drawn from a per-direction RNG seeded from
+  the link's ``seed``, so a rerun with the same seed drops the same frame numbers;
+* **queue** ``queue``: at most this many frames held per direction (netem's ``limit``,
+  Mininet's ``max_queue_size``); arrivals beyond it are dropped (drop-tail);
+* **up/down**: a link that is down drops every frame, held frames included. The TAP
+  devices stay administratively up, so addresses and routes survive a down/up cycle.
+
+Timing: the process sets its timer slack to 1 ns and asks for SCHED_FIFO priority 50 (if
+permitted). It waits with ``epoll`` for readiness of any number of TAPs and the control
+socket, plus one ``timerfd`` armed (absolute, CLOCK_MONOTONIC, ns resolution) at the next
+release time, so waiting neither rounds to milliseconds nor has ``select``'s 1024-fd limit.
+Because every direction is FIFO with monotone release times, a deque per direction plus a
+heap of the directions' head release times is enough.
+
+Control: a unix stream socket speaking JSON lines; each request ``{"op": ..., ...}`` gets
+exactly one reply ``{"ok": true, ...}`` or ``{"ok": false, "error": reason}``. A bad request
+never stops the delayer. Operations: ``ping``, ``add_link``, ``set``, ``up``, ``remove``,
+``stats``. Closing the TAP fds removes the devices, so ending the process removes every
+link it served.
+
+Run as ``python -m testbed.emulation.delayer --control /path/ctl.sock``; from Python use
+:func:`start_delayer` and :class:`DelayerClient`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import fcntl
+import heapq
+import json
+import math
+import os
+import random
+import resource
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.emulation.ledger import Entry, Ledger
+from testbed.errors import EmulationError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNET = 0x40000000
+PR_SET_TIMERSLACK = 29
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = os.O_NONBLOCK
+TFD_CLOEXEC = os.O_CLOEXEC
+TFD_TIMER_ABSTIME = 1
+MAX_FRAME = 65535
+MAX_REQUEST = 1 << 20
+LATE_SAMPLES = 4096
+DEFAULT_QUEUE = 1000
+LINK_PARAMS = ("delay_ms", "jitter_ms", "loss_pct", "queue", "seed")
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _setns(fd: int) -> None:
+    _check(_libc.setns(fd, CLONE_NEWNET), "setns")
+
+
+class _TimerFd:
+    """A CLOCK_MONOTONIC timerfd armed at absolute nanosecond deadlines.
+
+    Python 3.11 has no ``os.timerfd_*``; ctypes reaches the libc calls.
+    """
+
+    def __init__(self) -> None:
+        self.fd = _check(_libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC),
+                         "timerfd_create")
+        self.armed_at: int | None = None
+
+    def arm(self, deadline_ns: int) -> None:
+        """Fire at ``deadline_ns`` (time.monotonic_ns() scale); a past deadline fires now."""
+        if deadline_ns == self.armed_at:
+            return
+        spec = _Itimerspec()
+        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(max(deadline_ns, 1), 1_000_000_000)
+        _check(_libc.timerfd_settime(self.fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None),
+               "timerfd_settime")
+        self.armed_at = deadline_ns
+
+    def clear(self) -> None:
+        """Consume the expiration count so level-triggered epoll stops reporting it."""
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+        self.armed_at = None
+
+
+def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
+    """Create TAP ``ifname`` inside the network namespace of ``netns_pid``; return its fd.
+
+    The device lives in the namespace where ``/dev/net/tun`` was opened, so the calling
+    thread enters the target namespace for the open and returns to ``home_ns`` after.
+    """
+    if not ifname or len(ifname.encode()) > 15:
+        raise ValueError(f"interface name must be 1..15 bytes, got {ifname!r}")
+    target = os.open(f"/proc/{netns_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _setns(target)
+        try:
+            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                ifr = struct.pack("16sH22x", ifname.encode(), IFF_TAP | IFF_NO_PI)
+                fcntl.ioctl(fd, TUNSETIFF, ifr)
+            except OSError:
+                os.close(fd)
+                raise
+        finally:
+            _setns(home_ns)
+    finally:
+        os.close(target)
+    return fd
+
+
+@dataclass
+class Direction:
+    """One direction of a link: frames read from ``src_fd`` are written to ``dst_fd``."""
+
+    key: int
+    name: str
+    src_fd: int
+    dst_fd: int
+    delay_ns: int = 0
+    jitter_ns: int = 0
+    loss: float = 0.0
+    limit: int = DEFAULT_QUEUE
+    rng: random.Random = field(default_factory=random.Random)
+    up: bool = True
+    queue: collections.deque = field(default_factory=collections.deque)
+    last_release: int = 0
+    scheduled: int | None = None
+    late_ns: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=LATE_SAMPLES))
+    counters: collections.Counter = field(default_factory=collections.Counter)
+
+    def clear(self, reason: str) -> None:
+        """Drop every held frame (counted under ``dropped_<reason>``)."""
+        self.counters[f"dropped_{reason}"] += len(self.queue)
+        self.queue.clear()
+        self.scheduled = None
+
+    def stats(self) -> dict[str, Any]:
+        late = sorted(self.late_ns)
+        p99 = late[min(len(late) - 1, math.ceil(0.99 * len(late)) - 1)] / 1000 if late else None
+        out: dict[str, Any] = {k: self.counters.get(k, 0) for k in (
+            "received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
+            "dropped_write")}
+        out.update(held=len(self.queue), late_p99_us=p99,
+                   late_max_us=late[-1] / 1000 if late else None)
+        return out
+
+
+@dataclass
+class LinkState:
+    """Both directions of one link and the TAP fds it owns."""
+
+    link_id: str
+    fds: tuple[int, int]
+    ab: Direction
+    ba: Direction
+    params: dict[str, Any]
+    up: bool = True
+
+
+def _number(req: dict, key: str, low: float, high: float, integer: bool = False) -> float:
+    value = req[key]
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise TypeError(f"{key} must be {'an integer' if integer else 'a number'}, "
+                         f"got {value!r}")
+    if not (low <= value <= high) or (isinstance(value, float) and math.isnan(value)):
+        raise ValueError(f"{key} must be in [{low}, {high}], got {value!r}")
+    return value
+
+
+def validate_params(req: dict, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Merge the shaping parameters present in ``req`` into ``defaults`` after checking them."""
+    params = dict(defaults)
+    limits = {"delay_ms": (0, 3_600_000, False), "jitter_ms": (0, 3_600_000, False),
+              "loss_pct": (0, 100, False), "queue": (1, 10_000_000, True),
+              "seed": (-(2**63), 2**63 - 1, True)}
+    for key, (low, high, integer) in limits.items():
+        if key in req:
+            params[key] = _number(req, key, low, high, integer)
+    return params
+
+
+class Delayer:
+    """The event loop: TAP readiness, release timer and control requests."""
+
+    def __init__(self, control_path: str) -> None:
+        self.control_path = control_path
+        self.home_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self.epoll = select.epoll()
+        self.timer = _TimerFd()
+        self.links: dict[str, LinkState] = {}
+        self.readers: dict[int, Direction] = {}
+        self.clients: dict[int, tuple[socket.socket, bytearray]] = {}
+        self.heap: list[tuple[int, int, Direction]] = []
+        self._keys = 0
+        try:
+            os.unlink(control_path)
+        except FileNotFoundError:
+            pass
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(control_path)
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.epoll.register(self.timer.fd, select.EPOLLIN)
+        self.scheduling = _tune_process()
+
+    # -- data path -----------------------------------------------------------------------
+    def _read(self, d: Direction) -> None:
+        now = time.monotonic_ns()
+        counters, queue = d.counters, d.queue
+        while True:
+            try:
+                frame = os.read(d.src_fd, MAX_FRAME)
+            except BlockingIOError:
+                return
+            except OSError:
+                # the device was deleted under us (e.g. `ip link del`): stop polling it
+                counters["read_errors"] += 1
+                self._unwatch(d)
+                return
+            counters["received"] += 1
+            if not d.up:
+                counters["dropped_down"] += 1
+                continue
+            if d.loss and d.rng.random() * 100.0 < d.loss:
+                counters["dropped_loss"] += 1
+                continue
+            if len(queue) >= d.limit:
+                counters["dropped_queue"] += 1
+                continue
+            delay = d.delay_ns
+            if d.jitter_ns:
+                delay = max(0, delay + round(d.rng.uniform(-d.jitter_ns, d.jitter_ns)))
+            release = max(now + delay, d.last_release)
+            d.last_release = release
+            if release <= now and not queue:
+                self._write(d, frame, release)
+                continue
+            queue.append((release, frame))
+            if d.scheduled is None:
+                d.scheduled = release
+                heapq.heappush(self.heap, (release, d.key, d))
+
+    def _unwatch(self, d: Direction) -> None:
+        if self.readers.pop(d.src_fd, None) is not None:
+            self.epoll.unregister(d.src_fd)
+
+    def _write(self, d: Direction, frame: bytes, due: int) -> None:
+        try:
+            os.write(d.dst_fd, frame)
+        except OSError:
+            d.counters["dropped_write"] += 1
+            return
+        d.counters["forwarded"] += 1
+        d.late_ns.append(time.monotonic_ns() - due)
+
+    def _release(self) -> None:
+        heap = self.heap
+        now = time.monotonic_ns()
+        while heap and heap[0][0] <= now:
+            due, _, d = heapq.heappop(heap)
+            if d.scheduled != due:
+                continue  # stale: the direction was cleared or rescheduled
+            queue = d.queue
+            while queue and queue[0][0] <= now:
+                release, frame = queue.popleft()
+                self._write(d, frame, release)
+            if queue:
+                d.scheduled = queue[0][0]
+                heapq.heappush(heap, (d.scheduled, d.key, d))
+            else:
+                d.scheduled = None
+            now = time.monotonic_ns()
+        if heap:
+            self.timer.arm(heap[0][0])
+
+    # -- control -------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            conn.setblocking(False)
+            self.clients[conn.fileno()] = (conn, bytearray())
+            self.epoll.register(conn.fileno(), select.EPOLLIN)
+
+    def _client(self, fd: int) -> None:
+        conn, buf = self.clients[fd]
+        try:
+            data = conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.epoll.unregister(fd)
+            del self.clients[fd]
+            conn.close()
+            return
+        buf += data
+        if len(buf) > MAX_REQUEST and b"\n" not in buf:
+            buf.clear()
+            self._reply(conn, {"ok": False, "error": "request line too long"})
+            return
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            if line.strip():
+                self._reply(conn, self.handle_line(line))
+
+    @staticmethod
+    def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
+        """Send one (small) reply line; a vanished or stuck client is not the delayer's error."""
+        conn.settimeout(1.0)
+        try:
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        except OSError:
+            pass
+        finally:
+            conn.setblocking(False)
+
+    def handle_line(self, line: bytes) -> dict[str, Any]:
+        """Answer one request line; every failure becomes ``{"ok": false, "error": ...}``."""
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise TypeError("a request must be a JSON object")
+            op = req.get("op")
+            handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+            if handler is None:
+                raise ValueError(f"unknown op {op!r}; expected one of "
+                                 "ping, add_link, set, up, remove, stats")
+            return {"ok": True, **handler(req)}
+        except KeyError as exc:
+            return {"ok": False, "error": f"missing field {exc}"}
+        except Exception as exc:  # noqa: BLE001 - a request must never stop the data path
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    def _link(self, req: dict) -> LinkState:
+        link_id = req["id"]
+        if link_id not in self.links:
+            raise ValueError(f"no link {link_id!r}")
+        return self.links[link_id]
+
+    def op_ping(self, req: dict) -> dict[str, Any]:
+        return {"pid": os.getpid(), "links": len(self.links), "scheduling": self.scheduling}
+
+    def op_add_link(self, req: dict) -> dict[str, Any]:
+        link_id = req["id"]
+        if not isinstance(link_id, str) or not link_id:
+            raise ValueError("id must be a non-empty string")
+        if link_id in self.links:
+            raise ValueError(f"link {link_id!r} already exists")
+        ends = []
+        for side in ("a", "b"):
+            end = req[side]
+            if not isinstance(end, dict) or not isinstance(end.get("pid"), int) \
+                    or not isinstance(end.get("ifname"), str):
+                raise TypeError(f"{side} must be {{pid: int, ifname: str}}")
+            ends.append((end["pid"], end["ifname"]))
+        defaults = {"delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
+                    "queue": DEFAULT_QUEUE, "seed": 0}
+        params = validate_params(req, defaults)
+        fds: list[int] = []
+        try:
+            for pid, ifname in ends:
+                try:
+                    fds.append(open_tap(pid, ifname, self.home_ns))
+                except OSError as exc:
+                    raise OSError(exc.errno, f"cannot create tap {ifname!r} in the "
+                                  f"namespace of pid {pid}: {exc.strerror}") from exc
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        ab = self._direction(f"{link_id}:a>b", fds[0], fds[1])
+        ba = self._direction(f"{link_id}:b>a", fds[1], fds[0])
+        link = LinkState(link_id, (fds[0], fds[1]), ab, ba, params)
+        self._apply(link, params, (ab, ba), reseed=True)
+        self.links[link_id] = link
+        for d in (ab, ba):
+            self.readers[d.src_fd] = d
+            self.epoll.register(d.src_fd, select.EPOLLIN)
+        return {"id": link_id}
+
+    def _direction(self, name: str, src: int, dst: int) -> Direction:
+        self._keys += 1
+        return Direction(self._keys, name, src, dst)
+
+    def _apply(self, link: LinkState, params: dict[str, Any], dirs: tuple[Direction, ...],
+               reseed: bool) -> None:
+        for d in dirs:
+            d.delay_ns = round(params["delay_ms"] * 1e6)
+            d.jitter_ns = round(params["jitter_ms"] * 1e6)
+            d.loss = float(params["loss_pct"])
+            d.limit = int(params["queue"])
+            if reseed:
+                d.rng = random.Random(f"{params['seed']}/{d.name.rsplit(':', 1)[1]}")
+
+    def op_set(self, req: dict) -> dict[str, Any]:
+        link = self._link(req)
+        unknown = set(req) - {"op", "id", "direction", *LINK_PARAMS}
+        if unknown:
+            raise ValueError(f"unknown fields {sorted(unknown)}; expected {list(LINK_PARAMS)}")
+        direction = req.get("direction", "both")
+        dirs = {"both": (link.ab, link.ba), "a>b": (link.ab,), "b>a": (link.ba,)}
+        if direction not in dirs:
+            raise ValueError(f"direction must be one of {list(dirs)}, got {direction!r}")
+        params = validate_params(req, link.params)
+        if direction == "both":
+            link.params = params
+        self._apply(link, params, dirs[direction], reseed="seed" in req)
+        return {"id": link.link_id, "params": params}
+
+    def op_up(self, req: dict) -> dict[str, Any]:
+        link = self._link(req)
+        up = req["up"]
+        if not isinstance(up, bool):
+            raise TypeError(f"up must be true or false, got {up!r}")
+        link.up = up
+        for d in (link.ab, link.ba):
+            d.up = up
+            if not up:
+                d.clear("down")
+        return {"id": link.link_id, "up": up}
+
+    def op_remove(self, req: dict) -> dict[str, Any]:
+        link = self._link(req)
+        for d in (link.ab, link.ba):
+            d.clear("down")
+            self._unwatch(d)
+        for fd in link.fds:
+            os.close(fd)
+        del self.links[link.link_id]
+        return {"id": link.link_id}
+
+    def op_stats(self, req: dict) -> dict[str, Any]:
+        link = self._link(req)
+        return {"id": link.link_id, "up": link.up, "params": link.params,
+                "a_to_b": link.ab.stats(), "b_to_a": link.ba.stats()}
+
+    # -- loop ----------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Run until SIGTERM/SIGINT."""
+        listener_fd, timer_fd = self.listener.fileno(), self.timer.fd
+        readers, clients = self.readers, self.clients
+        while True:
+            for fd, _ in self.epoll.poll():
+                d = readers.get(fd)
+                if d is not None:
+                    self._read(d)
+                elif fd == timer_fd:
+                    self.timer.clear()
+                elif fd == listener_fd:
+                    self._accept()
+                elif fd in clients:
+                    self._client(fd)
+            if self.heap:
+                self._release()
+
+    def close(self) -> None:
+        for link_id in list(self.links):
+            self.op_remove({"id": link_id})
+        try:
+            os.unlink(self.control_path)
+        except FileNotFoundError:
+            pass
+
+
+def _tune_process() -> str:
+    """Ask for precise timers, real-time priority and room for many TAP fds.
+
+    Returns the scheduling class obtained (``fifo50`` or ``other``).
+    """
+    _libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(1), 0, 0, 0)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+        return "fifo50"
+    except (PermissionError, OSError):
+        return "other"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--control", required=True, help="path of the control unix socket")
+    args = parser.parse_args(argv)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    delayer = Delayer(args.control)
+    try:
+        delayer.serve()
+    finally:
+        delayer.close()
+
+
+# -- client --------------------------------------------------------------------------------
+class DelayerClient:
+    """Synchronous client of one delayer's control socket (safe to share between threads)."""
+
+    def __init__(self, path: str | Path, timeout: float = 10.0, ledger: Ledger | None = None,
+                 entry: Entry | None = None) -> None:
+        self.path = str(path)
+        self.timeout = timeout
+        self._ledger, self._entry = ledger, entry
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+        self._lock = threading.Lock()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def entry(self) -> Entry | None:
+        """The ledger entry of the delayer process when this client started it."""
+        return self._entry
+
+    @property
+    def pid(self) -> int | None:
+        """The delayer's pid when this client started it."""
+        return self._entry.data["pid"] if self._entry else None
+
+    def _connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self._sock, self._file = sock, sock.makefile("rb")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request and return the reply; a refused request raises EmulationError."""
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._connect()
+                assert self._sock is not None
+                self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+                line = self._file.readline()
+                if not line:
+                    raise ConnectionError("the delayer closed the control connection")
+            except OSError as exc:
+                self._close()
+                raise EmulationError(f"delayer at {self.path} does not answer {op!r}: "
+                                     f"{exc}") from exc
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise EmulationError(f"delayer refused {op!r}: {reply.get('error')}")
+        return reply
+
+    def ping(self) -> dict[str, Any]:
+        return self.request("ping")
+
+    def add_link(self, link_id: str, a: tuple[int, str], b: tuple[int, str],
+                 **params: Any) -> dict[str, Any]:
+        """Create TAP ``a[1]`` in the namespace of pid ``a[0]`` and ``b[1]`` likewise, linked."""
+        return self.request("add_link", id=link_id, a={"pid": a[0], "ifname": a[1]},
+                            b={"pid": b[0], "ifname": b[1]}, **params)
+
+    def set(self, link_id: str, direction: str = "both", **params: Any) -> dict[str, Any]:
+        return self.request("set", id=link_id, direction=direction, **params)
+
+    def up(self, link_id: str, up: bool) -> dict[str, Any]:
+        return self.request("up", id=link_id, up=up)
+
+    def remove(self, link_id: str) -> dict[str, Any]:
+        return self.request("remove", id=link_id)
+
+    def stats(self, link_id: str) -> dict[str, Any]:
+        return self.request("stats", id=link_id)
+
+    def alive(self) -> bool:
+        """Whether the delayer answers a ping."""
+        try:
+            self.ping()
+            return True
+        except EmulationError:
+            return False
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = self._file = None
+
+    def close(self) -> None:
+        """Close the control connection (the delayer keeps running)."""
+        with self._lock:
+            self._close()
+
+    def stop(self) -> None:
+        """End the delayer this client started (its TAPs vanish with it)."""
+        self.close()
+        if self._ledger is not None and self._entry is not None:
+            self._ledger.release(self._entry)
+
+
+def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0) -> DelayerClient:
+    """Start a delayer process, record it in ``ledger`` and wait until it answers."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    control = workdir / "delayer.sock"
+    log_path = workdir / "delayer.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testbed.emulation.delayer", "--control", str(control)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            cwd=str(Path(__file__).resolve().parents[2]))
+    entry = ledger.record_process(proc.pid, role="delayer", control=str(control))
+    client = DelayerClient(control, ledger=ledger, entry=entry)
+    client.process = proc
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            ledger.forget(entry)
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise EmulationError(f"the delayer exited with {proc.returncode}: {tail}")
+        if control.exists() and client.alive():
+            return client
+        if time.monotonic() > deadline:
+            ledger.release(entry)
+            raise EmulationError(f"the delayer did not answer on {control} within {timeout} s")
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The userspace delayer on its own: two bare network namespaces joined by its TAP links.
+
+Each test gets two namespaces (``unshare --net`` processes) and a delayer, all recorded in
+a ledger and removed afterwards; everything is named with the ``tbt`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from testbed.calibrate import RTT_RE
+from testbed.emulation.delayer import DelayerClient, start_delayer
+from testbed.emulation.ledger import Ledger, process_start_time
+from testbed.errors import EmulationError
+
+pytestmark = pytest.mark.emulation
+
+IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+    """Poll ``condition`` until it is true (fail after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.01)
+
+
+def _own_netns(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino
+    except FileNotFoundError:
+        return False
+
+
+@dataclass
+class Pair:
+    """Two namespaces (pids ``a`` and ``b``) and the delayer serving their links."""
+
+    ledger: Ledger
+    a: int
+    b: int
+    delayer: DelayerClient
+
+    def sh(self, pid: int, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", "-t", str(pid), "-n", "sh", "-c", command],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def link(self, link_id: str = "tbt-l1", names: tuple[str, str] = ("tbtA0", "tbtB0"),
+             **params: object) -> None:
+        """Make a link, address both ends and resolve ARP (so it does not skew counts).
+
+        Loss is switched on after the first exchange so the ARP resolution cannot fail.
+        """
+        loss = params.pop("loss_pct", 0.0)
+        self.delayer.add_link(link_id, (self.a, names[0]), (self.b, names[1]), **params)
+        for pid, name, ip in ((self.a, names[0], IP_A), (self.b, names[1], IP_B)):
+            out = self.sh(pid, f"ip link set lo up && ip addr add {ip}/24 dev {name} && "
+                               f"ip link set {name} up")
+            assert out.returncode == 0, out.stderr
+        assert self.sh(self.a, f"ping -n -c 1 -W 5 {IP_B}").returncode == 0
+        if loss:
+            self.delayer.set(link_id, loss_pct=loss, seed=params.get("seed", 0))
+
+    def ping(self, count: int, interval: float = 0.01, extra: str = "") -> str:
+        return self.sh(self.a, f"ping -n -c {count} -i {interval} -W 1 {extra} {IP_B}").stdout
+
+    def rtts(self, count: int, interval: float = 0.01) -> list[float]:
+        return [float(v) for v in RTT_RE.findall(self.ping(count, interval))]
+
+
+@contextmanager
+def delayer_pair() -> Iterator[Pair]:
+    """Two namespaces and a delayer, recorded in a ledger and torn down on exit."""
+    ledger = Ledger(f"tbt-delayer-{os.getpid()}-{time.time_ns()}")
+    try:
+        pids = []
+        for _ in range(2):
+            proc = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
+            ledger.record_process(proc.pid, role="tbt-netns")
+            wait_for(lambda p=proc.pid: _own_netns(p), what="the namespace to exist")
+            pids.append(proc.pid)
+            subprocess.run(["nsenter", "-t", str(proc.pid), "-n", "sysctl", "-qw",
+                            "net.ipv6.conf.default.disable_ipv6=1"], check=True)  # no stray ND
+        workdir = f"/tmp/tbt-delayer-{os.getpid()}-{time.time_ns()}"
+        ledger.record("dir", path=workdir)
+        delayer = start_delayer(ledger, workdir)
+        yield Pair(ledger, pids[0], pids[1], delayer)
+        delayer.close()
+    finally:
+        assert ledger.teardown() == []
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    with delayer_pair() as made:
+        yield made
+
+
+def assert_within(rtts: list[float], expected_ms: float) -> None:
+    p50 = float(np.percentile(rtts, 50))
+    assert abs(p50 - expected_ms) <= max(0.05 * expected_ms, 0.5), (p50, expected_ms)
+
+
+@pytest.mark.parametrize("delay_ms", [5, 20])
+def test_delay_gives_twice_the_one_way_delay_as_rtt(pair: Pair, delay_ms: float) -> None:
+    pair.link(delay_ms=delay_ms)
+    rtts = pair.rtts(200)
+    assert len(rtts) == 200
+    assert_within(rtts, 2 * delay_ms)
+    stats = pair.delayer.stats("tbt-l1")
+    assert stats["a_to_b"]["late_p99_us"] < 1000
+
+
+def test_runtime_change_of_delay(pair: Pair) -> None:
+    pair.link(delay_ms=5)
+    assert_within(pair.rtts(50), 10)
+    pair.delayer.set("tbt-l1", delay_ms=30)
+    assert_within(pair.rtts(50), 60)
+    pair.delayer.set("tbt-l1", direction="a>b", delay_ms=0)
+    assert_within(pair.rtts(50), 30)
+
+
+def test_seeded_loss_is_per_direction_and_about_right(pair: Pair) -> None:
+    pair.link(loss_pct=20.0, seed=7)
+    pair.ping(500, interval=0.002)
+    ab = pair.delayer.stats("tbt-l1")["a_to_b"]
+    # 500 requests at p = 0.2: mean 100 drops, sd 8.9; 4.5 sd either side
+    assert 500 <= ab["received"] <= 510
+    assert 60 <= ab["dropped_loss"] <= 140, ab
+    assert ab["forwarded"] + ab["dropped_loss"] == ab["received"]
+
+
+def test_loss_draws_repeat_with_the_same_seed(pair: Pair) -> None:
+    """Same seed, same frame numbers dropped: the loss pattern of a link is reproducible."""
+    patterns = []
+    for n in range(2):
+        pair.link(f"tbt-s{n}", names=(f"tbtA{n}", f"tbtB{n}"), loss_pct=30.0, seed=11)
+        out = pair.ping(100, interval=0.002)
+        patterns.append({line.split("icmp_seq=")[1].split()[0]
+                         for line in out.splitlines() if "icmp_seq=" in line})
+        pair.delayer.remove(f"tbt-s{n}")
+    assert patterns[0] == patterns[1]
+    assert 30 <= len(patterns[0]) <= 70  # about 0.7 ** 2 of 100 round trips survive
+
+
+def test_queue_cap_drops_beyond_the_limit(pair: Pair) -> None:
+    pair.link(delay_ms=300, queue=10)
+    before = pair.delayer.stats("tbt-l1")["a_to_b"]
+    burst = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+             f"[s.sendto(b'x', ('{IP_B}', 9)) for _ in range(50)]")
+    assert pair.sh(pair.a, f'python3 -c "{burst}"').returncode == 0  # 50 frames in < 1 ms
+    wait_for(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["held"] == 0, what="release")
+    after = pair.delayer.stats("tbt-l1")["a_to_b"]
+    assert after["dropped_queue"] - before["dropped_queue"] == 40, after
+    assert after["forwarded"] - before["forwarded"] == 10, after
+
+
+def test_jitter_never_reorders(pair: Pair) -> None:
+    pair.link(delay_ms=10, jitter_ms=5)
+    out = pair.ping(300, interval=0.002)
+    seqs = [int(line.split("icmp_seq=")[1].split()[0])
+            for line in out.splitlines() if "icmp_seq=" in line]
+    rtts = [float(v) for v in RTT_RE.findall(out)]
+    assert len(seqs) == 300 and seqs == sorted(seqs)
+    assert min(rtts) >= 10 - 0.5 and max(rtts) <= 30 + 5  # each way in [5, 15] ms + FIFO wait
+    assert np.std(rtts) > 1.0  # the jitter is really there
+
+
+def test_link_down_drops_everything_and_up_restores(pair: Pair) -> None:
+    pair.link(delay_ms=1)
+    pair.delayer.up("tbt-l1", False)
+    assert "0 received" in pair.ping(5, interval=0.05)
+    stats = pair.delayer.stats("tbt-l1")
+    assert stats["up"] is False and stats["a_to_b"]["dropped_down"] >= 5
+    pair.delayer.up("tbt-l1", True)
+    assert len(pair.rtts(5, interval=0.05)) == 5
+
+
+def test_bad_requests_get_errors_and_the_delayer_survives(pair: Pair) -> None:
+    pair.link(delay_ms=1)
+    path = pair.delayer.path
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(path)
+        reader = raw.makefile("rb")
+        for line in (b"not json", b"[1, 2]", b'{"op": "nope"}', b'{"op": "set"}',
+                     b'{"op": "set", "id": "tbt-l1", "delay_ms": -1}',
+                     b'{"op": "set", "id": "tbt-l1", "delay_ms": "5"}',
+                     b'{"op": "set", "id": "tbt-l1", "bogus": 1}',
+                     b'{"op": "up", "id": "tbt-l1", "up": "yes"}',
+                     b'{"op": "add_link", "id": "x", "a": {"pid": 1}, "b": 3}'):
+            raw.sendall(line + b"\n")
+            reply = json.loads(reader.readline())
+            assert reply["ok"] is False and reply["error"], line
+    with pytest.raises(EmulationError, match="no link"):
+        pair.delayer.stats("tbt-missing")
+    with pytest.raises(EmulationError, match="already exists"):
+        pair.delayer.add_link("tbt-l1", (pair.a, "tbtC0"), (pair.b, "tbtD0"))
+    with pytest.raises(EmulationError, match="cannot create tap"):
+        pair.delayer.add_link("tbt-l2", (999_999_999, "tbtC0"), (pair.b, "tbtD0"))
+    assert pair.delayer.ping()["links"] == 1
+    assert len(pair.rtts(5)) == 5
+
+
+def test_many_links_keep_timing(pair: Pair) -> None:
+    """200 links (400 TAPs, past select()'s 1024-fd limit with the rest) keep precise delays."""
+    for n in range(1, 201):
+        pair.delayer.add_link(f"tbt-m{n}", (pair.a, f"tbtM{n}a"), (pair.b, f"tbtM{n}b"))
+    pair.link(delay_ms=5)
+    rtts = pair.rtts(100)
+    assert_within(rtts, 10)
+    assert pair.delayer.ping()["links"] == 201
+
+
+def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:
+    with delayer_pair() as made:
+        made.link(delay_ms=1)
+        procs = [made.a, made.b, made.delayer.pid]
+        starts = [process_start_time(p) for p in procs]
+        ledger_path = made.ledger.path
+    for pid, start in zip(procs, starts):
+        assert process_start_time(pid) != start  # gone (or the pid was reused)
+    assert not ledger_path.exists()
+    root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
+                                check=True).stdout
+    assert "tbtA0" not in root_links and "tbtB0" not in root_links

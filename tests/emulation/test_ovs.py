@@ -1,0 +1,227 @@
+"""Userspace Open vSwitch driven by the os-ken learning switch, on real namespaces.
+
+h1 -- s1 (private userspace OVS, OpenFlow 1.3, os-ken controller) -- h2, plus a plain tap
+device as a third port (the kind of port the userspace delayer attaches). Needs root
+and Debian's openvswitch-switch package (its binaries; the system service is not used).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation import ovs as ovs_module
+from testbed.emulation.controller import start_controller, wait_connected
+from testbed.emulation.ledger import Ledger, process_start_time
+from testbed.emulation.osken_switch import is_group_address
+from testbed.emulation.ovs import NETDEV_TAP, UserspaceOVSSwitch, start_ovs
+from testbed.errors import EmulationError
+
+needs_ovs = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ovs-vswitchd") is None
+    or shutil.which("mnexec") is None,
+    reason="needs root, Open vSwitch binaries and Mininet's mnexec")
+
+TUNSETIFF = 0x400454CA
+IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
+
+
+def _gone(pid: int, start: int | None) -> bool:
+    return process_start_time(pid) != start
+
+
+def _interfaces(prefix: str) -> list[str]:
+    return [name for name in os.listdir("/sys/class/net") if name.startswith(prefix)]
+
+
+def _wait_for(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A run-unique name prefix (short: Mininet adds '-ethN', Linux allows 15 chars)."""
+    return "o" + secrets.token_hex(2)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, prefix: str) -> Iterator[Ledger]:
+    ledger = Ledger(f"test-ovs-{prefix}", root=tmp_path / "ledgers")
+    yield ledger
+    assert ledger.teardown() == []
+
+
+@pytest.fixture
+def no_other_userspace_ovs() -> None:
+    if Path(f"/sys/class/net/{NETDEV_TAP}").exists():
+        pytest.skip("another userspace Open vSwitch runs in the root namespace")
+
+
+def _open_tap(name: str) -> int:
+    """Attach to the existing persistent tap ``name``; returns its fd (non-blocking)."""
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+    return fd
+
+
+def _arp_request(src_mac: bytes, src_ip: str, dst_ip: str) -> bytes:
+    ip = [bytes(int(x) for x in addr.split(".")) for addr in (src_ip, dst_ip)]
+    header = b"\xff" * 6 + src_mac + b"\x08\x06"
+    body = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + src_mac + ip[0] + b"\x00" * 6 + ip[1]
+    return header + body
+
+
+def _read_arp_reply(fd: int, to_mac: bytes, timeout: float) -> bytes | None:
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        frame = os.read(fd, 2048)
+        if frame[:6] == to_mac and frame[12:14] == b"\x08\x06" and frame[20:22] == b"\x00\x02":
+            return frame
+    return None
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str) -> None:
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+
+    setLogLevel("warning")
+    ovs = start_ovs(ledger, tmp_path / "ovs")
+    controller = start_controller(ledger, log_path=tmp_path / "controller.log")
+    pids = [(p, process_start_time(p)) for p in (ovs.ovsdb_pid, ovs.vswitchd_pid,
+                                                 controller.pid)]
+    bridge, tap = f"{prefix}s1", f"{prefix}tap"
+    net = Mininet(topo=None, build=False, controller=None, waitConnected=False)
+    tap_fd = None
+    try:
+        assert os.environ["OVS_RUNDIR"] == str(ovs.workdir)
+        net.addController(controller.remote(f"{prefix}c0"))
+        h1, h2 = net.addHost(f"{prefix}h1"), net.addHost(f"{prefix}h2")
+        s1 = net.addSwitch(bridge, cls=UserspaceOVSSwitch, dpid="1")
+        net.addLink(h1, s1)
+        net.addLink(h2, s1)
+        net.build()
+        net.start()
+        connect_s = wait_connected(ovs, bridge, timeout=15)
+        assert ovs.vsctl("get", "Bridge", bridge, "fail_mode").strip() == "secure"
+        assert ovs.vsctl("get", "Bridge", bridge, "datapath_type").strip() == "netdev"
+
+        ping = h1.cmd("ping -c 5 -i 0.2 -W 2", h2.IP())
+        assert " 0% packet loss" in ping, ping
+        rtt = re.search(r"= [\d.]+/([\d.]+)/", ping)
+
+        server = h2.popen(["iperf3", "-s", "-1", "-p", "5201"])
+        try:
+            _wait_for(lambda: "5201" in h2.cmd("ss -Hltn 'sport = :5201'"), 5, "iperf3 server")
+            out = h1.cmd(f"iperf3 -c {h2.IP()} -p 5201 -t 2 -J --connect-timeout 3000")
+            result = json.loads(out)
+            assert "error" not in result, result.get("error")
+            mbit = result["end"]["sum_received"]["bits_per_second"] / 1e6
+            assert mbit > 10, f"TCP through OVS only reached {mbit:.1f} Mbit/s"
+        finally:
+            server.kill()
+            server.wait()
+
+        flows = ovs.ofctl("-O", "OpenFlow13", "dump-flows", bridge)
+        learned = [line for line in flows.splitlines() if "priority=10" in line]
+        for host in (h1, h2):
+            assert any(f"dl_dst={host.MAC()}" in line for line in learned), flows
+        assert any("priority=0" in line and "CONTROLLER" in line for line in flows.splitlines())
+
+        # A plain tap (as the userspace delayer makes) works as a netdev port: a frame
+        # written into it reaches h1, and h1's unicast reply comes back out of it.
+        subprocess.run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"], check=True)
+        tap_fd = _open_tap(tap)
+        subprocess.run(["ip", "link", "set", tap, "up"], check=True)
+        ovs.vsctl("add-port", bridge, tap)
+        assert ovs.vsctl("get", "Interface", tap, "error").strip() in ("[]", "")
+        mac = bytes.fromhex("02a0" + secrets.token_hex(4))
+        reply = None
+        deadline = time.monotonic() + 5
+        while reply is None and time.monotonic() < deadline:
+            os.write(tap_fd, _arp_request(mac, "10.0.0.99", h1.IP()))
+            reply = _read_arp_reply(tap_fd, mac, 0.3)
+        assert reply is not None, "no ARP reply came back through the tap port"
+        assert reply[6:12] == bytes.fromhex(h1.MAC().replace(":", ""))
+        print(f"\nOVS start {ovs.start_s * 1000:.0f} ms, controller listening "
+              f"{controller.start_s * 1000:.0f} ms, connected after {connect_s:.2f} s, "
+              f"ping avg {rtt.group(1) if rtt else '?'} ms, TCP {mbit:.0f} Mbit/s")
+    finally:
+        if tap_fd is not None:
+            os.close(tap_fd)
+        if Path(f"/sys/class/net/{tap}").exists():
+            subprocess.run(["ip", "link", "del", tap], check=False)
+        net.stop()
+        controller.stop()
+        ovs.stop()
+    assert "OVS_RUNDIR" not in os.environ or os.environ["OVS_RUNDIR"] != str(ovs.workdir)
+    assert [pid for pid, start in pids if not _gone(pid, start)] == []
+    assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
+    assert _interfaces(prefix) == []
+    assert ledger.open_entries() == []
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_teardown_after_vswitchd_crash_removes_its_taps(tmp_path: Path, ledger: Ledger,
+                                                        prefix: str) -> None:
+    """A killed ovs-vswitchd leaves persistent taps; the ledger's undo removes them."""
+    ovs = start_ovs(ledger, tmp_path / "ovs")
+    bridge = f"{prefix}s1"
+    ovs.vsctl("add-br", bridge, "--", "set", "Bridge", bridge, "datapath_type=netdev")
+    ovs.register_bridge(bridge)
+    assert Path(f"/sys/class/net/{NETDEV_TAP}").exists()
+    start = process_start_time(ovs.vswitchd_pid)
+    os.kill(ovs.vswitchd_pid, 9)
+    _wait_for(lambda: _gone(ovs.vswitchd_pid, start), 5, "ovs-vswitchd to die")
+    assert Path(f"/sys/class/net/{bridge}").exists()  # left behind by the crash
+    assert ledger.teardown() == []
+    assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
+    assert _interfaces(prefix) == []
+    assert _gone(ovs.ovsdb_pid, None) or process_start_time(ovs.ovsdb_pid) is None
+    ovs.stop()  # restores the environment; nothing is left to remove
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_refuses_a_second_userspace_ovs_in_the_namespace(
+        tmp_path: Path, ledger: Ledger, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check looks for the datapath tap; stand one in under a name of our own."""
+    fake = f"{prefix}nd"
+    monkeypatch.setattr(ovs_module, "NETDEV_TAP", fake)
+    subprocess.run(["ip", "tuntap", "add", "dev", fake, "mode", "tap"], check=True)
+    try:
+        with pytest.raises(EmulationError, match="only one userspace ovs-vswitchd"):
+            start_ovs(ledger, tmp_path / "ovs")
+    finally:
+        subprocess.run(["ip", "link", "del", fake], check=False)
+    assert ledger.open_entries() == []
+
+
+def test_group_addresses_are_never_learned_destinations() -> None:
+    assert is_group_address("ff:ff:ff:ff:ff:ff")
+    assert is_group_address("01:00:5e:00:00:fb")
+    assert is_group_address("33:33:00:00:00:01")
+    assert not is_group_address("02:00:00:00:00:01")

@@ -1,0 +1,97 @@
+"""The run ledger removes what it recorded, newest first, and only that."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation import ledger as ledgermod
+from testbed.emulation.ledger import Ledger, clean_stale, process_start_time, read_ledger
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_teardown_removes_in_reverse_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    order: list[str] = []
+    monkeypatch.setitem(ledgermod.UNDO, "dir", lambda data: order.append(data["path"]))
+    ledger = Ledger("t1", root=tmp_path)
+    for name in ("a", "b", "c"):
+        ledger.record("dir", path=name)
+    assert ledger.teardown() == []
+    assert order == ["c", "b", "a"]
+    assert not ledger.path.exists()
+
+
+def test_process_entry_kills_only_the_recorded_process(tmp_path: Path):
+    proc = _sleeper()
+    ledger = Ledger("t2", root=tmp_path)
+    ledger.record_process(proc.pid)
+    assert ledger.teardown() == []
+    assert process_start_time(proc.pid) is None  # killed and reaped
+
+
+def test_recycled_pid_is_not_signalled(tmp_path: Path):
+    proc = _sleeper()
+    ledger = Ledger("t3", root=tmp_path)
+    entry = ledger.record_process(proc.pid)
+    # Pretend the recorded process started at another time: it must be left alone.
+    object.__setattr__(entry, "data", {**entry.data, "start": entry.data["start"] + 1})
+    ledger._open[entry.seq] = entry
+    assert ledger.teardown() == []
+    assert proc.poll() is None
+    proc.kill()
+    proc.wait()
+
+
+def test_forget_and_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    seen: list[str] = []
+    monkeypatch.setitem(ledgermod.UNDO, "dir", lambda data: seen.append(data["path"]))
+    ledger = Ledger("t4", root=tmp_path)
+    kept = ledger.record("dir", path="kept")
+    gone = ledger.record("dir", path="gone")
+    ledger.forget(kept)
+    ledger.release(gone)
+    assert seen == ["gone"]
+    _, entries = read_ledger(ledger.path)
+    assert entries == []
+
+
+def test_unknown_kind_is_refused(tmp_path: Path):
+    ledger = Ledger("t5", root=tmp_path)
+    with pytest.raises(KeyError):
+        ledger.record("no-such-kind", x=1)
+
+
+def test_clean_stale_undoes_a_killed_owner(tmp_path: Path):
+    """A run killed with SIGKILL leaves its ledger; ``clean`` removes what it lists."""
+    victim = _sleeper()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = textwrap.dedent(f"""
+        import os, signal
+        from testbed.emulation.ledger import Ledger
+        ledger = Ledger("crashed", root={str(tmp_path)!r})
+        ledger.record_process({victim.pid})
+        ledger.record("dir", path={str(scratch)!r})
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    owner = subprocess.run([sys.executable, "-c", script])
+    assert owner.returncode == -9
+    live = Ledger("live", root=tmp_path)  # a running run's ledger must not be touched
+    other = _sleeper()
+    live.record_process(other.pid)
+    report = clean_stale(tmp_path)
+    assert report == {"crashed": []}
+    assert process_start_time(victim.pid) is None
+    assert not scratch.exists()
+    assert other.poll() is None and process_start_time(other.pid) is not None
+    assert json.loads(live.path.read_text().splitlines()[0])["run"] == "live"
+    live.teardown()
+    assert process_start_time(other.pid) is None
