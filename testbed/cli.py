@@ -38,7 +38,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from testbed.traces import read_traces
 
     df = read_traces(args.run_dir)
-    baseline = args.baseline or sorted(df["policy"].unique())[0]
+    baseline = args.baseline or min(df["policy"].unique())
     result = compare(df, baseline=baseline, n_boot=args.boot, seed=args.seed)
     if args.json:
         print(json.dumps(result, indent=2, default=float))

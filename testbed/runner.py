@@ -15,9 +15,10 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from testbed import __version__
 from testbed.errors import TestbedError
@@ -62,13 +63,13 @@ def _versions() -> dict[str, str]:
 def _git_commit() -> str | None:
     try:
         res = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
+                             capture_output=True, text=True, timeout=5, check=False)
     except OSError:
         return None
     if res.returncode != 0:
         return None
     dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain",
-                            "--untracked-files=no"], capture_output=True, text=True)
+                            "--untracked-files=no"], capture_output=True, text=True, check=False)
     return res.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 

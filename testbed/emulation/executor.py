@@ -21,10 +21,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from testbed.emulation import links as linkmod
 from testbed.emulation.launcher import LauncherClient, start_launcher
@@ -301,7 +302,7 @@ class EventScheduler(threading.Thread):
                 try:
                     self.topo.apply_event(event)
                     outcome = "applied"
-                except Exception as exc:  # recorded; the run continues and reports it
+                except Exception as exc:  # noqa: BLE001 - recorded; the run goes on and reports it
                     outcome = f"failed: {exc}"
                     self.errors.append(f"{event.action} {event.target}: {exc}")
                 fh.write(json.dumps({**event.to_dict(), "due_wall": due,
@@ -318,7 +319,7 @@ def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
     infra.start(scenario)
     progress(f"helpers up ({backend} shaping) in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
-    net = build_network(scenario.topology, prefix, ledger, backend, infra)
+    net = build_network(scenario.topology, prefix, ledger, backend, infra, scenario.seed)
     progress(f"network of {len(net.hosts)} hosts and {len(net.switches)} switches built in "
              f"{time.monotonic() - t0:.1f} s")
     topo = EmulatedTopology(scenario=scenario, infra=infra, net=net, workdir=workdir)

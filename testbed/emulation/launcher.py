@@ -69,7 +69,7 @@ def _child(req: dict) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # report anything to the service's log, then exit non-zero
+    except BaseException:  # noqa: BLE001 - printed to the service's log, exit non-zero
         import traceback
 
         traceback.print_exc()

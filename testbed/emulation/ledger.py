@@ -19,9 +19,9 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 LEDGER_ROOT = Path(os.environ.get("TESTBED_LEDGER_ROOT", "/run/edge-testbed/ledgers"))
 
@@ -140,8 +140,8 @@ def _undo_cgroup(data: dict) -> None:
 @undo_handler("iptables")
 def _undo_iptables(data: dict) -> None:
     """Delete a rule the run inserted (``rule`` is the argv after the table/chain flag)."""
-    check = ["iptables", "-t", data.get("table", "filter"), "-C", data["chain"], *data["rule"]]
-    while subprocess.run(check, capture_output=True).returncode == 0:
+    probe = ["iptables", "-t", data.get("table", "filter"), "-C", data["chain"], *data["rule"]]
+    while subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         _run_quiet(["iptables", "-t", data.get("table", "filter"), "-D", data["chain"],
                     *data["rule"]])
 
@@ -219,7 +219,7 @@ def _undo_all(entries: list[Entry], mark: Callable[[dict], None]) -> list[str]:
                 raise KeyError(f"no undo handler for kind {entry.kind!r}")
             handler(entry.data)
             mark({"undone": entry.seq})
-        except Exception as exc:  # keep removing the rest; report every failure
+        except Exception as exc:  # noqa: BLE001 - keep removing the rest; report each
             errors.append(f"{entry.kind} {entry.data}: {exc}")
     return errors
 

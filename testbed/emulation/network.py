@@ -9,15 +9,18 @@ network namespaces). Everything in the root namespace carries the run's prefix
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import Host
 from mininet.nodelib import LinuxBridge
 
 from testbed.emulation import links as linkmod
 from testbed.emulation.cgroups import NodeCgroup
+from testbed.emulation.firewall_guard import guard_bridges
 from testbed.emulation.ledger import Ledger
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
@@ -50,13 +53,15 @@ class BuiltNetwork:
 
 
 def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
-                  services: Any) -> BuiltNetwork:
+                  services: Any, seed: int = 0) -> BuiltNetwork:
     """Create hosts, switches and shaped links, start them, and record every resource.
 
+    ``seed`` seeds each link's loss and jitter draws (``seed * 1000 + link index``).
     ``services`` is the object that provides what the node runtimes need (the delayer
     for userspace shaping, the Docker engine for docker nodes, OVS and the controller
     for ``switch: ovs``); see :class:`testbed.emulation.executor.Infrastructure`.
     """
+    setLogLevel(os.environ.get("TESTBED_MININET_LOG", "error"))
     switch_cls: Any = LinuxBridge
     controller = None
     if topology.switch == "ovs":
@@ -68,7 +73,7 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     try:
         _add_nodes(built, topology, prefix, ledger, services)
         ports: dict[str, int] = {}
-        for link in topology.links:
+        for index, link in enumerate(topology.links):
             a, b = built.hosts.get(link.a) or built.switches[link.a], \
                 built.hosts.get(link.b) or built.switches[link.b]
             names = []
@@ -77,7 +82,8 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
                 ports[node.name] = port + 1
                 sep = "-e" if node.name.startswith(prefix) else "-eth"
                 names.append(f"{node.name}{sep}{port}")
-            created = linkmod.make_link(net, a, b, link, backend, services.delayer, names)
+            spec = {**link.to_dict(), "seed": seed * 1000 + index}
+            created = linkmod.make_link(net, a, b, spec, backend, services.delayer, names)
             for name in names:
                 if name.startswith(prefix):
                     ledger.record("link", name=name)
@@ -86,6 +92,8 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
             net.addController(controller)
         net.build()
         net.start()
+        if topology.switch == "linuxbridge":
+            guard_bridges(ledger, [sw.name for sw in built.switches.values()])
         if controller is not None:
             for switch in built.switches.values():
                 services.wait_switch_connected(switch)
@@ -123,5 +131,5 @@ def stop_network(built: BuiltNetwork) -> None:
     """Stop Mininet's nodes and links (the ledger removes whatever this leaves)."""
     try:
         built.net.stop()
-    except Exception:  # the ledger's teardown still removes every recorded resource
-        pass
+    except Exception as exc:  # noqa: BLE001 - the ledger still removes every resource
+        warn(f"mininet stop failed ({exc}); the run ledger removes what is left\n")

@@ -13,7 +13,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from testbed.emulation.netns import enter_netns_of
 from testbed.errors import EmulationError
@@ -29,7 +30,7 @@ def in_netns(pid: int, fn: Callable[[], T]) -> T:
         try:
             enter_netns_of(pid)
             result["value"] = fn()
-        except BaseException as exc:  # handed back to the caller's thread
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             result["error"] = exc
 
     thread = threading.Thread(target=body, name=f"netns-{pid}", daemon=True)

@@ -12,8 +12,8 @@ All times are model-time seconds except ``TargetState.delay_s``, which is physic
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -88,5 +88,5 @@ class Policy(ABC):
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick a target among ``view.targets`` for ``task``."""
 
-    def observe(self, outcome: Outcome) -> None:  # noqa: B027 - optional hook
+    def observe(self, outcome: Outcome) -> None:
         """Learn from a completed task. The default ignores it."""
