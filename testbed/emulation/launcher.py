@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.emulation.ledger import Ledger
+from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.netns import enter_netns_of
 from testbed.errors import EmulationError
 
@@ -88,6 +88,28 @@ class _Server:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(control)
         self.sock.listen(64)
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        """SIGCHLD: collect exit codes now. SIGTERM: end the children, then exit."""
+        if signum == signal.SIGCHLD:
+            self.reap()
+            return
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 3.0
+        while self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.01)
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os._exit(0)
 
     def reap(self) -> None:
         for pid in list(self.children):
@@ -149,7 +171,10 @@ def main(argv: list[str] | None = None) -> None:
         importlib.import_module(name)
     gc.collect()
     gc.freeze()  # keep preloaded objects out of the children's copy-on-write churn
-    _Server(args.control).serve()
+    server = _Server(args.control)
+    signal.signal(signal.SIGCHLD, server.on_signal)
+    signal.signal(signal.SIGTERM, server.on_signal)
+    server.serve()
 
 
 class LauncherClient:
@@ -158,6 +183,7 @@ class LauncherClient:
     def __init__(self, control: Path, pid: int) -> None:
         self.control = control
         self.pid = pid
+        self.start = process_start_time(pid)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(str(control))
         self._stream = self._sock.makefile("rwb")

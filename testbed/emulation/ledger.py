@@ -62,23 +62,36 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def is_running(pid: int, start: int | None) -> bool:
+    """Whether the process ``pid`` that started at ``start`` still exists (a zombie, which
+    only waits for its parent to collect its status, does not count)."""
+    if process_start_time(pid) != start:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _same_process(data: dict) -> bool:
     return process_start_time(data["pid"]) == data.get("start")
 
 
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: its own parent collects it
+
+
 def wait_gone(pid: int, start: int | None, timeout: float) -> bool:
-    """Wait until ``pid`` (with that start time) no longer exists; reap it if it is ours."""
+    """Wait until ``pid`` (with that start time) has ended; reap it if it is our child."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        current = process_start_time(pid)
-        if current is None or current != start:
-            return True
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":
+        _reap(pid)
+        if not is_running(pid, start):
+            _reap(pid)
             return True
         time.sleep(0.01)
     return False

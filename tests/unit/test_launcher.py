@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation.launcher import start_launcher
-from testbed.emulation.ledger import Ledger, process_start_time
+from testbed.emulation.ledger import Ledger, is_running
 from testbed.errors import EmulationError
 
 
@@ -19,7 +19,7 @@ def launcher(tmp_path: Path):
     yield client
     client.close()
     assert ledger.teardown() == []
-    assert process_start_time(client.pid) is None
+    assert not is_running(client.pid, client.start)
 
 
 def test_spawned_module_runs_with_its_arguments(launcher, tmp_path: Path):
