@@ -126,6 +126,7 @@ class Sandbox:
         self._processes: dict[int, int | None] = {}
         self._namespaces: set[int] = set()
         self.torn_down = False
+        self.verified = False
 
     def __enter__(self) -> Sandbox:
         return self
@@ -136,6 +137,7 @@ class Sandbox:
             errors = self.teardown()
             if errors:
                 print(f"  teardown errors: {errors}")
+        if not self.verified:
             problems = self.verify()
             if problems:
                 print(f"  LEFT BEHIND: {problems}")
@@ -168,6 +170,7 @@ class Sandbox:
 
     def verify(self) -> list[str]:
         """What the run left behind (an empty list when it left nothing)."""
+        self.verified = True
         problems = []
         names = [n for n in os.listdir(SYS_NET) if n.startswith(self.prefix)]
         if names:
