@@ -81,12 +81,3 @@ class NodeCgroup:
     def procs_files(self) -> list[str]:
         """The files a process writes its pid into to join this node's limits."""
         return [str(p / "cgroup.procs") for p in self.paths]
-
-    def set_cpu(self, cpu: float) -> None:
-        """Change the CPU share live (background-load events)."""
-        quota = max(1000, int(cpu * os.cpu_count() * CFS_PERIOD_US))
-        for path in self.paths:
-            if (path / "cpu.max").exists():
-                (path / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
-            elif (path / "cpu.cfs_quota_us").exists():
-                (path / "cpu.cfs_quota_us").write_text(str(quota))

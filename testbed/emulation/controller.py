@@ -119,6 +119,7 @@ class Controller:
         """Terminate the controller and mark it removed in the ledger. Idempotent."""
         self.ledger.release(self.entry)
         self.process.poll()
+        self.log.close()
 
     def __enter__(self) -> Self:
         return self
@@ -180,25 +181,36 @@ def _controller_ids(ovs: OvsInstance, bridge: str) -> list[str]:
     return _UUID.findall(ovs.vsctl("get", "Bridge", bridge, "controller"))
 
 
-def wait_connected(ovs: OvsInstance, bridge: str, timeout: float = 15.0) -> float:
-    """Wait until ``bridge`` has an OpenFlow connection to one of its controllers.
+def _programmed_by_controller(ovs: OvsInstance, bridge: str) -> bool:
+    flows = ovs.ofctl("-O", "OpenFlow13", "dump-flows", bridge, check=False)
+    return "CONTROLLER" in flows
 
-    Returns the seconds waited. Raises :class:`EmulationError` naming the controllers'
-    status (last error, state) when ``timeout`` passes first.
+
+def wait_connected(ovs: OvsInstance, bridge: str, timeout: float = 15.0) -> float:
+    """Wait until ``bridge`` has an OpenFlow session with one of its controllers.
+
+    Either sign counts: the bridge's Controller record says ``is_connected``, or the
+    bridge's flow table holds an entry that sends to the controller (the learning
+    switch installs its table-miss entry as soon as the session is up; a ``secure``
+    bridge has none before). The second sign matters: OVS writes ``is_connected`` into
+    its database only every few seconds, about 4 s after the session really started.
+    Returns the seconds waited; raises :class:`EmulationError` naming the controllers'
+    status when ``timeout`` passes first.
     """
     began = time.monotonic()
     deadline = began + timeout
+    ids = _controller_ids(ovs, bridge)
+    if not ids:
+        raise EmulationError(f"bridge {bridge} has no controller configured")
     while True:
-        ids = _controller_ids(ovs, bridge)
-        if not ids:
-            raise EmulationError(f"bridge {bridge} has no controller configured")
-        for uuid in ids:
-            if ovs.vsctl("get", "Controller", uuid, "is_connected").strip() == "true":
-                return time.monotonic() - began
+        if _programmed_by_controller(ovs, bridge) or any(
+                ovs.vsctl("get", "Controller", uuid, "is_connected").strip() == "true"
+                for uuid in ids):
+            return time.monotonic() - began
         if time.monotonic() > deadline:
             raise EmulationError(f"bridge {bridge} did not connect to its controller within "
                                  f"{timeout:.0f} s: {controller_status(ovs, bridge)}")
-        time.sleep(_POLL_S * 2.5)
+        time.sleep(_POLL_S)
 
 
 def main(argv: list[str] | None = None) -> None:

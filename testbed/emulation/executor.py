@@ -17,6 +17,8 @@ removed in reverse order on success, exception, SIGINT or SIGTERM):
 from __future__ import annotations
 
 import json
+import math
+import os
 import signal
 import sys
 import threading
@@ -39,6 +41,7 @@ from testbed.scenario.model import Event, Scenario, Service
 Progress = Callable[[str], None]
 SERVICE_START_TIMEOUT_S = 60.0
 START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
+PROGRESS_EVERY_S = 5.0  # wall seconds between progress lines while a policy replays
 
 
 class Interrupted(BaseException):
@@ -136,6 +139,7 @@ class EmulatedTopology:
     net: BuiltNetwork
     workdir: Path
     services: dict[str, RunningService] = field(default_factory=dict)
+    loads: dict[str, list[RunningService]] = field(default_factory=dict)
 
     # ----- services -------------------------------------------------------------------
     def service_argv(self, svc: Service) -> list[str]:
@@ -148,37 +152,59 @@ class EmulatedTopology:
             argv += [f"--{key.replace('_', '-')}", str(value)]
         return argv
 
-    def start_service(self, svc: Service) -> None:
+    def spawn(self, svc: Service, module: str, argv: list[str], log: Path) -> RunningService:
+        """Start ``python -m module`` on ``svc.node`` in its runtime (namespace, limits)."""
         host = self.net.hosts[svc.node]
-        node = self.scenario.node(svc.node)
-        module = f"nodes.{svc.program}"
-        argv = self.service_argv(svc)
-        log = self.workdir / f"service-{svc.name}.log"
-        if node.runtime == "docker":
+        if self.scenario.node(svc.node).runtime == "docker":
             handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log))
-            self.services[svc.name] = RunningService(svc, handle=handle)
-            return
+            return RunningService(svc, handle=handle)
         cgroup = self.net.cgroups.get(svc.node)
         pid = self.infra.launcher.spawn(host.pid, module, argv, log,
                                         cgroups=cgroup.procs_files if cgroup else None)
-        self.infra.ledger.record_process(pid, what=f"service {svc.name}")
-        self.services[svc.name] = RunningService(svc, pid=pid)
+        self.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
+        return RunningService(svc, pid=pid)
 
-    def stop_service(self, name: str) -> None:
-        """Kill a service abruptly (a crash event)."""
-        running = self.services.pop(name, None)
-        if running is None:
-            return
+    def start_service(self, svc: Service) -> None:
+        self.services[svc.name] = self.spawn(svc, f"nodes.{svc.program}",
+                                             self.service_argv(svc),
+                                             self.workdir / f"service-{svc.name}.log")
+
+    def end(self, running: RunningService, sig: signal.Signals) -> None:
+        """Stop one started program with ``sig`` and wait until it has ended."""
         if running.handle is not None:
             self.net.hosts[running.service.node].stop_service(running.handle)
-        elif running.pid is not None:
-            import os
-
-            try:
-                os.kill(running.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            return
+        try:
+            os.kill(running.pid, sig)
+        except ProcessLookupError:
+            return
+        if self.infra.launcher.wait(running.pid, timeout=5.0) is None:
+            os.kill(running.pid, signal.SIGKILL)
             self.infra.launcher.wait(running.pid, timeout=5.0)
+
+    def stop_service(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Stop a service: SIGKILL for a crash, SIGTERM for a graceful leave."""
+        running = self.services.pop(name, None)
+        if running is not None:
+            self.end(running, sig)
+
+    def set_load(self, node_name: str, cpu: float) -> None:
+        """Replace the node's background load with ``cpu`` (share of the machine).
+
+        The load is ``ceil(cpu * cores)`` burner processes of equal duty cycle, run like a
+        service of the node, so a node's CPU limit applies to its load too.
+        """
+        for running in self.loads.pop(node_name, []):
+            self.end(running, signal.SIGTERM)
+        if cpu <= 0:
+            return
+        demand = cpu * (os.cpu_count() or 1)
+        count = math.ceil(demand - 1e-9)
+        where = Service(name=f"load-{node_name}", program="cpu_load", node=node_name)
+        self.loads[node_name] = [
+            self.spawn(where, "nodes.cpu_load", ["--duty", repr(demand / count)],
+                       self.workdir / f"load-{node_name}-{i}.log")
+            for i in range(count)]
 
     def url(self, svc: Service, client: str, path: str = "") -> str:
         """How ``client`` reaches ``svc`` (loopback when both share a host)."""
@@ -226,35 +252,32 @@ class EmulatedTopology:
             linkmod.set_link_up(self.net.link(event.target), action == "link_up")
         elif action == "link_change":
             linkmod.set_link_params(self.net.link(event.target), **dict(event.params))
-        elif action in ("leave", "join"):
-            for link in self.scenario.topology.links:
-                if event.target in (link.a, link.b):
-                    linkmod.set_link_up(self.net.link(link.name), action == "join")
+        elif action == "leave":
+            for svc in self.scenario.services_on(event.target):
+                self.stop_service(svc.name, signal.SIGTERM)
+            self._set_node_links(event.target, up=False)
+        elif action == "join":
+            self._set_node_links(event.target, up=True)
+            self._start_missing()
         elif action == "crash":
             for svc in self.scenario.services_on(event.target):
                 self.stop_service(svc.name)
         elif action == "load":
-            self.set_cpu(event.target, float(event.params["cpu"]))
+            self.set_load(event.target, float(event.params["cpu"]))
         else:
             raise EmulationError(f"event action {action!r} is not supported by emulation")
 
-    def set_cpu(self, node_name: str, cpu: float) -> None:
-        node = self.scenario.node(node_name)
-        host = self.net.hosts[node_name]
-        if node.runtime == "docker":
-            host.set_cpu(cpu)
-            return
-        cgroup = self.net.cgroups.get(node_name)
-        if cgroup is None:
-            from testbed.emulation.cgroups import NodeCgroup
+    def _set_node_links(self, node: str, up: bool) -> None:
+        for link in self.scenario.topology.links:
+            if node in (link.a, link.b):
+                linkmod.set_link_up(self.net.link(link.name), up)
 
-            cgroup = NodeCgroup(self.infra.ledger, self.infra.prefix, node_name, cpu, None)
-            self.net.cgroups[node_name] = cgroup
-            for running in self.services.values():
-                if running.service.node == node_name and running.pid is not None:
-                    for procs in cgroup.procs_files:
-                        Path(procs).write_text(str(running.pid))
-        cgroup.set_cpu(cpu)
+    def _start_missing(self) -> None:
+        missing = [s for s in self.scenario.services if s.name not in self.services]
+        for svc in missing:
+            self.start_service(svc)
+        if missing:
+            self.wait_services([s.name for s in missing])
 
     def restore(self, events: tuple[Event, ...]) -> None:
         """Undo the effects of ``events`` so the next policy starts from the same state."""
@@ -268,17 +291,10 @@ class EmulatedTopology:
                                         bw_mbit=link.bw_mbit)
                 linkmod.set_link_up(built, True)
             elif event.action in ("leave", "join"):
-                for link in topology.links:
-                    if event.target in (link.a, link.b):
-                        linkmod.set_link_up(self.net.link(link.name), True)
-            elif event.action == "load":
-                node = topology.node(event.target)
-                self.set_cpu(event.target, node.cpu if node.cpu is not None else 1.0)
-        missing = [s for s in self.scenario.services if s.name not in self.services]
-        for svc in missing:
-            self.start_service(svc)
-        if missing:
-            self.wait_services([s.name for s in missing])
+                self._set_node_links(event.target, up=True)
+        for node in list(self.loads):
+            self.set_load(node, 0.0)
+        self._start_missing()
 
 
 class EventScheduler(threading.Thread):
@@ -368,10 +384,13 @@ def replay_policy(topo: EmulatedTopology, run: str, policy: str, repetition: int
     deadline = time.monotonic() + budget
     try:
         for client, pid in pids.items():
-            code = topo.infra.launcher.wait(pid, timeout=max(0.0, deadline - time.monotonic()))
-            if code is None:
-                raise EmulationError(f"dispatcher on {client} did not finish within "
-                                     f"{budget:.0f} s")
+            while (code := topo.infra.launcher.wait(pid, timeout=PROGRESS_EVERY_S)) is None:
+                if time.monotonic() > deadline:
+                    raise EmulationError(f"dispatcher on {client} did not finish within "
+                                         f"{budget:.0f} s")
+                model_now = (time.time() - start_at) * scenario.time_scale
+                progress(f"  {policy} (repetition {repetition}): model time "
+                         f"{min(model_now, scenario.duration):.0f}/{scenario.duration:g} s")
             if code != 0:
                 log = topo.workdir / f"dispatch-{tag}-{client}.log"
                 raise EmulationError(f"dispatcher on {client} exited with {code}: "

@@ -61,6 +61,20 @@ def _run(argv: list[str], env: dict[str, str] | None = None,
                           env=None if env is None else {**os.environ, **env}, check=False)
 
 
+def is_alive(pid: int, start: int | None = None) -> bool:
+    """True while ``pid`` runs (and, given ``start``, is still that same process).
+
+    A zombie counts as gone: detached OVS daemons are reparented to init, which may reap
+    them only later.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and (start is None or int(fields[19]) == start)
+
+
 def _interface_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
@@ -108,7 +122,7 @@ def _undo_vswitchd(data: dict) -> None:
     fallback. Whatever tap of the instance is left without a holder is then deleted.
     """
     pid, start = data["pid"], data.get("start")
-    if process_start_time(pid) == start:
+    if is_alive(pid, start):
         ctl = Path(data["rundir"]) / f"ovs-vswitchd.{pid}.ctl"
         if ctl.exists():
             try:
@@ -129,8 +143,10 @@ def _undo_bridge(data: dict) -> None:
     """Delete a bridge of a private OVS instance, and its tap if it was left behind."""
     socket = Path(data["db"])
     if socket.exists():
+        # Wait for ovs-vswitchd to apply the change only if it still runs.
+        wait = [] if is_alive(data["vswitchd"], data.get("vswitchd_start")) else ["--no-wait"]
         try:
-            _run(["ovs-vsctl", f"--db=unix:{socket}", "--timeout=5", "--if-exists",
+            _run(["ovs-vsctl", f"--db=unix:{socket}", "--timeout=5", *wait, "--if-exists",
                   "del-br", data["name"]], timeout=8)
         except subprocess.TimeoutExpired:
             pass
@@ -167,7 +183,7 @@ class OvsInstance:
 
     @property
     def running(self) -> bool:
-        return process_start_time(self.vswitchd_pid) is not None
+        return is_alive(self.vswitchd_pid)
 
     def vsctl(self, *args: str, check: bool = True) -> str:
         """Run ``ovs-vsctl`` against this instance; returns its stdout."""
@@ -188,8 +204,9 @@ class OvsInstance:
     def register_bridge(self, name: str) -> Entry:
         """Record bridge ``name`` (just created on this instance) in the ledger."""
         if name not in self.bridges:
-            self.bridges[name] = self.ledger.record("ovs_bridge", name=name,
-                                                    db=str(self.db_socket))
+            self.bridges[name] = self.ledger.record(
+                "ovs_bridge", name=name, db=str(self.db_socket), vswitchd=self.vswitchd_pid,
+                vswitchd_start=process_start_time(self.vswitchd_pid))
         return self.bridges[name]
 
     def release_bridge(self, name: str) -> None:
@@ -266,9 +283,16 @@ def _check_no_other_userspace_ovs() -> None:
 
 
 def _daemon(argv: list[str], env: dict[str, str], pidfile: Path, log: Path) -> int:
+    """Run an OVS daemon with ``--detach`` (returns once it is ready); its pid."""
+    pidfile.unlink(missing_ok=True)
     try:
         result = _run(argv, env=env)
     except subprocess.TimeoutExpired as exc:
+        if pidfile.exists():  # the daemon forked but never became ready: end it
+            pid = _read_pid(pidfile)
+            start = process_start_time(pid)
+            _run(["kill", "-KILL", str(pid)])
+            wait_gone(pid, start, 3.0)
         raise EmulationError(f"{argv[0]} did not become ready within "
                              f"{_COMMAND_TIMEOUT_S:.0f} s; log:\n{_log_tail(log)}") from exc
     if result.returncode != 0:
@@ -301,7 +325,7 @@ def start_ovs(ledger: Ledger, workdir: Path | str) -> OvsInstance:
     try:
         for pidfile in ("ovsdb-server.pid", "ovs-vswitchd.pid"):
             old = workdir / pidfile
-            if old.exists() and process_start_time(_read_pid(old)) is not None:
+            if old.exists() and is_alive(_read_pid(old)):
                 raise EmulationError(f"{workdir}: an OVS instance still runs there "
                                      f"({pidfile} names a live process)")
         db = workdir / "conf.db"
@@ -350,6 +374,8 @@ def _runner_for(instance: OvsInstance) -> Runner:
         text = cmd[0] if len(cmd) == 1 else " ".join(str(arg) for arg in cmd)
         if not isinstance(text, str):
             text = " ".join(str(arg) for arg in text)
+        if text.startswith("ovs-vsctl "):  # never hang on a daemon that died
+            text = text.replace("ovs-vsctl ", "ovs-vsctl --timeout=10 ", 1)
         kwargs["shell"] = True
         return errRun(f"{prefix} {text}", **kwargs)
 

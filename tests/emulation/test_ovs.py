@@ -26,7 +26,7 @@ from testbed.emulation import ovs as ovs_module
 from testbed.emulation.controller import start_controller, wait_connected
 from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.osken_switch import is_group_address
-from testbed.emulation.ovs import NETDEV_TAP, UserspaceOVSSwitch, start_ovs
+from testbed.emulation.ovs import NETDEV_TAP, UserspaceOVSSwitch, is_alive, start_ovs
 from testbed.errors import EmulationError
 
 needs_ovs = pytest.mark.skipif(
@@ -39,7 +39,7 @@ IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
 
 
 def _gone(pid: int, start: int | None) -> bool:
-    return process_start_time(pid) != start
+    return not is_alive(pid, start)
 
 
 def _interfaces(prefix: str) -> list[str]:
@@ -104,6 +104,7 @@ def _read_arp_reply(fd: int, to_mac: bytes, timeout: float) -> bytes | None:
 def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str) -> None:
     from mininet.log import setLogLevel
     from mininet.net import Mininet
+    from mininet.topo import Topo
 
     setLogLevel("warning")
     ovs = start_ovs(ledger, tmp_path / "ovs")
@@ -111,22 +112,25 @@ def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str)
     pids = [(p, process_start_time(p)) for p in (ovs.ovsdb_pid, ovs.vswitchd_pid,
                                                  controller.pid)]
     bridge, tap = f"{prefix}s1", f"{prefix}tap"
-    net = Mininet(topo=None, build=False, controller=None, waitConnected=False)
+    topo = Topo()  # built from a Topo, Mininet starts OVS switches in one batch
+    topo.addSwitch(bridge, cls=UserspaceOVSSwitch, dpid="1")
+    for host in ("h1", "h2"):
+        topo.addLink(topo.addHost(f"{prefix}{host}"), bridge)
+    net = Mininet(topo=topo, build=False, controller=None, waitConnected=False)
     tap_fd = None
     try:
         assert os.environ["OVS_RUNDIR"] == str(ovs.workdir)
         net.addController(controller.remote(f"{prefix}c0"))
-        h1, h2 = net.addHost(f"{prefix}h1"), net.addHost(f"{prefix}h2")
-        s1 = net.addSwitch(bridge, cls=UserspaceOVSSwitch, dpid="1")
-        net.addLink(h1, s1)
-        net.addLink(h2, s1)
         net.build()
+        h1, h2 = net.get(f"{prefix}h1", f"{prefix}h2")
         net.start()
         connect_s = wait_connected(ovs, bridge, timeout=15)
         assert ovs.vsctl("get", "Bridge", bridge, "fail_mode").strip() == "secure"
         assert ovs.vsctl("get", "Bridge", bridge, "datapath_type").strip() == "netdev"
 
-        ping = h1.cmd("ping -c 5 -i 0.2 -W 2", h2.IP())
+        first = h1.cmd("ping -c 3 -i 0.2 -W 2", h2.IP())  # ARP + packet-ins, then flows
+        assert " 0% packet loss" in first, first
+        ping = h1.cmd("ping -c 20 -i 0.05 -W 2", h2.IP())
         assert " 0% packet loss" in ping, ping
         rtt = re.search(r"= [\d.]+/([\d.]+)/", ping)
 
@@ -184,6 +188,32 @@ def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str)
 @pytest.mark.emulation
 @needs_ovs
 @pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_switch_without_controller_is_a_standalone_bridge(tmp_path: Path, ledger: Ledger,
+                                                          prefix: str) -> None:
+    """Switches added one by one (not batched) and no controller: a learning bridge."""
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+
+    setLogLevel("warning")
+    with start_ovs(ledger, tmp_path / "ovs") as ovs:
+        net = Mininet(topo=None, build=False, controller=None, waitConnected=False)
+        try:
+            s1 = net.addSwitch(f"{prefix}s1", cls=UserspaceOVSSwitch, ovs=ovs, dpid="1")
+            for name in ("h1", "h2"):
+                net.addLink(net.addHost(f"{prefix}{name}"), s1)
+            net.build()
+            net.start()
+            assert ovs.vsctl("get", "Bridge", s1.name, "fail_mode").strip() == "standalone"
+            assert net.pingAll(timeout=2) == 0
+        finally:
+            net.stop()
+    assert _interfaces(prefix) == []
+    assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
 def test_teardown_after_vswitchd_crash_removes_its_taps(tmp_path: Path, ledger: Ledger,
                                                         prefix: str) -> None:
     """A killed ovs-vswitchd leaves persistent taps; the ledger's undo removes them."""
@@ -199,7 +229,7 @@ def test_teardown_after_vswitchd_crash_removes_its_taps(tmp_path: Path, ledger: 
     assert ledger.teardown() == []
     assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
     assert _interfaces(prefix) == []
-    assert _gone(ovs.ovsdb_pid, None) or process_start_time(ovs.ovsdb_pid) is None
+    assert _gone(ovs.ovsdb_pid, None)
     ovs.stop()  # restores the environment; nothing is left to remove
 
 

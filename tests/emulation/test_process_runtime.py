@@ -1,0 +1,74 @@
+"""Process-runtime services run inside their host's namespace and cgroup limits."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation.executor import bring_up
+from testbed.emulation.ledger import Ledger, is_running, process_start_time
+from testbed.emulation.network import stop_network
+from testbed.scenario.loader import scenario_from_dict
+
+pytestmark = pytest.mark.emulation
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
+    scenario = scenario_from_dict({
+        "name": "limits",
+        "topology": {
+            "nodes": [{"name": "c1", "role": "client"},
+                      {"name": "srv", "role": "server", "tier": "edge", "cpu": 0.2,
+                       "memory_mb": 200}],
+            "links": [{"a": "c1", "b": "srv", "delay_ms": 1}],
+        },
+        "services": [{"name": "edge", "program": "tier_server", "node": "srv",
+                      "params": {"workers": 1, "mu": 1.0}}],
+        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": 1.0}},
+        "policies": ["jsq"],
+        "duration": 5,
+    })
+    ledger = Ledger(f"tbt-proc-{os.getpid()}-{time.time_ns()}", root=tmp_path / "ledgers")
+    work = tmp_path / "work"
+    work.mkdir()
+    topo = None
+    try:
+        topo = bring_up(scenario, ledger, work, f"tb{os.getpid() % 0xffff:04x}",
+                        progress=lambda _l: None)
+        srv = topo.net.hosts["srv"]
+        pid = topo.services["edge"].pid
+        # The service shares its host's network namespace, not the harness's.
+        netns = os.readlink(f"/proc/{pid}/ns/net")
+        assert netns == os.readlink(f"/proc/{srv.pid}/ns/net")
+        assert netns != os.readlink("/proc/self/ns/net")
+        # It sits in the node's cgroups, which hold the node's limits.
+        cgroup = topo.net.cgroups["srv"]
+        membership = Path(f"/proc/{pid}/cgroup").read_text()
+        for path in cgroup.paths:
+            assert str(path).split("/edge-testbed/", 1)[1] in membership
+        # A full background load (the whole machine) is held to the node's 0.2 share.
+        topo.set_load("srv", 1.0)
+        burners = [r.pid for r in topo.loads["srv"]]
+        starts = [process_start_time(b) for b in burners]
+        before = sum(_cpu_seconds(b) for b in burners)
+        t0 = time.monotonic()
+        time.sleep(2.0)  # measuring a rate over a fixed window
+        used = sum(_cpu_seconds(b) for b in burners) - before
+        cores = used / (time.monotonic() - t0)
+        assert 0.3 < cores < 0.5, cores  # 0.2 of 2 cores = 0.4 of a core
+        topo.set_load("srv", 0.0)
+        assert "srv" not in topo.loads
+        assert not any(is_running(b, s) for b, s in zip(burners, starts))
+    finally:
+        if topo is not None:
+            stop_network(topo.net)
+        assert ledger.teardown() == []
