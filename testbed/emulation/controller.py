@@ -87,6 +87,10 @@ class OsKenRemoteController(RemoteController):
     def checkListening(self) -> None:
         """Nothing to check: the controller listened before this object existed."""
 
+    def stop(self) -> None:
+        """End this node's helper shell (Mininet's remote controller would leave it)."""
+        self.terminate()
+
 
 @dataclass
 class Controller:

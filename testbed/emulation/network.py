@@ -66,7 +66,7 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     controller = None
     if topology.switch == "ovs":
         switch_cls = services.ovs_switch_class()
-        controller = services.controller
+        controller = services.controller.remote(f"{prefix}c0")
     net = Mininet(topo=None, controller=None, switch=switch_cls, build=False,
                   autoSetMacs=True, waitConnected=False, inNamespace=False)
     built = BuiltNetwork(net=net, hosts={}, switches={}, links={}, backend=backend)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Self
 
 SYS_NET = Path("/sys/class/net")
 
@@ -95,6 +95,15 @@ def memory_kb(pids: Iterable[int]) -> dict[str, int]:
     return total
 
 
+def cpu_ms(pid: int) -> float:
+    """CPU time ``pid`` has used so far, in milliseconds (``/proc/PID/schedstat``, ns
+    resolution); NaN if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6
+    except OSError:
+        return math.nan
+
+
 def new_prefix() -> str:
     """``tb`` + 4 hex digits that no interface of the root namespace starts with."""
     names = os.listdir(SYS_NET)
@@ -128,7 +137,7 @@ class Sandbox:
         self.torn_down = False
         self.verified = False
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -192,22 +201,3 @@ class Sandbox:
             problems.append("iptables FORWARD rules naming the run")
         return problems
 
-
-def reap_children() -> None:
-    """Collect exited children of this process (Mininet's shells) so none stay zombies."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def fmt(value: Any, digits: int = 1) -> str:
-    """A table cell: numbers rounded, NaN and None as ``-``."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)

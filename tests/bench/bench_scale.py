@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.bench import Sandbox, memory_kb, process_group
+from tests.bench import Sandbox, cpu_ms, memory_kb, percentile, process_group
 
 LINK_DELAY_MS = 1.0
 SERVICE_PORT = 8000
@@ -106,6 +106,8 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
             out["probe_ms"] = _probe_farthest(topo) * 1000.0
             pids = _harness_pids(topo)
             out.update(memory_kb(pids))
+            service_cpu = [cpu_ms(r.pid) for r in topo.services.values() if r.pid]
+            out["service_cpu_ms_p50"] = percentile(service_cpu, 50)
             sandbox.snapshot(pids)
         finally:
             began = time.monotonic()

@@ -16,6 +16,7 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 
 from testbed.emulation import ovs as ovs_module
 from testbed.emulation.controller import start_controller, wait_connected
-from testbed.emulation.ledger import Ledger, process_start_time
+from testbed.emulation.ledger import Ledger, clean_stale, process_start_time
 from testbed.emulation.osken_switch import is_group_address
 from testbed.emulation.ovs import NETDEV_TAP, UserspaceOVSSwitch, is_alive, start_ovs
 from testbed.errors import EmulationError
@@ -44,6 +45,19 @@ def _gone(pid: int, start: int | None) -> bool:
 
 def _interfaces(prefix: str) -> list[str]:
     return [name for name in os.listdir("/sys/class/net") if name.startswith(prefix)]
+
+
+def _mininet_shells(prefix: str) -> list[int]:
+    """Pids of Mininet node shells (``bash ... mininet:<name>``) of this test's nodes."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if f"mininet:{prefix}".encode() in cmdline and is_alive(int(proc.name)):
+            pids.append(int(proc.name))
+    return pids
 
 
 def _wait_for(condition: object, timeout: float, what: str) -> None:
@@ -182,6 +196,7 @@ def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str)
     assert [pid for pid, start in pids if not _gone(pid, start)] == []
     assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
     assert _interfaces(prefix) == []
+    assert _mininet_shells(prefix) == []
     assert ledger.open_entries() == []
 
 
@@ -231,6 +246,48 @@ def test_teardown_after_vswitchd_crash_removes_its_taps(tmp_path: Path, ledger: 
     assert _interfaces(prefix) == []
     assert _gone(ovs.ovsdb_pid, None)
     ovs.stop()  # restores the environment; nothing is left to remove
+
+
+CRASHING_RUN = """
+import sys, time
+from pathlib import Path
+from testbed.emulation.controller import start_controller
+from testbed.emulation.ledger import Ledger
+from testbed.emulation.ovs import start_ovs
+root, workdir, bridge = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+ledger = Ledger("crashed", root=root)
+ovs = start_ovs(ledger, workdir)
+controller = start_controller(ledger)
+ovs.vsctl("add-br", bridge, "--", "set", "Bridge", bridge, "datapath_type=netdev")
+ovs.register_bridge(bridge)
+print(ovs.ovsdb_pid, ovs.vswitchd_pid, controller.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_crashed_run_is_cleaned_from_its_ledger(tmp_path: Path, prefix: str) -> None:
+    """The owner dies with kill -9; clean_stale removes daemons, controller and taps."""
+    root, bridge = tmp_path / "ledgers", f"{prefix}s1"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_RUN, str(root), str(tmp_path / "ovs"), bridge],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        line = owner.stdout.readline() if owner.stdout else ""
+        pids = [int(pid) for pid in line.split()]
+        assert len(pids) == 3, f"the crashing run did not start: {line!r}"
+        starts = [process_start_time(pid) for pid in pids]
+        assert Path(f"/sys/class/net/{bridge}").exists()
+    finally:
+        owner.kill()
+        owner.wait()
+    report = clean_stale(root)
+    assert report == {"crashed": []}
+    assert [pid for pid, start in zip(pids, starts) if not _gone(pid, start)] == []
+    assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()
+    assert _interfaces(prefix) == []
 
 
 @pytest.mark.emulation
