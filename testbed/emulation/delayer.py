@@ -59,11 +59,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.emulation.ledger import Entry, Ledger
+from testbed.emulation.netns import setns
 from testbed.errors import EmulationError
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-CLONE_NEWNET = 0x40000000
 PR_SET_TIMERSLACK = 29
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
@@ -92,10 +92,6 @@ def _check(ret: int, what: str) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return ret
-
-
-def _setns(fd: int) -> None:
-    _check(_libc.setns(fd, CLONE_NEWNET), "setns")
 
 
 class _TimerFd:
@@ -138,7 +134,7 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
         raise ValueError(f"interface name must be 1..15 bytes, got {ifname!r}")
     target = os.open(f"/proc/{netns_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _setns(target)
+        setns(target)
         try:
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
@@ -148,7 +144,7 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
                 os.close(fd)
                 raise
         finally:
-            _setns(home_ns)
+            setns(home_ns)
     finally:
         os.close(target)
     return fd

@@ -205,9 +205,9 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
     from testbed.emulation.network import stop_network
     from testbed.scenario.loader import scenario_from_dict
 
-    n_sat = 2000 if quick else 6000
+    n_sat = 2000 if quick else 10000
     n_low = 150 if quick else 500
-    rounds = 1 if quick else 3
+    rounds = 1 if quick else 5
     scenario = scenario_from_dict(scenario_dict(), source="<bench-dispatch>")
     result: dict[str, Any] = {"n_saturation": n_sat, "n_low": n_low, "rounds": rounds,
                               "max_inflight": MAX_INFLIGHT}

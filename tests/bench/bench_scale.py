@@ -7,7 +7,8 @@ tier) is brought up with the executor's :func:`~testbed.emulation.executor.bring
 which returns once every service answers ``/health``. Measured: the time to validate
 the scenario, the time until every service answers (split into helpers, network build
 and services), one request from the client to the farthest server across the bridge,
-the memory of everything the run started (PSS and RSS of the launcher and its
+the frames the delayer relayed during bring-up and their worst p99 lateness, the
+memory of everything the run started (PSS and RSS of the launcher and its
 children, the delayer and every Mininet node shell), and the teardown time
 (``stop_network`` + ``ledger.teardown``).
 
@@ -77,6 +78,21 @@ def _probe_farthest(topo: Any) -> float:
     return in_netns(topo.net.hosts["c1"].pid, get)
 
 
+def _delayer_traffic(topo: Any) -> dict[str, Any]:
+    """Frames the delayer forwarded so far (all links, both directions) and the worst
+    per-direction p99 lateness of their release, in ms (None without a delayer)."""
+    delayer = topo.infra.delayer
+    if delayer is None:
+        return {"delayer_frames": None, "delayer_late_p99_ms": None}
+    frames, late = 0, 0.0
+    for link in topo.net.links.values():
+        stats = delayer.stats(link.link_id)
+        for direction in (stats["a_to_b"], stats["b_to_a"]):
+            frames += direction["forwarded"]
+            late = max(late, direction["late_p99_us"] or 0.0)
+    return {"delayer_frames": frames, "delayer_late_p99_ms": late / 1000.0}
+
+
 def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
     """Bring up, measure and tear down the ``n``-host scenario with the harness."""
     from testbed.emulation.executor import bring_up
@@ -103,6 +119,7 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
             out["network_s"] = network - helpers
             out["services_s"] = services - network
             out["services"] = len(topo.services)
+            out.update(_delayer_traffic(topo))
             out["probe_ms"] = _probe_farthest(topo) * 1000.0
             pids = _harness_pids(topo)
             out.update(memory_kb(pids))

@@ -86,13 +86,15 @@ def scale_detail_rows(scale: list[dict[str, Any]]) -> list[list[Any]]:
         h = row["harness"]
         rows.append([row["hosts"], h["load_s"], h["helpers_s"], h["network_s"],
                      row["network_ratio"], h["services_s"], h["service_cpu_ms_p50"],
-                     h["probe_ms"], h["stop_network_s"], h["ledger_teardown_s"],
+                     h["delayer_frames"], h["delayer_late_p99_ms"], h["probe_ms"],
+                     h["stop_network_s"], h["ledger_teardown_s"],
                      h["rss_kb"] / 1024, h["processes"]])
     return rows
 
 
 SCALE_DETAIL_HEADER = ["hosts", "load s", "helpers s", "network s", "network/mininet",
-                       "services s", "svc CPU ms p50", "probe ms", "stop_network s",
+                       "services s", "svc CPU ms p50", "delayer frames",
+                       "late p99 ms", "probe ms", "stop_network s",
                        "ledger teardown s", "RSS sum MB", "processes"]
 
 
