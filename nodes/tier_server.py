@@ -7,7 +7,9 @@ response reports the timestamps (``server_arrival``, ``start``, ``end``) from wh
 dispatcher splits latency into network, wait and service.
 
 ``GET /state`` exposes what a client may observe (queue, busy and active workers, the
-arrival rate over a sliding window, the per-worker service rate), in model time.
+arrival rate over a sliding window, the per-worker service rate, the speed), in model
+time. ``GET /state?detail=1`` adds what only an oracle may see: the remaining service
+time of every task in service and the service time of every queued task (FIFO order).
 ``POST /admin/workers`` lets the harness disable workers for fault events and
 ``POST /reset`` clears the counters between repetitions. The HTTP reference is
 ``docs/services.md``.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import itertools
 import logging
 import math
 import sys
@@ -142,6 +145,12 @@ class TierServer:
         self.pool = WorkerPool(workers)
         self.completed = 0
         self._arrivals: deque[float] = deque()  # time.monotonic() instants in the window
+        # For ?detail=1: service time (model s, size / speed) of every task between its
+        # arrival and resuming with a worker, in arrival order; and the loop-clock end of
+        # the hold of every task in service, by worker.
+        self._waiting: dict[int, float] = {}
+        self._tickets = itertools.count()
+        self._deadlines: dict[int, float] = {}
         self._since = time.monotonic()  # start or last reset
         self._executor = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tier-worker")
@@ -176,10 +185,23 @@ class TierServer:
             "c": self.pool.c,
             "arrival_rate": self.arrival_rate(time.monotonic()),
             "service_rate": self.mu * self.speed,
+            "speed": self.speed,
             "window_s": self.window_s,
             "completed": self.completed,
             "time": time.time(),
         }
+
+    def backlog(self, now: float) -> dict[str, list[float]]:
+        """What ``?detail=1`` adds, in model seconds at this tier's speed, at loop time ``now``.
+
+        ``in_service_remaining`` has one entry per busy worker and ``queued`` one per
+        waiting task (FIFO order), consistent with ``busy`` and ``queue``: a task handed a
+        worker that has not resumed yet counts as in service with its whole service time.
+        """
+        waiting = list(self._waiting.values())
+        handed = len(waiting) - self.pool.queue  # the oldest entries already hold a worker
+        remaining = [max(0.0, end - now) * self.time_scale for end in self._deadlines.values()]
+        return {"in_service_remaining": remaining + waiting[:handed], "queued": waiting[handed:]}
 
     async def _hold(self, deadline: float) -> None:
         """Occupy the worker until loop-clock ``deadline`` according to the service model."""
@@ -200,12 +222,20 @@ class TierServer:
         server_arrival = time.time()
         self._arrivals.append(time.monotonic())
         queue_at_arrival = self.pool.queue
-        worker = await self.pool.acquire()
+        ticket = next(self._tickets)
+        self._waiting[ticket] = body["size"] / self.speed
+        try:
+            worker = await self.pool.acquire()
+        finally:
+            del self._waiting[ticket]
         try:
             start = time.time()
-            await self._hold(loop.time() + self.hold_s(body["size"]))
+            deadline = loop.time() + self.hold_s(body["size"])
+            self._deadlines[worker] = deadline
+            await self._hold(deadline)
             end = time.time()
         finally:
+            self._deadlines.pop(worker, None)
             self.pool.release(worker)
         self.completed += 1
         return web.json_response(
@@ -221,8 +251,14 @@ class TierServer:
         )
 
     async def handle_state(self, request: web.Request) -> web.Response:
-        """``GET /state``."""
-        return web.json_response(self.state())
+        """``GET /state``; with ``?detail=1`` also the :meth:`backlog` (for an oracle)."""
+        detail = request.query.get("detail", "0")
+        if detail not in ("0", "1"):
+            raise client_error(web.HTTPBadRequest, f"detail: expected 0 or 1, found {detail!r}")
+        body: dict[str, object] = dict(self.state())
+        if detail == "1":
+            body.update(self.backlog(asyncio.get_running_loop().time()))
+        return web.json_response(body)
 
     async def handle_health(self, request: web.Request) -> web.Response:
         """``GET /health``: the server is up and how many workers it has."""

@@ -12,6 +12,11 @@ What the client knows comes from a background poller per target: every
 describes, and turns the poll round trip into an EWMA estimate of the communication
 delay (``delay_s``). Views are built from that cache, never from a fresh request, so a
 decision costs no network time and uses information exactly as stale as a real client's.
+The one exception is a policy with ``needs_true_state`` (the oracle): right before each
+of its decisions every target is asked, concurrently, for ``/state?detail=1``, and the
+view carries those fresh states with their exact backlog (``state_age_s`` is then the
+age of that answer). A target whose fresh state cannot be fetched is shown from the
+cache, without backlog.
 
 Timing. All clients share ``start_at`` (wall epoch seconds); task ``i`` is sent at
 ``start_at + arrival_i / time_scale`` on the event loop's monotonic clock, each task in
@@ -55,7 +60,7 @@ import aiohttp
 from nodes.common import configure_logging, sleep_until
 from testbed.errors import EmulationError, TestbedError
 from testbed.policies import make_policy
-from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
+from testbed.policies.base import Backlog, Outcome, Policy, TargetState, TaskInfo, View
 from workloads.trace import Task, read_trace
 
 DEFAULT_MAX_INFLIGHT = 10_000
@@ -71,6 +76,10 @@ _log = logging.getLogger("testbed.dispatch")
 
 _STATE_FIELDS = ("queue", "busy", "active", "c", "arrival_rate", "service_rate", "time")
 _TASK_RESPONSE_FIELDS = ("task_id", "server_arrival", "start", "end", "queue_at_arrival")
+_DETAIL_FIELDS = ("in_service_remaining", "queued")
+
+#: A state answer and the wall instant it describes.
+Snapshot = tuple[dict[str, Any], float]
 
 
 # -------------------------------------------------------------------------- config
@@ -222,8 +231,8 @@ class TargetMonitor:
         if resp.status != 200 or not isinstance(body, dict) or body.get("ok") is not True:
             raise _BadAnswer(f"/health answered HTTP {resp.status}: {body!r:.80}")
 
-    async def poll(self, timeout: float = POLL_TIMEOUT_S) -> None:
-        """GET /state once and update the cached state and the delay estimate.
+    async def _get_state(self, timeout: float, detail: bool) -> tuple[Snapshot, float]:
+        """GET /state (with ``?detail=1`` if ``detail``); return the snapshot and the RTT.
 
         The state's instant is the server's ``time`` clamped into the request's
         send/receive interval: exact when hosts share a clock (as emulated hosts do),
@@ -231,14 +240,32 @@ class TargetMonitor:
         """
         loop = asyncio.get_running_loop()
         limit = aiohttp.ClientTimeout(total=timeout)
+        path = "/state?detail=1" if detail else "/state"
         sent_wall, sent = time.time(), loop.time()
-        async with self.session.get(f"{self.target.url}/state", timeout=limit) as resp:
+        async with self.session.get(f"{self.target.url}{path}", timeout=limit) as resp:
             body = await resp.json(content_type=None)
         rtt = loop.time() - sent
         if resp.status != 200:
-            raise _BadAnswer(f"/state answered HTTP {resp.status}: {body!r:.80}")
-        self.state = _check_fields(body, _STATE_FIELDS, "/state")
-        self.state_wall = min(max(float(body["time"]), sent_wall), sent_wall + rtt)
+            raise _BadAnswer(f"{path} answered HTTP {resp.status}: {body!r:.80}")
+        _check_fields(body, _STATE_FIELDS, path)
+        if detail:
+            for name in _DETAIL_FIELDS:
+                values = body.get(name)
+                if not isinstance(values, list) or not all(
+                    _is_number(v) and v >= 0 for v in values
+                ):
+                    raise _BadAnswer(f"{path}: expected a list of numbers >= 0 in {name!r}")
+        state_wall = min(max(float(body["time"]), sent_wall), sent_wall + rtt)
+        return (body, state_wall), rtt
+
+    async def true_state(self, timeout: float = POLL_TIMEOUT_S) -> Snapshot:
+        """GET /state?detail=1 once, for a ``needs_true_state`` decision (cache untouched)."""
+        snapshot, _rtt = await self._get_state(timeout, detail=True)
+        return snapshot
+
+    async def poll(self, timeout: float = POLL_TIMEOUT_S) -> None:
+        """GET /state once and update the cached state and the delay estimate."""
+        (self.state, self.state_wall), rtt = await self._get_state(timeout, detail=False)
         if self._polled:
             self.delay_s = DELAY_EWMA_ALPHA * rtt + (1 - DELAY_EWMA_ALPHA) * self.delay_s
         else:
@@ -268,9 +295,20 @@ class TargetMonitor:
                     _log.info("polling %s works again", self.target.name)
                 self._failing = False
 
-    def view_state(self, now_wall: float) -> TargetState:
-        """The target as a policy sees it at wall instant ``now_wall``."""
-        s = self.state
+    def view_state(self, now_wall: float, fresh: Snapshot | None = None) -> TargetState:
+        """The target as a policy sees it at wall instant ``now_wall``.
+
+        ``fresh`` (a ``/state?detail=1`` snapshot) replaces the cached state and adds
+        the backlog; ``speed`` is filled when the server reports it.
+        """
+        s, state_wall = fresh if fresh is not None else (self.state, self.state_wall)
+        backlog = None
+        if fresh is not None:
+            backlog = Backlog(
+                tuple(float(v) for v in s["in_service_remaining"]),
+                tuple(float(v) for v in s["queued"]),
+            )
+        speed = s.get("speed")
         return TargetState(
             name=self.target.name,
             tier=self.target.tier,
@@ -281,7 +319,9 @@ class TargetMonitor:
             service_rate=float(s["service_rate"]),
             arrival_rate=float(s["arrival_rate"]),
             delay_s=self.delay_s,
-            age_s=max(0.0, now_wall - self.state_wall),
+            age_s=max(0.0, now_wall - state_wall),
+            speed=float(speed) if _is_positive(speed) else None,
+            backlog=backlog,
         )
 
 
@@ -385,11 +425,38 @@ class Dispatcher:
         finally:
             self._inflight.release()
 
-    def _decide(self, task: Task) -> tuple[TargetMonitor, dict[str, Any]]:
-        """Ask the policy; return the chosen target and the decision's row columns."""
+    async def _true_states(self) -> dict[str, Snapshot]:
+        """Fresh ``/state?detail=1`` of every target, fetched concurrently.
+
+        A target that fails is left out (and logged): its view comes from the cache.
+        """
+        names = list(self.monitors)
+        answers = await asyncio.gather(
+            *(self.monitors[name].true_state() for name in names), return_exceptions=True
+        )
+        fresh: dict[str, Snapshot] = {}
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, (aiohttp.ClientError, TimeoutError, ValueError, _BadAnswer)):
+                _log.warning("true state of %s unavailable: %s", name, _describe(answer))
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                fresh[name] = answer
+        return fresh
+
+    def _decide(
+        self, task: Task, fresh: Mapping[str, Snapshot]
+    ) -> tuple[TargetMonitor, dict[str, Any]]:
+        """Ask the policy; return the chosen target and the decision's row columns.
+
+        ``fresh`` holds the snapshots fetched for this decision (empty unless the policy
+        needs the true state).
+        """
         cfg = self.config
         now_wall = time.time()
-        states = {name: m.view_state(now_wall) for name, m in self.monitors.items()}
+        states = {
+            name: m.view_state(now_wall, fresh.get(name)) for name, m in self.monitors.items()
+        }
         view = View(now=self._model(now_wall), client=cfg.client, targets=states)
         size = task.size if self.policy.sees_sizes else None
         info = TaskInfo(task.task_id, task.client, task.arrival, size)
@@ -415,7 +482,8 @@ class Dispatcher:
     async def _send(self, task: Task, arrival_wall: float) -> dict[str, Any]:
         """Place ``task``, POST it and return its complete trace row."""
         cfg = self.config
-        monitor, decision_columns = self._decide(task)
+        fresh = await self._true_states() if self.policy.needs_true_state else {}
+        monitor, decision_columns = self._decide(task, fresh)
         dispatch_wall = time.time()
         row: dict[str, Any] = {
             "run": cfg.run,

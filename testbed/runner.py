@@ -96,10 +96,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     if executor not in EXECUTORS:
         raise TestbedError(f"--executor: expected one of {', '.join(EXECUTORS)}, "
                            f"found {executor!r}")
-    if executor == "sim":
-        raise TestbedError("--executor sim: the discrete-event executor is not part of this "
-                           "version yet; use --executor emulation")
-    if os.geteuid() != 0:
+    if executor == "emulation" and os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
                            "run as root")
     run = new_run_id(scenario)
@@ -114,9 +111,14 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     trace_meta = json.loads((trace_dir / "trace.json").read_text())
     progress(f"run {run}: {trace_meta['n']} tasks materialised; policies "
              f"{', '.join(scenario.policies)} x {scenario.repetitions} repetition(s)")
-    from testbed.emulation.executor import run_emulation
+    if executor == "sim":
+        from testbed.sim.executor import run_sim
 
-    details = run_emulation(scenario, run, trace_dir, workdir, progress, ledger_root)
+        details = run_sim(scenario, run, trace_dir, workdir, progress)
+    else:
+        from testbed.emulation.executor import run_emulation
+
+        details = run_emulation(scenario, run, trace_dir, workdir, progress, ledger_root)
     df = traces.rows_to_frame(details.pop("rows"))
     traces.write_traces(df, folder)
     summary = traces.summarize(df)

@@ -235,6 +235,7 @@ class DockerHost(Host):
             raise EmulationError(f"{self.name}: service log {log_path} is outside the run "
                                  f"folder {self.run_dir} mounted in the container")
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()  # exists from now on, so readers never race the shell's redirect
         wrapped = ["/usr/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
         try:
             exec_id = self.client.api.exec_create(

@@ -4,7 +4,9 @@ A policy sees, per candidate target, only what a real client could know (a
 :class:`TargetState` per target inside a :class:`View`) and answers with a
 :class:`Decision`. After the task completes, :meth:`Policy.observe` receives the
 :class:`Outcome` so estimating policies can learn and record their prediction error.
-Only a policy whose ``sees_sizes`` is true (an oracle) is handed the task's true size.
+Only a policy whose ``sees_sizes`` is true (an oracle) is handed the task's true size,
+and only one whose ``needs_true_state`` is true is shown each target's exact
+:class:`Backlog` (fetched fresh by the executor right before the decision).
 All times are model-time seconds except ``TargetState.delay_s``, which is physical
 (link delays are never scaled).
 """
@@ -27,6 +29,18 @@ class TaskInfo:
 
 
 @dataclass(frozen=True)
+class Backlog:
+    """The exact work at a tier when it was observed, in model seconds at the tier's speed.
+
+    Only policies with ``needs_true_state`` (the oracle) are shown it: a real client
+    cannot know remaining service times or the sizes of other clients' queued tasks.
+    """
+
+    in_service: tuple[float, ...]  # remaining service time of each task holding a worker
+    queued: tuple[float, ...]  # service time (size / speed) of each waiting task, FIFO order
+
+
+@dataclass(frozen=True)
 class TargetState:
     """One candidate target as the client last observed it."""
 
@@ -40,6 +54,8 @@ class TargetState:
     arrival_rate: float  # tier's own arrival rate over a sliding window, all clients
     delay_s: float  # observed communication delay (request + response), physical seconds
     age_s: float  # how old this state was when the decision used it (wall seconds)
+    speed: float | None = None  # the tier's speed factor (size / speed = service time)
+    backlog: Backlog | None = None  # exact work at the tier; only for needs_true_state
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,7 @@ class Policy(ABC):
     seed: int = 0
     name: str = field(default="", init=False)
     sees_sizes: bool = field(default=False, init=False)
+    needs_true_state: bool = field(default=False, init=False)
 
     @abstractmethod
     def choose(self, task: TaskInfo, view: View) -> Decision:

@@ -1,17 +1,39 @@
-"""The ``jsq`` policy: join the shortest queue.
+"""The join-the-shortest-queue policies: ``jsq`` and its capacity-scaled variant ``jsq-s``.
 
-It sends each task to the serving target with the fewest tasks in the system
-(``queue + busy``) as last observed. Ties go to the target with the lowest observed
-communication delay, then to the lexicographically smallest name, so the policy is
-deterministic and needs no randomness.
+``jsq`` sends each task to the serving target with the fewest tasks in the system
+(``queue + busy``) as last observed. ``jsq-s`` scales that count by the target's service
+capacity, so a tier with many or fast workers is not mistaken for a loaded one: it picks
+the smallest expected drain time ``(queue + busy + 1) / (active * service_rate)``, the
+time the target's active workers need, at their mean rate, to finish everything already
+there plus the new task. Ties go to the target with the lowest observed communication
+delay, then to the lexicographically smallest name, so both are deterministic and need
+no randomness. Neither makes a latency estimate: they rank, they do not predict.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from testbed.policies.base import Decision, Policy, TaskInfo, View
+from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View
 from testbed.policies.random_policy import serving_targets
+
+
+def least_loaded(targets: Sequence[TargetState]) -> TargetState:
+    """The target with the fewest tasks in the system (ties: lowest ``delay_s``, then name).
+
+    Also the last-resort choice of the estimating policies when no target can serve.
+    """
+    return min(targets, key=lambda t: (t.queue + t.busy, t.delay_s, t.name))
+
+
+def drain_time(target: TargetState) -> float:
+    """``(queue + busy + 1) / (active * service_rate)``; ``inf`` when it has no capacity."""
+    capacity = target.active * target.service_rate
+    if capacity <= 0:
+        return math.inf
+    return (target.queue + target.busy + 1) / capacity
 
 
 @dataclass
@@ -22,5 +44,16 @@ class JSQPolicy(Policy):
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick the least loaded serving target (ties: lowest ``delay_s``, then name)."""
-        best = min(serving_targets(view), key=lambda t: (t.queue + t.busy, t.delay_s, t.name))
+        return Decision(least_loaded(serving_targets(view)).name, None)
+
+
+@dataclass
+class JSQScaledPolicy(Policy):
+    """Join the target whose active workers would drain their backlog soonest."""
+
+    name: str = field(default="jsq-s", init=False)
+
+    def choose(self, task: TaskInfo, view: View) -> Decision:
+        """Pick the smallest :func:`drain_time` (ties: lowest ``delay_s``, then name)."""
+        best = min(serving_targets(view), key=lambda t: (drain_time(t), t.delay_s, t.name))
         return Decision(best.name, None)

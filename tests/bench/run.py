@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(["benchmark", "metric", "harness", "peer", "harness/peer", "target"],
                  summary_rows(dispatch, scale)))
     print()
-    print(f"dispatch: {dispatch['n_saturation']} tasks per saturation round (median of "
-          f"{dispatch['rounds']}; dispatcher "
+    print(f"dispatch: {dispatch['n_saturation']} tasks per saturation round (medians of "
+          f"{dispatch['rounds']} rounds, ratio = median of the per-round ratios; dispatcher "
           f"{', '.join(f'{v:.0f}' for v in dispatch['dispatcher_tasks_per_s_all'])}, peer "
           f"{', '.join(f'{v:.0f}' for v in dispatch['peer_tasks_per_s_all'])}), "
           f"{dispatch['n_low']} tasks at {bench_dispatch.LOW_RATE:g}/s for the overhead, "

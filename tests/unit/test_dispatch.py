@@ -98,12 +98,14 @@ class Recorder(Policy):
     """A test policy: round-robin, remembering what it was shown and told."""
 
     oracle: bool = False
+    true_state: bool = False
     views: list[tuple[TaskInfo, View]] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.name = "recorder"
         self.sees_sizes = self.oracle
+        self.needs_true_state = self.true_state
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         self.views.append((task, view))
@@ -190,6 +192,7 @@ async def test_policy_sees_fresh_states_and_learns_outcomes(
         assert set(view.targets) == {"t0", "t1"}
         for state in view.targets.values():
             assert state.c == 1 and state.service_rate == 1.0
+            assert state.speed == 1.0 and state.backlog is None  # no true state asked for
             assert 0 < state.delay_s < 0.1 and 0 <= state.age_s < 0.2
     assert {o.task_id for o in recorder.outcomes} == {t.task_id for t in expected}
     assert all(o.ok and o.estimate_s == 0.25 for o in recorder.outcomes)
@@ -207,6 +210,29 @@ async def test_only_an_oracle_sees_sizes(tmp_path: Path, monkeypatch: pytest.Mon
     async with serving(tier(1)) as urls:
         await dispatch.run_dispatch(config(tmp_path, urls))
     assert [task.size for task, _ in oracle.views] == [t.size for t in expected]
+
+
+async def test_a_true_state_policy_sees_fresh_exact_backlogs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_trace(tmp_path / "trace", n=20, gap=0.05, other=0)  # a task every 5 ms wall
+    oracle = Recorder(oracle=True, true_state=True)
+    use_policy(monkeypatch, oracle)
+    async with serving(tier(1), tier(1, speed=2.0)) as urls:
+        rows = await dispatch.run_dispatch(config(tmp_path, urls, poll_interval_s=10.0))
+    assert len(oracle.views) == 20
+    speeds = {"t0": 1.0, "t1": 2.0}
+    for _task, view in oracle.views:
+        for name, state in view.targets.items():
+            assert state.speed == speeds[name] and state.backlog is not None
+            assert len(state.backlog.in_service) == state.busy
+            assert len(state.backlog.queued) == state.queue
+            services = {(0.1 + 0.05 * k) / speeds[name] for k in range(5)}  # the trace's sizes
+            assert all(0 <= w <= max(services) + 1e-9 for w in state.backlog.in_service)
+            assert all(any(w == pytest.approx(x) for x in services) for w in state.backlog.queued)
+            assert state.age_s < 0.05  # fetched for this decision, not the 10 s poll
+    assert any(s.backlog.in_service for _, v in oracle.views for s in v.targets.values())
+    assert all(r["outcome"] == "ok" and r["state_age_s"] < 0.05 for r in rows)
 
 
 async def test_future_start_is_honoured(tmp_path: Path) -> None:

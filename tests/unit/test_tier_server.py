@@ -164,16 +164,75 @@ async def test_state_during_load() -> None:
         "c",
         "arrival_rate",
         "service_rate",
+        "speed",
         "window_s",
         "completed",
         "time",
     }
     assert loaded["active"] == 2 and loaded["c"] == 2
-    assert loaded["service_rate"] == pytest.approx(6.0)
+    assert loaded["service_rate"] == pytest.approx(6.0) and loaded["speed"] == 2.0
     assert loaded["window_s"] == 5.0
     assert loaded["completed"] == 0 and loaded["arrival_rate"] > 0
     assert abs(loaded["time"] - time.time()) < 1.0
     assert (idle["queue"], idle["busy"], idle["completed"]) == (0, 0, 4)
+
+
+async def detailed_state(client: TestClient) -> dict[str, Any]:
+    """GET /state?detail=1."""
+    resp = await client.get("/state", params={"detail": "1"})
+    assert resp.status == 200
+    return await resp.json()
+
+
+async def test_state_detail_reports_the_exact_backlog_in_model_seconds_at_speed() -> None:
+    async with tier(workers=1, speed=2.0, time_scale=10.0) as client:
+        plain = await state(client)
+        assert "in_service_remaining" not in plain and "queued" not in plain
+        empty = await detailed_state(client)
+        assert (empty["in_service_remaining"], empty["queued"]) == ([], [])
+        sizes = [4.0, 1.0, 3.0]  # model s at speed 1: 2.0, 0.5 and 1.5 at speed 2
+        pending = []
+        for i, size in enumerate(sizes):
+            pending.append(asyncio.create_task(post_task(client, i, size)))
+            await wait_state(client, lambda s, n=i + 1: s["queue"] + s["busy"] == n)
+        first = await detailed_state(client)
+        await asyncio.sleep(0.05)  # 0.5 model s of the first task's service
+        later = await detailed_state(client)
+        results = await asyncio.gather(*pending)
+        done = await detailed_state(client)
+    for snapshot in (first, later):
+        assert (snapshot["busy"], snapshot["queue"]) == (1, 2)
+        assert snapshot["queued"] == [0.5, 1.5]  # FIFO order, divided by the speed
+        assert len(snapshot["in_service_remaining"]) == 1
+    remaining_first = first["in_service_remaining"][0]
+    remaining_later = later["in_service_remaining"][0]
+    started = results[0]["start"]
+    assert 0 < remaining_first <= 2.0
+    assert remaining_first == pytest.approx(2.0 - (first["time"] - started) * 10.0, abs=0.05)
+    assert remaining_first - remaining_later == pytest.approx(
+        (later["time"] - first["time"]) * 10.0, abs=0.05
+    )
+    assert (done["in_service_remaining"], done["queued"]) == ([], [])
+
+
+async def test_state_detail_counts_tasks_held_by_disabled_workers() -> None:
+    async with tier(workers=2) as client:
+        pending = [asyncio.create_task(post_task(client, i, 1.0)) for i in range(2)]
+        await wait_state(client, lambda s: s["busy"] == 2)
+        assert (await client.post("/admin/workers", json={"active": 1})).status == 200
+        pending.append(asyncio.create_task(post_task(client, 2, 0.5)))
+        await wait_state(client, lambda s: s["queue"] == 1)
+        snapshot = await detailed_state(client)
+        await asyncio.gather(*pending)
+    assert (snapshot["active"], snapshot["busy"]) == (1, 2)
+    assert len(snapshot["in_service_remaining"]) == 2 and snapshot["queued"] == [0.5]
+
+
+async def test_state_detail_must_be_0_or_1() -> None:
+    async with tier() as client:
+        resp = await client.get("/state", params={"detail": "yes"})
+        assert resp.status == 400
+        assert await resp.json() == {"error": "detail: expected 0 or 1, found 'yes'"}
 
 
 async def test_arrival_rate_in_the_first_window_uses_elapsed_time() -> None:

@@ -1,0 +1,635 @@
+"""The discrete-event core: tier servers, links, state polling and policy decisions.
+
+One :class:`Simulation` replays one materialised trace with one policy (an instance per
+client, as every emulated client runs its own dispatcher) on a :class:`SimModel`, in
+model time. It reproduces what the emulation's parts do, so sim-vs-emulation
+discrepancies measure the emulation, not a different model:
+
+* **tiers** (``nodes/tier_server.py``): ``c`` workers behind one FIFO queue, a task holds
+  a worker for ``size / speed`` model seconds; the arrival rate is counted server-side
+  over a sliding window of ``window_s * time_scale`` model seconds, with the elapsed time
+  as denominator before a full window has passed;
+* **links**: a message from a client to a target takes the one-way path delay (the sum
+  of the links' ``delay_ms`` plus a uniform ``+-jitter_ms`` draw per link, as the
+  userspace delayer does); a loss on the path is recovered by TCP retransmission after
+  :data:`TCP_RTO_MIN_S`, doubling per retry, and :data:`TCP_MAX_RETRIES` lost copies in a
+  row lose the message. Delays are physical seconds; with ``shift_network`` they also
+  shift instants by ``delay * time_scale`` model seconds, exactly as the emulation's
+  wall-clock delays do (a 21 ms hop at ``time_scale`` 20 is 0.42 model s);
+* **state** (``testbed/dispatch.py``): every client polls every target each
+  ``poll_interval_s * time_scale`` model seconds, one poll at a time; the answer
+  describes the server when the poll reached it and is seen after the round trip, whose
+  EWMA is ``delay_s``; a failed poll keeps the old answer, whose age then grows;
+* **timeouts**: a client gives up ``timeout_s`` model seconds after dispatch and the
+  server drops the abandoned task (a queued one when it reaches the head of the queue);
+* **events**: crash, leave, join, link_down/up/change and background load.
+
+Hot-path data lives in flat lists indexed by task, route or server and the event heap
+holds plain ``(time, kind, index)`` tuples; trace arrivals are merged from the sorted
+trace instead of being pushed on the heap, and a policy's observations are delivered
+lazily, right before that client's next decision (which is all a policy could notice).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from array import array
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+
+from testbed.dispatch import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
+from testbed.errors import TestbedError
+from testbed.policies.base import (
+    Backlog,
+    Outcome,
+    Policy,
+    TargetState,
+    TaskInfo,
+    View,
+)
+from testbed.scenario.model import Event
+
+#: Linux's minimum TCP retransmission timeout: the extra delay of a lost message (s).
+TCP_RTO_MIN_S = 0.2
+#: Lost copies in a row after which a message counts as lost for good (Linux tcp_retries2).
+TCP_MAX_RETRIES = 15
+#: Wall seconds the emulation grants a leaving service to finish before killing it.
+LEAVE_GRACE_S = 5.0
+
+# Event kinds, in the order they are handled when they fall on the same instant.
+_SCENARIO, _LEAVE_END, _COMPLETE, _REQUEST, _POLL = 0, 1, 2, 3, 4
+
+#: Task outcome codes in :attr:`Results.outcome`.
+PENDING, OK, ERROR, TIMEOUT = 0, 1, 2, 3
+OUTCOME_NAMES = {OK: "ok", ERROR: "error", TIMEOUT: "timeout"}
+
+_INF = math.inf
+_NAN = math.nan
+
+
+@dataclass(frozen=True)
+class SimServer:
+    """A tier server as the simulator needs it (from a ``tier_server`` service)."""
+
+    name: str
+    tier: str
+    node: str
+    workers: int
+    mu: float
+    speed: float
+    compute: bool = False  # ``model: compute``: background load slows it down
+    cpu_share: float = 1.0  # the node's share of the machine (``cpu``, 1 when unlimited)
+
+
+@dataclass(frozen=True)
+class SimLink:
+    """A link with its initial shaping (one-way milliseconds, percent)."""
+
+    name: str
+    a: str
+    b: str
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+
+
+@dataclass(frozen=True)
+class SimRoute:
+    """A (client, target) pair: the links the client's messages to that target cross."""
+
+    client: int
+    server: int
+    links: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """Everything fixed about a simulated scenario; built by :mod:`testbed.sim.executor`.
+
+    ``client_routes[k]`` lists the routes (candidate targets) of client ``k`` in the
+    order the scenario declares the services. ``time_scale`` converts the wall-clock
+    settings (``poll_interval_s``, ``window_s``) and physical delays to model time;
+    ``timeout_s`` is model time.
+    """
+
+    clients: tuple[str, ...]
+    servers: tuple[SimServer, ...]
+    links: tuple[SimLink, ...]
+    routes: tuple[SimRoute, ...]
+    client_routes: tuple[tuple[int, ...], ...]
+    time_scale: float = 1.0
+    poll_interval_s: float = 0.1
+    window_s: float = 10.0
+    timeout_s: float = 60.0
+    shift_network: bool = True
+    events: tuple[Event, ...] = ()
+
+
+@dataclass
+class Results:
+    """Per-task results of one replay, columnar and indexed like the input trace.
+
+    Times are model seconds; ``network`` is physical seconds (request + response).
+    ``route`` is -1 for a task never placed. Columns of a failed task that it never
+    reached hold NaN; ``seen`` is when the client saw the response or the failure.
+    """
+
+    route: array
+    server_arrival: array
+    start: array
+    end: array
+    seen: array
+    network: array
+    queue_at_arrival: array
+    estimate: array
+    state_age: array
+    decision_us: array
+    outcome: bytearray
+    errors: dict[int, str] = field(default_factory=dict)
+    events: int = 0  # heap events handled (trace arrivals not included)
+
+
+def _floats(n: int, value: float = _NAN) -> array:
+    return array("d", [value]) * n
+
+
+class _Server:
+    """Mutable state of one tier server during a replay."""
+
+    __slots__ = ("accepting", "active", "busy", "queue", "in_service", "arrivals",
+                 "since", "speed", "base_speed", "load_factor", "spec")
+
+    def __init__(self, spec: SimServer) -> None:
+        self.spec = spec
+        self.base_speed = spec.speed
+        self.load_factor = 1.0
+        self.speed = spec.speed
+        self.reset(0.0)
+
+    def reset(self, now: float) -> None:
+        """A freshly started service: idle, empty rate window starting ``now``."""
+        self.accepting = True
+        self.active = self.spec.workers
+        self.busy = 0
+        self.queue: deque[int] = deque()
+        self.in_service: set[int] = set()
+        self.arrivals: deque[float] = deque()
+        self.since = now
+
+
+class Simulation:
+    """One replay of ``tasks`` on ``model`` with one policy instance per client.
+
+    ``tasks`` is the trace as parallel sequences (``task_id``, client index, arrival,
+    size), sorted by arrival. ``policies[k]`` places client ``k``'s tasks. ``seed`` seeds
+    the network's jitter and loss draws. Call :meth:`run` once.
+    """
+
+    def __init__(self, model: SimModel, task_ids: Sequence[int], clients: Sequence[int],
+                 arrivals: Sequence[float], sizes: Sequence[float],
+                 policies: Sequence[Policy], seed: int | str = 0) -> None:
+        self.model = model
+        self.k = model.time_scale
+        self.dk = model.time_scale if model.shift_network else 0.0
+        self.poll_every = model.poll_interval_s * model.time_scale
+        self.poll_timeout = max(model.poll_interval_s, POLL_TIMEOUT_S) * model.time_scale
+        self.window = model.window_s * model.time_scale
+        self.timeout = model.timeout_s
+        self.task_ids, self.t_client = task_ids, clients
+        self.arrival, self.size = arrivals, sizes
+        self.policies = list(policies)
+        # Outcomes are only queued for policies that learn from them.
+        self.observing = [type(p).observe is not Policy.observe for p in self.policies]
+        self.rng = random.Random(seed)
+        self.heap: list[tuple[float, int, int]] = []
+        self.servers = [_Server(s) for s in model.servers]
+        n = len(arrivals)
+        self.res = Results(
+            route=array("i", [-1]) * n, server_arrival=_floats(n), start=_floats(n),
+            end=_floats(n), seen=_floats(n), network=_floats(n),
+            queue_at_arrival=array("i", [-1]) * n, estimate=_floats(n),
+            state_age=_floats(n), decision_us=_floats(n), outcome=bytearray(n))
+        self.release = _floats(n)  # when the task's worker is freed
+        self.obs: list[list[tuple[float, int]]] = [[] for _ in model.clients]
+        self.last_arrival = arrivals[-1] if n else 0.0
+        self.leaving: set[str] = set()  # nodes within a leave's grace window
+        self._init_links()
+        self._init_routes()
+
+    # ------------------------------------------------------------------ network
+    def _init_links(self) -> None:
+        links = self.model.links
+        self.l_delay = [lk.delay_ms / 1000.0 for lk in links]
+        self.l_jitter = [lk.jitter_ms / 1000.0 for lk in links]
+        self.l_loss = [lk.loss_pct / 100.0 for lk in links]
+        self.l_up = [True] * len(links)
+        self.link_routes: list[list[int]] = [[] for _ in links]
+        for p, route in enumerate(self.model.routes):
+            for li in route.links:
+                self.link_routes[li].append(p)
+
+    def _init_routes(self) -> None:
+        routes = self.model.routes
+        m = len(routes)
+        self.r_server = [r.server for r in routes]
+        self.r_base = [0.0] * m
+        self.r_jit: list[tuple[float, ...]] = [()] * m
+        self.r_loss = [0.0] * m
+        self.r_var = [False] * m
+        self.r_up = [True] * m
+        for p in range(m):
+            self._refresh_route(p)
+        specs = [self.model.servers[r.server] for r in routes]
+        self.r_name = [spec.name for spec in specs]
+        self.c_targets = [[(p, specs[p].name, specs[p].tier, specs[p].workers,
+                            specs[p].mu * specs[p].speed, specs[p].speed) for p in ps]
+                          for ps in self.model.client_routes]
+        self.route_of = [{self.r_name[p]: p for p in ps} for ps in self.model.client_routes]
+        # What each client last saw of each route's target: (queue, busy, active,
+        # arrival_rate, instant) and the poll in flight (seen at, round trip, answer).
+        self.cache: list[tuple[int, int, int, float, float]] = [
+            (0, 0, self.model.servers[r.server].workers, 0.0, 0.0) for r in routes]
+        self.pending: list[tuple[float, float, tuple[int, int, int, float, float]] | None] = \
+            [None] * m
+        self.delay = [self._one_way(p) + self._one_way(p) for p in range(m)]  # ready poll
+        self.poll_send = [0.0] * m
+        self.poll_req = [0.0] * m
+
+    def _refresh_route(self, p: int) -> None:
+        """Recompute a route's delay, jitter, loss and reachability from its links."""
+        links = self.model.routes[p].links
+        self.r_base[p] = sum(self.l_delay[li] for li in links)
+        self.r_jit[p] = tuple(self.l_jitter[li] for li in links if self.l_jitter[li] > 0)
+        keep = 1.0
+        for li in links:
+            keep *= 1.0 - self.l_loss[li]
+        self.r_loss[p] = 1.0 - keep
+        self.r_var[p] = bool(self.r_jit[p]) or self.r_loss[p] > 0
+        self.r_up[p] = all(self.l_up[li] for li in links) and keep > 0
+
+    def _one_way(self, p: int) -> float:
+        """One message's delay along route ``p`` (physical s; ``inf`` if it is lost)."""
+        d = self.r_base[p]
+        if not self.r_var[p]:
+            return d
+        rng = self.rng
+        for j in self.r_jit[p]:
+            d += rng.uniform(-j, j)
+        loss = self.r_loss[p]
+        if loss > 0:
+            retries = 0
+            while rng.random() < loss:
+                if retries == TCP_MAX_RETRIES:
+                    return _INF
+                d += TCP_RTO_MIN_S * (1 << retries)
+                retries += 1
+        return d
+
+    # --------------------------------------------------------------------- loop
+    def run(self) -> Results:
+        """Replay every task; return the per-task results."""
+        heap = self.heap
+        for index, event in enumerate(self.model.events):
+            heappush(heap, (event.at, _SCENARIO, index))
+        for p in range(len(self.model.routes)):
+            self._schedule_poll(p, 0.0)
+        arrival = self.arrival
+        n = len(arrival)
+        i = 0
+        next_arrival = arrival[0] if n else _INF
+        handled = 0
+        complete, request, poll = self._complete, self._arrive, self._poll
+        while True:
+            if heap and heap[0][0] <= next_arrival:
+                t, kind, x = heappop(heap)
+                handled += 1
+                if kind == _COMPLETE:
+                    complete(t, x)
+                elif kind == _REQUEST:
+                    request(x, t)
+                elif kind == _POLL:
+                    poll(t, x)
+                elif kind == _SCENARIO:
+                    self._apply(t, x)
+                else:
+                    self._leave_end(t, x)
+            elif i < n:
+                self._dispatch(i, next_arrival)
+                i += 1
+                next_arrival = arrival[i] if i < n else _INF
+            else:
+                break
+        for k in range(len(self.obs)):
+            self._deliver(k, _INF)
+        self.res.events = handled
+        return self.res
+
+    # ---------------------------------------------------------------- decisions
+    def _deliver(self, k: int, now: float) -> None:
+        """Hand client ``k``'s policy every outcome whose response it has seen by ``now``."""
+        queue = self.obs[k]
+        policy = self.policies[k]
+        res = self.res
+        while queue and queue[0][0] <= now:
+            _, i = heappop(queue)
+            p = res.route[i]
+            est = res.estimate[i]
+            estimate = None if est != est else est
+            if res.outcome[i] == OK:
+                wait = res.start[i] - res.server_arrival[i]
+                service = res.end[i] - res.start[i]
+                net = res.network[i]
+                outcome = Outcome(self.task_ids[i], self.r_name[p], net + wait + service,
+                                  wait, service, net, estimate, True)
+            else:
+                outcome = Outcome(self.task_ids[i], self.r_name[p], _NAN, _NAN, _NAN, _NAN,
+                                  estimate, False)
+            policy.observe(outcome)
+
+    def _view(self, k: int, now: float) -> dict[str, TargetState]:
+        """The targets as client ``k`` last observed them, seen at ``now``."""
+        states = {}
+        inv_k = 1.0 / self.k
+        pending, cache, delay = self.pending, self.cache, self.delay
+        for p, name, tier, c, rate, speed in self.c_targets[k]:
+            pend = pending[p]
+            if pend is not None and pend[0] <= now:
+                self._promote(p)
+            q, b, a, arrival_rate, at = cache[p]
+            states[name] = TargetState(
+                name=name, tier=tier, queue=q, busy=b, active=a, c=c, service_rate=rate,
+                arrival_rate=arrival_rate, delay_s=delay[p], age_s=(now - at) * inv_k,
+                speed=speed)
+        return states
+
+    def _true_view(self, k: int, now: float) -> dict[str, TargetState]:
+        """The targets' exact state at ``now``, with backlogs (for ``needs_true_state``).
+
+        ``delay_s`` is the current mean round trip of the path, without jitter.
+        """
+        states = {}
+        rel, size = self.release, self.size
+        for p, name, tier, c, rate, speed in self.c_targets[k]:
+            s = self.servers[self.r_server[p]]
+            backlog = Backlog(tuple(sorted(rel[j] - now for j in s.in_service)),
+                              tuple(size[j] / s.speed for j in s.queue))
+            states[name] = TargetState(
+                name=name, tier=tier, queue=len(s.queue), busy=s.busy,
+                active=s.active if s.accepting else 0, c=c, service_rate=rate,
+                arrival_rate=self._rate(s, now), delay_s=2.0 * self.r_base[p], age_s=0.0,
+                speed=speed, backlog=backlog)
+        return states
+
+    def _dispatch(self, i: int, now: float) -> None:
+        """Place task ``i`` at its arrival instant and send it."""
+        k = self.t_client[i]
+        if self.obs[k] and self.obs[k][0][0] <= now:
+            self._deliver(k, now)
+        policy = self.policies[k]
+        states = self._true_view(k, now) if policy.needs_true_state else self._view(k, now)
+        view = View(now, self.model.clients[k], states)
+        info = TaskInfo(self.task_ids[i], self.model.clients[k], now,
+                        self.size[i] if policy.sees_sizes else None)
+        began = time.perf_counter_ns()
+        decision = policy.choose(info, view)
+        took = time.perf_counter_ns() - began
+        p = self.route_of[k].get(decision.target)
+        if p is None:
+            raise TestbedError(
+                f"policy {policy.name!r} chose unknown target {decision.target!r} for task "
+                f"{self.task_ids[i]}; targets: {', '.join(states)}")
+        res = self.res
+        res.route[i] = p
+        res.decision_us[i] = took / 1000.0
+        res.state_age[i] = states[decision.target].age_s
+        if decision.estimate_s is not None:
+            res.estimate[i] = decision.estimate_s
+        if not self.r_up[p]:
+            self._fail(i, TIMEOUT, now + self.timeout, self._timeout_text("a link is down"))
+            return
+        d = self._one_way(p)
+        if d == _INF:
+            self._fail(i, TIMEOUT, now + self.timeout, self._timeout_text("request lost"))
+            return
+        res.network[i] = d
+        if d == 0.0 or self.dk == 0.0:
+            self._arrive(i, now)
+        else:
+            heappush(self.heap, (now + d * self.dk, _REQUEST, i))
+
+    # ------------------------------------------------------------------ servers
+    def _arrive(self, i: int, now: float) -> None:
+        """Task ``i``'s request reaches its server."""
+        res = self.res
+        p = res.route[i]
+        s = self.servers[self.r_server[p]]
+        if not s.accepting:
+            self._fail(i, ERROR, now + self.r_base[p] * self.dk,
+                       f"connection refused: service {self.r_name[p]} is not running")
+            return
+        res.server_arrival[i] = now
+        s.arrivals.append(now)
+        res.queue_at_arrival[i] = len(s.queue)
+        if s.busy < s.active and not s.queue:
+            self._start(s, i, now)
+        else:
+            s.queue.append(i)
+
+    def _start(self, s: _Server, i: int, now: float) -> None:
+        """A worker of ``s`` takes task ``i``; schedule when it is freed."""
+        res = self.res
+        end = now + self.size[i] / s.speed
+        res.start[i] = now
+        res.end[i] = end
+        release = end
+        p = res.route[i]
+        deadline = self.arrival[i] + self.timeout
+        if end + self.r_base[p] * self.dk > deadline:
+            # The client gives up first; its disconnect frees the worker on arrival.
+            self._fail(i, TIMEOUT, deadline, self._timeout_text("service too late"))
+            release = max(now, min(end, deadline + self.r_base[p] * self.dk))
+        self.release[i] = release
+        s.busy += 1
+        s.in_service.add(i)
+        heappush(self.heap, (release, _COMPLETE, i))
+
+    def _complete(self, now: float, i: int) -> None:
+        """Task ``i`` frees its worker: answer the client, start the next queued task."""
+        res = self.res
+        p = res.route[i]
+        s = self.servers[self.r_server[p]]
+        if i not in s.in_service:  # the service crashed meanwhile
+            return
+        s.in_service.remove(i)
+        s.busy -= 1
+        if res.outcome[i] == PENDING:
+            deadline = self.arrival[i] + self.timeout
+            d = self._one_way(p) if self.r_up[p] else _INF
+            seen = now + d * self.dk
+            if d == _INF or seen > deadline:
+                self._fail(i, TIMEOUT, deadline, self._timeout_text("response late or lost"))
+            else:
+                res.network[i] += d
+                res.outcome[i] = OK
+                res.seen[i] = seen
+                k = self.t_client[i]
+                if self.observing[k]:
+                    heappush(self.obs[k], (seen, i))
+        queue = s.queue
+        while queue and s.busy < s.active:
+            j = queue.popleft()
+            if self.arrival[j] + self.timeout <= now:
+                self._fail(j, TIMEOUT, self.arrival[j] + self.timeout,
+                           self._timeout_text("still queued"))
+            else:
+                self._start(s, j, now)
+
+    def _rate(self, s: _Server, now: float) -> float:
+        """The server's arrival rate over its window, per model second."""
+        arrivals = s.arrivals
+        horizon = now - self.window
+        while arrivals and arrivals[0] < horizon:
+            arrivals.popleft()
+        if not arrivals:
+            return 0.0
+        span = min(self.window, now - s.since)
+        return len(arrivals) / max(span, 1e-6 * self.k)
+
+    def _fail(self, i: int, outcome: int, seen: float, reason: str) -> None:
+        """Record task ``i`` as failed, seen by its client at ``seen``."""
+        res = self.res
+        res.outcome[i] = outcome
+        res.seen[i] = seen
+        res.errors[i] = reason
+        k = self.t_client[i]
+        if self.observing[k]:
+            heappush(self.obs[k], (seen, i))
+
+    def _timeout_text(self, why: str) -> str:
+        return f"no response within timeout_s={self.timeout:g} model s ({why})"
+
+    # ------------------------------------------------------------------ polling
+    def _schedule_poll(self, p: int, send: float) -> None:
+        """Send route ``p``'s next poll at ``send`` (none after the last arrival)."""
+        if send > self.last_arrival:
+            return
+        d = self._one_way(p) if self.r_up[p] else _INF
+        self.poll_send[p] = send
+        self.poll_req[p] = d
+        heappush(self.heap, (send if d == _INF else send + d * self.dk, _POLL, p))
+
+    def _promote(self, p: int) -> None:
+        """The poll answer in flight has reached the client: cache it, update delay_s."""
+        _, rtt, answer = self.pending[p]
+        self.pending[p] = None
+        self.cache[p] = answer
+        self.delay[p] = DELAY_EWMA_ALPHA * rtt + (1.0 - DELAY_EWMA_ALPHA) * self.delay[p]
+
+    def _poll(self, now: float, p: int) -> None:
+        """Route ``p``'s poll reaches its server (or fails); answer and poll again."""
+        if self.pending[p] is not None:
+            self._promote(p)
+        send = self.poll_send[p]
+        s = self.servers[self.r_server[p]]
+        d_req = self.poll_req[p]
+        d_resp = self._one_way(p) if d_req != _INF and self.r_up[p] else _INF
+        if d_resp == _INF:  # unreachable: the poll hangs until its timeout
+            self._schedule_poll(p, send + self.poll_timeout)
+            return
+        if not s.accepting:  # refused at once: the old answer stays
+            self._schedule_poll(p, send + self.poll_every)
+            return
+        seen = now + d_resp * self.dk
+        answer = (len(s.queue), s.busy, s.active, self._rate(s, now), now)
+        self.pending[p] = (seen, d_req + d_resp, answer)
+        self._schedule_poll(p, max(send + self.poll_every, seen))
+
+    # ------------------------------------------------------------------- events
+    def _apply(self, now: float, index: int) -> None:
+        """Carry out scenario event ``index`` at ``now``."""
+        event = self.model.events[index]
+        action = event.action
+        if action in ("link_down", "link_up", "link_change"):
+            li = next(j for j, lk in enumerate(self.model.links) if lk.name == event.target)
+            if action == "link_change":
+                params = event.params
+                if "delay_ms" in params:
+                    self.l_delay[li] = float(params["delay_ms"]) / 1000.0
+                if "jitter_ms" in params:
+                    self.l_jitter[li] = float(params["jitter_ms"]) / 1000.0
+                if "loss_pct" in params:
+                    self.l_loss[li] = float(params["loss_pct"]) / 100.0
+            else:
+                self.l_up[li] = action == "link_up"
+            for p in self.link_routes[li]:
+                self._refresh_route(p)
+            return
+        servers = [s for s in self.servers if s.spec.node == event.target]
+        if action == "crash":
+            for s in servers:
+                self._kill(s, now, "service crashed")
+        elif action == "leave":
+            for s in servers:
+                s.accepting = False
+            self.leaving.add(event.target)
+            heappush(self.heap, (now + LEAVE_GRACE_S * self.k, _LEAVE_END, index))
+        elif action == "join":
+            self.leaving.discard(event.target)
+            self._set_node_links(event.target, True)
+            for s in servers:
+                if not s.accepting:
+                    self._kill(s, now, "service restarted")
+                    s.reset(now)
+        elif action == "load":
+            self._set_load(servers, float(event.params["cpu"]))
+
+    def _leave_end(self, now: float, index: int) -> None:
+        """End of leave event ``index``'s grace window: kill what is left, links down."""
+        node = self.model.events[index].target
+        if node not in self.leaving:  # it joined again within the grace window
+            return
+        self.leaving.discard(node)
+        for s in self.servers:
+            if s.spec.node == node and not s.accepting:
+                self._kill(s, now, "service stopped (node left)")
+        self._set_node_links(node, False)
+
+    def _set_node_links(self, node: str, up: bool) -> None:
+        for li, link in enumerate(self.model.links):
+            if node in (link.a, link.b):
+                self.l_up[li] = up
+                for p in self.link_routes[li]:
+                    self._refresh_route(p)
+
+    def _kill(self, s: _Server, now: float, why: str) -> None:
+        """Stop ``s`` abruptly: every task it holds fails as its client sees the reset."""
+        for i in sorted(s.in_service) + list(s.queue):
+            if self.res.outcome[i] == PENDING:
+                p = self.res.route[i]
+                back = self._one_way(p) if self.r_up[p] else _INF
+                if back == _INF:
+                    self._fail(i, TIMEOUT, self.arrival[i] + self.timeout,
+                               self._timeout_text(why))
+                else:
+                    self._fail(i, ERROR, now + back * self.dk,
+                               f"server disconnected: {self.r_name[p]} {why}")
+        s.in_service = set()
+        s.queue = deque()
+        s.busy = 0
+        s.accepting = False
+
+    def _set_load(self, servers: list[_Server], cpu: float) -> None:
+        """Background load ``cpu`` (share of the machine) on the servers' node.
+
+        Only ``compute`` tiers slow down (``hold`` tiers sleep and need no CPU): to the
+        share of the node's CPU the load leaves free, never below a tenth. Tasks already
+        in service keep the speed they started with.
+        """
+        for s in servers:
+            taken = min(1.0, cpu / s.spec.cpu_share) if s.spec.compute else 0.0
+            s.load_factor = max(0.1, 1.0 - taken)
+            s.speed = s.base_speed * s.load_factor
