@@ -160,8 +160,19 @@ def _floats(n: int, value: float = _NAN) -> array:
 class _Server:
     """Mutable state of one tier server during a replay."""
 
-    __slots__ = ("accepting", "active", "busy", "queue", "in_service", "arrivals",
-                 "since", "speed", "base_speed", "load_factor", "spec")
+    __slots__ = (
+        "accepting",
+        "active",
+        "arrivals",
+        "base_speed",
+        "busy",
+        "in_service",
+        "load_factor",
+        "queue",
+        "since",
+        "spec",
+        "speed",
+    )
 
     def __init__(self, spec: SimServer) -> None:
         self.spec = spec
@@ -338,7 +349,7 @@ class Simulation:
             _, i = heappop(queue)
             p = res.route[i]
             est = res.estimate[i]
-            estimate = None if est != est else est
+            estimate = None if math.isnan(est) else est
             if res.outcome[i] == OK:
                 wait = res.start[i] - res.server_arrival[i]
                 service = res.end[i] - res.start[i]

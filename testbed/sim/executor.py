@@ -16,6 +16,7 @@ wait / K``, ...). Decisions take no model time, so ``dispatch_model = arrival_mo
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -116,7 +117,7 @@ def results_to_rows(model: SimModel, tasks: Sequence[Task], res: Results, run: s
             "tier": server.tier, "size": task.size, "cls": task.cls,
             "arrival_model": task.arrival, "dispatch_model": task.arrival,
             "arrival_wall": at, "dispatch_wall": at,
-            "estimate_s": None if res.estimate[i] != res.estimate[i] else res.estimate[i],
+            "estimate_s": None if math.isnan(res.estimate[i]) else res.estimate[i],
             "state_age_s": res.state_age[i], "decision_us": res.decision_us[i],
         }
         if res.outcome[i] == OK:

@@ -35,17 +35,18 @@ def view(*targets: TargetState) -> View:
 
 
 def test_registry():
-    assert POLICIES == {"random": RandomPolicy, "jsq": JSQPolicy}
+    assert POLICIES["random"] is RandomPolicy and POLICIES["jsq"] is JSQPolicy
     for name in POLICIES:
         policy = make_policy(name, seed=1)
         assert isinstance(policy, Policy)
         assert policy.name == name
         assert policy.seed == 1
-        assert not policy.sees_sizes
+        assert policy.sees_sizes == (name == "oracle")  # only the declared oracle
 
 
 def test_unknown_policy_lists_known_names():
-    with pytest.raises(TestbedError, match="unknown policy 'nope'; known: jsq, random"):
+    known = ", ".join(sorted(POLICIES))
+    with pytest.raises(TestbedError, match=f"unknown policy 'nope'; known: {known}"):
         make_policy("nope", 0)
 
 

@@ -3,13 +3,20 @@
 One client sends Poisson arrivals to one tier over a zero-delay link, so the tier is a
 textbook M/G/c queue and the mean wait has a closed form. Traces are drawn here with
 fixed seeds; the mean wait is estimated with batch means (warm-up dropped, 30 batches,
-Student-t 95 % interval). ``docs/simulator.md`` records the numbers.
+Student-t 95 % interval).
+
+Plain batch means would need millions of tasks for a 2 % interval at rho = 0.9, so the
+estimate uses a control variate: the waits of a single server ``WORKERS`` times as fast
+fed the same arrivals and sizes (Lindley's recursion), whose exact mean is known
+(Pollaczek-Khinchine) and which moves with the simulated waits batch by batch
+(correlation 0.9-0.997). The simulated batch means minus ``beta`` times the control's
+error keep the simulator's mean and shrink the interval 3-10 fold.
+``docs/simulator.md`` records the numbers.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 
 import numpy as np
 import pytest
@@ -47,38 +54,71 @@ def poisson_trace(rate: float, n: int, sizes: np.ndarray, seed: int) -> list[Tas
             for i, (a, s) in enumerate(zip(arrivals, sizes, strict=True))]
 
 
-def batch_mean_wait(tasks: list[Task]) -> tuple[float, float]:
-    """Mean wait and the half-width of its 95 % batch-means interval."""
+def fast_server_waits(tasks: list[Task]) -> np.ndarray:
+    """Waits of one server ``WORKERS`` times as fast on the same trace (Lindley)."""
+    out = np.empty(len(tasks))
+    wait = 0.0
+    for j, task in enumerate(tasks):
+        if j:
+            prev = tasks[j - 1]
+            wait = max(0.0, wait + prev.size / WORKERS - (task.arrival - prev.arrival))
+        out[j] = wait
+    return out
+
+
+def batch_means(values: np.ndarray) -> np.ndarray:
+    """Means of ``BATCHES`` consecutive batches after the warm-up."""
+    kept = values[int(WARMUP * len(values)):]
+    size = len(kept) // BATCHES
+    return kept[:size * BATCHES].reshape(BATCHES, size).mean(axis=1)
+
+
+def mean_wait(tasks: list[Task], lam: float, second_moment: float) -> tuple[float, float]:
+    """Simulated mean wait and the half-width of its 95 % interval (control variate).
+
+    ``second_moment`` is E[size^2]; with it the fast server's mean wait is exact.
+    """
     res = simulate(one_tier_model(tasks[-1].arrival + 1.0), tasks, "jsq", seed=1)
     assert all(o == 1 for o in res.outcome)
-    waits = [res.start[i] - res.server_arrival[i] for i in range(len(tasks))]
-    waits = waits[int(WARMUP * len(waits)):]
-    size = len(waits) // BATCHES
-    means = [statistics.fmean(waits[b * size:(b + 1) * size]) for b in range(BATCHES)]
-    return statistics.fmean(means), T_975_29 * statistics.stdev(means) / math.sqrt(BATCHES)
+    waits = np.frombuffer(res.start) - np.frombuffer(res.server_arrival)
+    rho = lam / (WORKERS * MU)
+    control_mean = lam * second_moment / WORKERS**2 / (2.0 * (1.0 - rho))
+    sim = batch_means(waits)
+    control = batch_means(fast_server_waits(tasks)) - control_mean
+    beta = float(np.cov(sim, control)[0, 1] / control.var(ddof=1))
+    adjusted = sim - beta * control
+    half = T_975_29 * float(adjusted.std(ddof=1)) / math.sqrt(BATCHES)
+    return float(adjusted.mean()), half
 
 
-@pytest.mark.parametrize(("rho", "n"), [(0.5, 200_000), (0.7, 250_000), (0.9, 400_000)])
+@pytest.mark.parametrize(("rho", "n"), [(0.5, 400_000), (0.7, 200_000), (0.9, 200_000)])
 def test_mmc_wait_matches_erlang_c(rho: float, n: int) -> None:
     lam = rho * WORKERS * MU
     sizes = np.random.default_rng(100 + int(rho * 10)).exponential(1.0 / MU, n)
-    mean, half = batch_mean_wait(poisson_trace(lam, n, sizes, seed=int(rho * 10)))
+    mean, half = mean_wait(poisson_trace(lam, n, sizes, seed=int(rho * 10)), lam,
+                           2.0 / MU**2)
     theory = mmc_wait(lam, MU, WORKERS)
     print(f"M/M/{WORKERS} rho={rho}: sim {mean:.4f} +- {half:.4f}, Erlang-C {theory:.4f}, "
           f"error {100 * (mean / theory - 1):+.2f} %")
     assert abs(mean / theory - 1) < 0.02
-    assert abs(mean - theory) < half + 0.02 * theory  # the interval is not hiding a bias
+    assert half < 0.02 * theory  # the interval is tight enough for the check to mean much
 
 
-@pytest.mark.parametrize("rho", [0.7, 0.9])
+#: Allen-Cunneen's measured underestimate of the M/G/4 Pareto(4) mean wait (relative):
+#: sim / AC - 1 = +10.0 %, +4.8 %, +1.4 % at rho 0.5, 0.7, 0.9 (docs/simulator.md).
+AC_GAP = {0.5: 0.100, 0.7: 0.048, 0.9: 0.014}
+
+
+@pytest.mark.parametrize("rho", sorted(AC_GAP))
 def test_mgc_pareto_wait_within_allen_cunneen_gap(rho: float) -> None:
     alpha = 4.0
-    n = 300_000
+    n = 200_000
     lam = rho * WORKERS * MU
     x_m = (alpha - 1.0) / (alpha * MU)
     sizes = (np.random.default_rng(7).pareto(alpha, n) + 1.0) * x_m
-    mean, half = batch_mean_wait(poisson_trace(lam, n, sizes, seed=8))
+    second_moment = alpha * x_m**2 / (alpha - 2.0)
+    mean, half = mean_wait(poisson_trace(lam, n, sizes, seed=8), lam, second_moment)
     theory = allen_cunneen_wait(lam, MU, WORKERS, 1.0, pareto_scv(alpha))
     print(f"M/G/{WORKERS} Pareto({alpha}) rho={rho}: sim {mean:.4f} +- {half:.4f}, "
           f"Allen-Cunneen {theory:.4f}, gap {100 * (mean / theory - 1):+.2f} %")
-    assert abs(mean / theory - 1) < 0.10
+    assert abs((mean / theory - 1) - AC_GAP[rho]) < 0.02
