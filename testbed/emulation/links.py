@@ -240,6 +240,17 @@ def make_link(net: Mininet, node_a: Node, node_b: Node, link_spec: Any, backend:
     raise EmulationError(f"link backend must be 'netem' or 'userspace', got {backend!r}")
 
 
+def release_all(delayer: DelayerClient, links: list[Any]) -> None:
+    """Remove every delayed link of ``delayer`` at once (teardown of a whole network).
+
+    The links' own :meth:`DelayedLink.delete` then only updates Mininet's bookkeeping.
+    """
+    delayer.remove_all()
+    for link in links:
+        if isinstance(link, DelayedLink):
+            link._in_delayer = False
+
+
 def set_link_params(link: ShapedLink, **changes: Any) -> None:
     """Change ``delay_ms``, ``jitter_ms``, ``loss_pct``, ``bw_mbit``, ``queue`` or ``seed``."""
     link.set_params(**changes)

@@ -25,6 +25,9 @@ from testbed.emulation.ledger import Ledger
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
 
+# Hosts talk IPv4; IPv6 start-up chatter would be flooded to every port of the bridges.
+IPV6_OFF = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+
 
 @dataclass
 class BuiltNetwork:
@@ -36,6 +39,7 @@ class BuiltNetwork:
     links: dict[str, Any]  # "a-b" -> Mininet link
     cgroups: dict[str, NodeCgroup] = field(default_factory=dict)
     backend: str = "userspace"
+    delayer: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def ip(self, node: str) -> str:
@@ -69,7 +73,8 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
         controller = services.controller.remote(f"{prefix}c0")
     net = Mininet(topo=None, controller=None, switch=switch_cls, build=False,
                   autoSetMacs=True, waitConnected=False, inNamespace=False)
-    built = BuiltNetwork(net=net, hosts={}, switches={}, links={}, backend=backend)
+    built = BuiltNetwork(net=net, hosts={}, switches={}, links={}, backend=backend,
+                         delayer=services.delayer)
     try:
         _add_nodes(built, topology, prefix, ledger, services)
         ports: dict[str, int] = {}
@@ -123,13 +128,16 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, prefix: str, ledger: Led
             if node.cpu is not None or node.memory_mb is not None:
                 built.cgroups[node.name] = NodeCgroup(ledger, prefix, node.name,
                                                       node.cpu, node.memory_mb)
-        ledger.record_process(host.pid, what=f"mininet host {node.name}")
+        ledger.record_process(host.pid, what=f"mininet host {node.name}", term="SIGHUP")
+        host.cmd(IPV6_OFF)
         built.hosts[node.name] = host
 
 
 def stop_network(built: BuiltNetwork) -> None:
     """Stop Mininet's nodes and links (the ledger removes whatever this leaves)."""
     try:
+        if built.delayer is not None and built.delayer.alive():
+            linkmod.release_all(built.delayer, list(built.links.values()))
         built.net.stop()
     except Exception as exc:  # noqa: BLE001 - the ledger still removes every resource
         warn(f"mininet stop failed ({exc}); the run ledger removes what is left\n")

@@ -378,13 +378,28 @@ def _topology(c: _Checker, value: object, path: str) -> Topology:
                        f"<{link.a}-{link.b}>")
         links.append(link)
     topology = Topology(nodes=tuple(nodes), links=tuple(links), switch=switch)
+    reached = _reachable(nodes[0].name, links)
     for node in nodes[1:]:
-        try:
-            topology.path(nodes[0].name, node.name)
-        except KeyError:
+        if node.name not in reached:
             c.fail(_join(path, "links"), "links that connect every node",
                    f"<no route from {nodes[0].name} to {node.name}>")
     return topology
+
+
+def _reachable(start: str, links: list[Link]) -> set[str]:
+    """Every node reachable from ``start`` over ``links`` (one search, linear in size)."""
+    neighbours: dict[str, list[str]] = {}
+    for link in links:
+        neighbours.setdefault(link.a, []).append(link.b)
+        neighbours.setdefault(link.b, []).append(link.a)
+    seen = {start}
+    todo = [start]
+    while todo:
+        for other in neighbours.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen
 
 
 def _node(c: _Checker, value: object, path: str) -> Node:
