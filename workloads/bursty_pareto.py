@@ -5,6 +5,12 @@ alternates between *off* periods (rate ``rate``) and *on* periods (rate
 ``rate * factor``), with exponentially distributed durations of means ``off_mean_s`` and
 ``on_mean_s``, starting in off. Without ``burst`` the rate is constant (plain Poisson).
 
+Alternatively ``bursts`` declares a deterministic schedule, a list of
+``{start_s, duration_s, factor}`` windows during which the rate is ``rate * factor``
+(``rate`` elsewhere). Windows may not overlap; they may extend past ``duration``. Known
+burst windows let an experiment measure how fast latency recovers after each burst;
+``burst`` and ``bursts`` are mutually exclusive.
+
 Arrivals are exact for the piecewise-constant rate: the number of arrivals in
 ``[0, duration)`` is drawn as Poisson(Lambda) with Lambda the integrated rate, their
 positions in integrated-rate space are uniform, and each is mapped back to time through
@@ -32,8 +38,9 @@ import numpy as np
 from workloads.trace import Task
 
 _PHASES, _ARRIVALS, _SIZES = 0, 1, 2
-_KNOWN = ("alpha", "burst", "mu", "rate")
+_KNOWN = ("alpha", "burst", "bursts", "mu", "rate")
 _BURST_KNOWN = ("factor", "off_mean_s", "on_mean_s")
+_WINDOW_KNOWN = ("duration_s", "factor", "start_s")
 DEFAULT_ALPHA = 2.5
 
 
@@ -74,8 +81,10 @@ class BurstyPareto:
     def validate(self, params: Mapping[str, Any]) -> None:
         """Raise :class:`ValueError` (``"params.<field>: expected ..., found ..."``) if invalid.
 
-        Required: ``rate`` > 0, ``mu`` > 0. Optional: ``alpha`` > 2 (default 2.5) and
-        ``burst`` with ``on_mean_s`` > 0, ``off_mean_s`` > 0 and ``factor`` > 0.
+        Required: ``rate`` > 0, ``mu`` > 0. Optional: ``alpha`` > 2 (default 2.5), and
+        either ``burst`` with ``on_mean_s`` > 0, ``off_mean_s`` > 0 and ``factor`` > 0,
+        or ``bursts``, a list of windows with ``start_s`` >= 0, ``duration_s`` > 0 and
+        ``factor`` > 0 that do not overlap.
         """
         if not isinstance(params, Mapping):
             # The Generator contract reports every bad param as ValueError.
@@ -87,6 +96,12 @@ class BurstyPareto:
             _number(params, key, "params", above=0.0)
         if "alpha" in params:
             _number(params, "alpha", "params", above=2.0)
+        if params.get("bursts") is not None:
+            if params.get("burst") is not None:
+                raise ValueError("params.bursts: expected no random burst model next to a "
+                                 "burst schedule, found both burst and bursts")
+            _check_windows(params["bursts"])
+            return
         burst = params.get("burst")
         if burst is None:
             return
@@ -116,6 +131,7 @@ class BurstyPareto:
         mu = float(params["mu"])
         alpha = float(params.get("alpha", DEFAULT_ALPHA))
         burst = params.get("burst")
+        windows = params.get("bursts")
         x_m = _scale(mu, alpha)
         large_above = x_m * 10.0 ** (1.0 / alpha)
 
@@ -125,7 +141,10 @@ class BurstyPareto:
                 np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index, k)))
                 for k in (_PHASES, _ARRIVALS, _SIZES)
             ]
-            starts, rates = _rate_segments(rate, burst, duration, streams[_PHASES])
+            if windows is not None:
+                starts, rates = _scheduled_segments(rate, windows, duration)
+            else:
+                starts, rates = _rate_segments(rate, burst, duration, streams[_PHASES])
             times = _arrivals(starts, rates, duration, streams[_ARRIVALS])
             sizes = (streams[_SIZES].pareto(alpha, size=times.size) + 1.0) * x_m
             per_client.append((times, sizes))
@@ -144,6 +163,56 @@ class BurstyPareto:
             )
             for task_id, j in enumerate(order)
         ]
+
+
+def _check_windows(windows: Any) -> None:
+    """Validate a ``bursts`` schedule: a list of non-overlapping windows."""
+    if not isinstance(windows, Sequence) or isinstance(windows, (str, bytes)):
+        raise ValueError(f"params.bursts: expected a list of {{{', '.join(_WINDOW_KNOWN)}}} "
+                         f"mappings, found {windows!r}")
+    spans = []
+    for k, window in enumerate(windows):
+        path = f"params.bursts[{k}]"
+        if not isinstance(window, Mapping):
+            raise ValueError(f"{path}: expected a mapping with {', '.join(_WINDOW_KNOWN)}, "
+                             f"found {window!r}")
+        _check_keys(window, path, _WINDOW_KNOWN)
+        for key in _WINDOW_KNOWN:
+            if key not in window:
+                raise ValueError(f"{path}.{key}: expected a finite number, found nothing")
+        start = window["start_s"]
+        if isinstance(start, bool) or not isinstance(start, (int, float)) \
+                or not (math.isfinite(start) and start >= 0):
+            raise ValueError(f"{path}.start_s: expected a finite number >= 0, found {start!r}")
+        length = _number(window, "duration_s", path, above=0.0)
+        _number(window, "factor", path, above=0.0)
+        spans.append((start, start + length, k))
+    spans.sort()
+    for (_, end, k), (start, _, j) in zip(spans, spans[1:]):
+        if start < end:
+            raise ValueError(f"params.bursts[{j}].start_s: expected a window not "
+                             f"overlapping bursts[{k}] (ends at {end:g}), found {start:g}")
+
+
+def _scheduled_segments(
+    rate: float, windows: Sequence[Mapping[str, Any]], duration: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the segments of a deterministic burst schedule, clipped to ``duration``.
+
+    Between windows the rate is ``rate``; inside window ``k`` it is ``rate * factor_k``.
+    Zero-length segments (a window starting at 0 or right after another) are dropped.
+    """
+    starts, rates = [0.0], [rate]
+    for window in sorted(windows, key=lambda w: float(w["start_s"])):
+        begin = float(window["start_s"])
+        end = begin + float(window["duration_s"])
+        if begin >= duration:
+            break
+        starts += [begin, end]
+        rates += [rate * float(window["factor"]), rate]
+    bounds = np.append(np.array(starts), duration)
+    keep = (bounds[1:] > bounds[:-1]) & (bounds[:-1] < duration)
+    return np.array(starts)[keep], np.array(rates)[keep]
 
 
 def _rate_segments(

@@ -289,3 +289,70 @@ def test_bursts_make_counts_overdispersed():
 def test_module_exports():
     assert workloads.Task is Task
     assert workloads.write_trace is write_trace
+
+
+# --- deterministic burst schedule --------------------------------------------------------
+
+SCHEDULE = {"rate": 5.0, "mu": 1.0,
+            "bursts": [{"start_s": 400.0, "duration_s": 200.0, "factor": 4.0},
+                       {"start_s": 100.0, "duration_s": 100.0, "factor": 2.0}]}
+
+
+def test_burst_schedule_sets_the_rate_inside_each_window():
+    tasks = generate("bursty-pareto", SCHEDULE, ["a"], 1000.0, seed=4)
+    arrivals = np.array([t.arrival for t in tasks])
+
+    def rate(lo, hi):
+        return ((arrivals >= lo) & (arrivals < hi)).sum() / (hi - lo)
+
+    assert rate(0, 100) == pytest.approx(5.0, rel=0.15)
+    assert rate(100, 200) == pytest.approx(10.0, rel=0.1)
+    assert rate(200, 400) == pytest.approx(5.0, rel=0.1)
+    assert rate(400, 600) == pytest.approx(20.0, rel=0.05)
+    assert rate(600, 1000) == pytest.approx(5.0, rel=0.1)
+
+
+def test_burst_schedule_is_deterministic_and_keeps_sizes():
+    """The schedule draws no phases, and sizes do not depend on the arrival parameters."""
+    one = generate("bursty-pareto", SCHEDULE, ["a", "b"], 300.0, seed=2)
+    assert one == generate("bursty-pareto", SCHEDULE, ["a", "b"], 300.0, seed=2)
+    plain = generate("bursty-pareto", {"rate": 5.0, "mu": 1.0}, ["a"], 300.0, seed=2)
+    mine = [t.size for t in one if t.client == "a"]
+    shared = min(len(mine), len(plain))
+    assert mine[:shared] == [t.size for t in plain][:shared]
+
+
+def test_burst_schedule_windows_at_zero_and_past_the_end():
+    params = {"rate": 2.0, "mu": 1.0,
+              "bursts": [{"start_s": 0, "duration_s": 10, "factor": 3},
+                         {"start_s": 10, "duration_s": 5, "factor": 0.5},
+                         {"start_s": 90, "duration_s": 50, "factor": 2},
+                         {"start_s": 500, "duration_s": 1, "factor": 9}]}
+    GEN.validate(params)
+    tasks = generate("bursty-pareto", params, ["a"], 100.0, seed=1)
+    assert tasks and all(0.0 <= t.arrival < 100.0 for t in tasks)
+
+
+@pytest.mark.parametrize(
+    ("bursts", "field"),
+    [
+        ("soon", "params.bursts"),
+        ([3], "params.bursts[0]"),
+        ([{"start_s": 1, "duration_s": 1}], "params.bursts[0].factor"),
+        ([{"start_s": -1, "duration_s": 1, "factor": 2}], "params.bursts[0].start_s"),
+        ([{"start_s": True, "duration_s": 1, "factor": 2}], "params.bursts[0].start_s"),
+        ([{"start_s": 1, "duration_s": 0, "factor": 2}], "params.bursts[0].duration_s"),
+        ([{"start_s": 1, "duration_s": 1, "factor": 2, "x": 1}], "params.bursts[0].x"),
+        ([{"start_s": 5, "duration_s": 10, "factor": 2},
+          {"start_s": 0, "duration_s": 6, "factor": 2}], "params.bursts[0].start_s"),
+    ],
+)
+def test_burst_schedule_validation(bursts, field):
+    with pytest.raises(ValueError) as info:
+        GEN.validate({"rate": 1.0, "mu": 1.0, "bursts": bursts})
+    assert re.match(re.escape(field) + ": expected .*, found ", str(info.value))
+
+
+def test_burst_schedule_excludes_the_random_model():
+    with pytest.raises(ValueError, match="params.bursts: expected no random burst model"):
+        GEN.validate({**BURSTY, "bursts": []})
