@@ -202,6 +202,15 @@ def calibrate(backend: str = "auto", delays_ms: Sequence[float] = (5, 20, 100),
     return results
 
 
+JSON_KEYS = ("backend", "configured_delay_ms", "expected_rtt_ms", "rtt_p50_ms", "rtt_p99_ms",
+             "configured_bw_mbit", "measured_bw_mbit")
+
+
+def as_json_cases(results: Sequence[dict]) -> list[dict]:
+    """The documented ``--json`` form: exactly :data:`JSON_KEYS` per measured case."""
+    return [{key: result.get(key) for key in JSON_KEYS} for result in results]
+
+
 def format_table(results: Sequence[dict]) -> str:
     """A fixed-width text table of :func:`calibrate` results ('-' where not measured)."""
     columns = [("backend", "backend", "{}"), ("delay ms", "configured_delay_ms", "{:g}"),

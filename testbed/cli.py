@@ -50,11 +50,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from mininet.log import setLogLevel
 
-    from testbed.calibrate import calibrate, format_table
+    from testbed.calibrate import as_json_cases, calibrate, format_table
 
     setLogLevel("error")
     results = calibrate(backend=args.backend, probes=args.probes)
-    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    print(json.dumps(as_json_cases(results), indent=2) if args.json else format_table(results))
     return 0
 
 

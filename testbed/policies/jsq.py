@@ -43,8 +43,21 @@ class JSQPolicy(Policy):
     name: str = field(default="jsq", init=False)
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
-        """Pick the least loaded serving target (ties: lowest ``delay_s``, then name)."""
-        return Decision(least_loaded(serving_targets(view)).name, None)
+        """Pick the least loaded serving target (ties: lowest ``delay_s``, then name).
+
+        One pass over the mapping: the key ends with the (unique) name, so the minimum
+        is the one :func:`least_loaded` finds in :func:`serving_targets`'s sorted list,
+        without sorting or building that list on every decision.
+        """
+        best_key = None
+        for t in view.targets.values():
+            if t.active > 0:
+                key = (t.queue + t.busy, t.delay_s, t.name)
+                if best_key is None or key < best_key:
+                    best_key = key
+        if best_key is None:  # no serving target (or none at all): the general rule
+            return Decision(least_loaded(serving_targets(view)).name, None)
+        return Decision(best_key[2], None)
 
 
 @dataclass

@@ -28,6 +28,10 @@ Hot-path data lives in flat lists indexed by task, route or server and the event
 holds plain ``(time, kind, index)`` tuples; trace arrivals are merged from the sorted
 trace instead of being pushed on the heap, and a policy's observations are delivered
 lazily, right before that client's next decision (which is all a policy could notice).
+The frozen objects a policy is shown (:class:`TargetState`, :class:`View`,
+:class:`TaskInfo`) are built by :func:`_fill` from field values kept ready per route
+and updated only when a poll answer arrives, instead of through their generated
+``__init__`` (see :func:`_fill`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from typing import TypeVar
 
 from testbed.dispatch import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
 from testbed.errors import TestbedError
@@ -52,6 +57,8 @@ from testbed.policies.base import (
     View,
 )
 from testbed.scenario.model import Event
+
+_T = TypeVar("_T")
 
 #: Linux's minimum TCP retransmission timeout: the extra delay of a lost message (s).
 TCP_RTO_MIN_S = 0.2
@@ -157,6 +164,25 @@ def _floats(n: int, value: float = _NAN) -> array:
     return array("d", [value]) * n
 
 
+_new = object.__new__
+
+
+def _fill(cls: type[_T], fields: dict[str, object]) -> _T:
+    """An instance of the frozen dataclass ``cls`` holding ``fields``, built without ``__init__``.
+
+    A frozen dataclass's generated ``__init__`` stores every field through
+    ``object.__setattr__`` (about 0.9 us for a :class:`TargetState`, three per decision
+    in the continuum); filling the instance dictionary of a bare instance costs a fifth.
+    ``fields`` must name every field of ``cls`` in declaration order (a ``vars()`` of a
+    normally built instance is the template the simulator copies), so the result is equal
+    to, prints like and is as immutable as ``cls(**fields)``; ``tests/unit/test_sim.py``
+    checks that. The hot path inlines the same two steps.
+    """
+    instance = _new(cls)
+    instance.__dict__.update(fields)
+    return instance
+
+
 class _Server:
     """Mutable state of one tier server during a replay."""
 
@@ -259,14 +285,21 @@ class Simulation:
         self.c_targets = [[(p, specs[p].name, specs[p].tier, specs[p].workers,
                             specs[p].mu * specs[p].speed, specs[p].speed) for p in ps]
                           for ps in self.model.client_routes]
+        self.c_names = [[(p, self.r_name[p]) for p in ps] for ps in self.model.client_routes]
         self.route_of = [{self.r_name[p]: p for p in ps} for ps in self.model.client_routes]
-        # What each client last saw of each route's target: (queue, busy, active,
-        # arrival_rate, instant) and the poll in flight (seen at, round trip, answer).
-        self.cache: list[tuple[int, int, int, float, float]] = [
-            (0, 0, self.model.servers[r.server].workers, 0.0, 0.0) for r in routes]
+        # What each client last saw of each route's target, as the fields of its
+        # TargetState (``age_s`` is set per decision) and the instant the answer
+        # described; and the poll in flight (seen at, round trip, answer).
+        delay = [self._one_way(p) + self._one_way(p) for p in range(m)]  # ready poll
+        self.r_state: list[dict[str, object]] = [
+            vars(TargetState(name=specs[p].name, tier=specs[p].tier, queue=0, busy=0,
+                             active=specs[p].workers, c=specs[p].workers,
+                             service_rate=specs[p].mu * specs[p].speed, arrival_rate=0.0,
+                             delay_s=delay[p], age_s=0.0, speed=specs[p].speed)).copy()
+            for p in range(m)]
+        self.r_seen_at = [0.0] * m
         self.pending: list[tuple[float, float, tuple[int, int, int, float, float]] | None] = \
             [None] * m
-        self.delay = [self._one_way(p) + self._one_way(p) for p in range(m)]  # ready poll
         self.poll_send = [0.0] * m
         self.poll_req = [0.0] * m
 
@@ -365,16 +398,16 @@ class Simulation:
         """The targets as client ``k`` last observed them, seen at ``now``."""
         states = {}
         inv_k = 1.0 / self.k
-        pending, cache, delay = self.pending, self.cache, self.delay
-        for p, name, tier, c, rate, speed in self.c_targets[k]:
+        pending, r_state, seen_at = self.pending, self.r_state, self.r_seen_at
+        for p, name in self.c_names[k]:
             pend = pending[p]
             if pend is not None and pend[0] <= now:
                 self._promote(p)
-            q, b, a, arrival_rate, at = cache[p]
-            states[name] = TargetState(
-                name=name, tier=tier, queue=q, busy=b, active=a, c=c, service_rate=rate,
-                arrival_rate=arrival_rate, delay_s=delay[p], age_s=(now - at) * inv_k,
-                speed=speed)
+            state = _new(TargetState)  # _fill, inlined
+            fields = state.__dict__
+            fields.update(r_state[p])
+            fields["age_s"] = (now - seen_at[p]) * inv_k
+            states[name] = state
         return states
 
     def _true_view(self, k: int, now: float) -> dict[str, TargetState]:
@@ -402,9 +435,10 @@ class Simulation:
             self._deliver(k, now)
         policy = self.policies[k]
         states = self._true_view(k, now) if policy.needs_true_state else self._view(k, now)
-        view = View(now, self.model.clients[k], states)
-        info = TaskInfo(self.task_ids[i], self.model.clients[k], now,
-                        self.size[i] if policy.sees_sizes else None)
+        client = self.model.clients[k]
+        view = _fill(View, {"now": now, "client": client, "targets": states})
+        info = _fill(TaskInfo, {"task_id": self.task_ids[i], "client": client, "arrival": now,
+                                "size": self.size[i] if policy.sees_sizes else None})
         began = time.perf_counter_ns()
         decision = policy.choose(info, view)
         took = time.perf_counter_ns() - began
@@ -535,10 +569,15 @@ class Simulation:
 
     def _promote(self, p: int) -> None:
         """The poll answer in flight has reached the client: cache it, update delay_s."""
-        _, rtt, answer = self.pending[p]
+        _, rtt, (queue, busy, active, arrival_rate, at) = self.pending[p]
         self.pending[p] = None
-        self.cache[p] = answer
-        self.delay[p] = DELAY_EWMA_ALPHA * rtt + (1.0 - DELAY_EWMA_ALPHA) * self.delay[p]
+        fields = self.r_state[p]
+        fields["queue"] = queue
+        fields["busy"] = busy
+        fields["active"] = active
+        fields["arrival_rate"] = arrival_rate
+        fields["delay_s"] = DELAY_EWMA_ALPHA * rtt + (1.0 - DELAY_EWMA_ALPHA) * fields["delay_s"]
+        self.r_seen_at[p] = at
 
     def _poll(self, now: float, p: int) -> None:
         """Route ``p``'s poll reaches its server (or fails); answer and poll again."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +90,17 @@ def policy_seed(scenario: Scenario, repetition: int) -> int:
 
 
 def simulate(model: SimModel, tasks: Sequence[Task], policy: str, seed: int,
-             network_seed: int | str = 0) -> Results:
+             network_seed: int | str = 0,
+             policy_params: Mapping[str, Any] | None = None) -> Results:
     """Replay ``tasks`` on ``model`` with policy ``policy`` (one instance per client).
 
-    ``seed`` seeds the policies, ``network_seed`` the jitter and loss draws.
+    ``seed`` seeds the policies, ``network_seed`` the jitter and loss draws;
+    ``policy_params`` are passed to :func:`make_policy` (sensitivity sweeps).
     """
     client_index = {name: k for k, name in enumerate(model.clients)}
+    policies = [make_policy(policy, seed, **(policy_params or {})) for _ in model.clients]
     sim = Simulation(model, [t.task_id for t in tasks], [client_index[t.client] for t in tasks],
-                     [t.arrival for t in tasks], [t.size for t in tasks],
-                     [make_policy(policy, seed) for _ in model.clients], network_seed)
+                     [t.arrival for t in tasks], [t.size for t in tasks], policies, network_seed)
     return sim.run()
 
 
