@@ -1,4 +1,4 @@
-"""The ``testbed`` command: list, run, compare, calibrate, clean."""
+"""The ``testbed`` command: list, run, compare, calibrate, experiment, clean."""
 
 from __future__ import annotations
 
@@ -58,6 +58,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    import shlex
+    import time
+
+    from testbed.experiments.claims import write_report
+    from testbed.experiments.offloading import run_experiment
+    from testbed.runner import RESULTS_ROOT
+
+    executors = [e for e in args.executors.split(",") if e]
+    out = Path(args.out) if args.out else \
+        RESULTS_ROOT / f"offloading-{args.size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    metrics = run_experiment(args.size, executors, out,
+                             progress=lambda line: print(line, flush=True))
+    command = "testbed experiment offloading " + shlex.join(
+        ["--size", args.size, "--executors", ",".join(executors), "--report", args.report])
+    report = write_report(metrics, Path(args.report), command)
+    print(f"runs and metrics.json: {out}\nreport: {report}")
+    return 0
+
+
 def _cmd_clean(_args: argparse.Namespace) -> int:
     from testbed.emulation.ledger import clean_stale
 
@@ -99,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--probes", type=int, default=200)
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(fn=_cmd_calibrate)
+
+    exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
+    exp.add_argument("name", choices=("offloading",))
+    exp.add_argument("--size", choices=("small", "medium", "full"), default="small")
+    exp.add_argument("--executors", default="sim,emulation",
+                     help="comma-separated: sim, emulation or both (default)")
+    exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")
+    exp.add_argument("--report", default="docs/results/offloading",
+                     help="folder of the generated README.md and plots")
+    exp.set_defaults(fn=_cmd_experiment)
 
     sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \
         .set_defaults(fn=_cmd_clean)

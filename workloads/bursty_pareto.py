@@ -29,6 +29,7 @@ does not depend on the arrival parameters.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -168,14 +169,15 @@ class BurstyPareto:
 def _check_windows(windows: Any) -> None:
     """Validate a ``bursts`` schedule: a list of non-overlapping windows."""
     if not isinstance(windows, Sequence) or isinstance(windows, (str, bytes)):
-        raise ValueError(f"params.bursts: expected a list of {{{', '.join(_WINDOW_KNOWN)}}} "
-                         f"mappings, found {windows!r}")
+        raise ValueError(  # noqa: TRY004 - the Generator contract reports bad params so
+            f"params.bursts: expected a list of {{{', '.join(_WINDOW_KNOWN)}}} "
+            f"mappings, found {windows!r}")
     spans = []
     for k, window in enumerate(windows):
         path = f"params.bursts[{k}]"
         if not isinstance(window, Mapping):
-            raise ValueError(f"{path}: expected a mapping with {', '.join(_WINDOW_KNOWN)}, "
-                             f"found {window!r}")
+            raise ValueError(  # noqa: TRY004 - same contract
+                f"{path}: expected a mapping with {', '.join(_WINDOW_KNOWN)}, found {window!r}")
         _check_keys(window, path, _WINDOW_KNOWN)
         for key in _WINDOW_KNOWN:
             if key not in window:
@@ -188,7 +190,7 @@ def _check_windows(windows: Any) -> None:
         _number(window, "factor", path, above=0.0)
         spans.append((start, start + length, k))
     spans.sort()
-    for (_, end, k), (start, _, j) in zip(spans, spans[1:]):
+    for (_, end, k), (start, _, j) in itertools.pairwise(spans):
         if start < end:
             raise ValueError(f"params.bursts[{j}].start_s: expected a window not "
                              f"overlapping bursts[{k}] (ends at {end:g}), found {start:g}")

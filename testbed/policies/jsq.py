@@ -41,6 +41,9 @@ class JSQPolicy(Policy):
     """Join-the-shortest-queue placement with deterministic tie-breaking."""
 
     name: str = field(default="jsq", init=False)
+    # One immutable Decision per target name, reused (a jsq decision carries no estimate).
+    _decisions: dict[str, Decision] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick the least loaded serving target (ties: lowest ``delay_s``, then name).
@@ -57,7 +60,10 @@ class JSQPolicy(Policy):
                     best_key = key
         if best_key is None:  # no serving target (or none at all): the general rule
             return Decision(least_loaded(serving_targets(view)).name, None)
-        return Decision(best_key[2], None)
+        decision = self._decisions.get(best_key[2])
+        if decision is None:
+            decision = self._decisions[best_key[2]] = Decision(best_key[2], None)
+        return decision
 
 
 @dataclass

@@ -67,6 +67,10 @@ PENALTY_SWEEP = (1.0, 1.25, 1.5, 2.0, 3.0, 5.0)
 #: Uniform variates drawn from the generator at a time (a per-call draw costs more than
 #: the rest of a decision); the stream, hence every choice, still depends only on ``seed``.
 _UNIFORM_BLOCK = 1024
+#: Entries after which a policy's per-target memo (:meth:`QueueAwarePolicy.choose`) and
+#: its cache of name orders start afresh; a view's states change only when polled, so a
+#: few thousand cover many poll rounds.
+_MEMO_LIMIT = 4096
 
 
 @lru_cache(maxsize=4096)
@@ -140,7 +144,8 @@ class QueueAwarePolicy(Policy):
     Parameters (keywords of ``make_policy``): ``epsilon`` exploration probability,
     ``penalty`` factor (>= 1) on the score above ``rho_threshold`` utilisation, ``alpha``
     the Pareto shape of service demands (> 2, for ``Cs^2``) and ``ca2`` the squared
-    coefficient of variation of inter-arrival times.
+    coefficient of variation of inter-arrival times. They are fixed once the policy is
+    built: :meth:`choose` memoises each target's total and score on its inputs.
     """
 
     epsilon: float = 0.05
@@ -151,6 +156,11 @@ class QueueAwarePolicy(Policy):
     _cs2: float = field(init=False, repr=False, compare=False)
     _rng: np.random.Generator = field(init=False, repr=False, compare=False)
     _uniforms: list[float] = field(init=False, repr=False, compare=False)
+    _memo: dict[tuple[str, int, int, int, float, float, float], tuple[float, Decision]] = \
+        field(init=False, repr=False, compare=False)
+    _orders: dict[tuple[str, ...], tuple[str, ...]] = field(init=False, repr=False,
+                                                            compare=False)
+    _own_rates: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the parameters and create the policy's own random stream."""
@@ -163,10 +173,18 @@ class QueueAwarePolicy(Policy):
         self._cs2 = pareto_scv(self.alpha)
         self._rng = np.random.default_rng(self.seed)
         self._uniforms = []
+        self._memo = {}
+        self._orders = {}
+        # Each tier's own rate (arrival_rates not overridden): read inline by choose.
+        self._own_rates = type(self).arrival_rates is QueueAwarePolicy.arrival_rates
 
     @abstractmethod
     def wait(self, target: TargetState, lam: float) -> float:
-        """Estimated waiting time ``W`` (model seconds) at ``target`` with arrival rate ``lam``."""
+        """Estimated waiting time ``W`` (model seconds) at ``target`` with arrival rate ``lam``.
+
+        It may read only ``lam``, the policy's parameters and the target's ``queue``,
+        ``active``, ``c`` and ``service_rate``: :meth:`choose` memoises on those.
+        """
 
     def arrival_rates(self, view: View, targets: Sequence[TargetState]) -> list[float]:
         """``lambda_i`` for each of ``targets``: each tier's own observed rate."""
@@ -178,25 +196,55 @@ class QueueAwarePolicy(Policy):
                           self._cs2)
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
-        """Pick the lowest (penalised) predicted latency, or explore with ``epsilon``."""
-        targets = serving_targets(view)
-        able = [t for t in targets if t.active > 0 and t.service_rate > 0]
+        """Pick the lowest (penalised) predicted latency, or explore with ``epsilon``.
+
+        The targets able to serve are ranked in name order (ties go to the first). A
+        target's score and decision depend only on its name, ``lam``, ``delay_s`` and
+        the inputs of :meth:`wait`, which change only when the client polls, so they are
+        memoised on those (:meth:`_rank`); the name order is cached per tuple of keys.
+        """
+        targets = view.targets
+        keys = tuple(targets)
+        order = self._orders.get(keys)
+        if order is None:
+            if len(self._orders) >= _MEMO_LIMIT:
+                self._orders.clear()
+            order = self._orders[keys] = tuple(sorted(keys, key=lambda n: targets[n].name))
+        able = [t for key in order if (t := targets[key]).active > 0 and t.service_rate > 0]
         if not able:
-            return Decision(least_loaded(targets).name, None)
-        rates = self.arrival_rates(view, able)
-        totals = []
+            return Decision(least_loaded(serving_targets(view)).name, None)
+        rates = None if self._own_rates else self.arrival_rates(view, able)
+        memo = self._memo
+        ranked = []
         best, best_score = 0, math.inf
-        for index, (target, lam) in enumerate(zip(able, rates, strict=True)):
-            total = self.wait(target, lam) + 1.0 / target.service_rate + target.delay_s
-            totals.append(total)
-            rho = lam / (target.active * target.service_rate)
-            score = total * self.penalty if rho > self.rho_threshold else total
-            if score < best_score:
-                best, best_score = index, score
-        if self._uniform() < self.epsilon:
+        for index, target in enumerate(able):
+            lam = target.arrival_rate if rates is None else rates[index]
+            key = (target.name, target.queue, target.active, target.c, target.service_rate,
+                   target.delay_s, lam)
+            known = memo.get(key) or self._rank(target, lam, key)
+            ranked.append(known)
+            if known[0] < best_score:
+                best, best_score = index, known[0]
+        uniforms = self._uniforms
+        if (uniforms.pop() if uniforms else self._uniform()) < self.epsilon:
             best = min(int(self._uniform() * len(able)), len(able) - 1)
-        estimate = totals[best]
-        return Decision(able[best].name, estimate if math.isfinite(estimate) else None)
+        return ranked[best][1]
+
+    def _rank(self, target: TargetState, lam: float,
+              key: tuple[str, int, int, int, float, float, float]) -> tuple[float, Decision]:
+        """Memoise and return ``target``'s (penalised) score and the decision to send there.
+
+        The decision's estimate is the unpenalised total ``W + 1 / mu + D`` (none if not
+        finite). Decisions are immutable, so the memoised one is returned as is.
+        """
+        total = self.wait(target, lam) + 1.0 / target.service_rate + target.delay_s
+        rho = lam / (target.active * target.service_rate)
+        score = total * self.penalty if rho > self.rho_threshold else total
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        known = self._memo[key] = (
+            score, Decision(target.name, total if math.isfinite(total) else None))
+        return known
 
     def _uniform(self) -> float:
         """The next U(0, 1) variate of the policy's stream."""

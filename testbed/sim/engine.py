@@ -29,9 +29,8 @@ holds plain ``(time, kind, index)`` tuples; trace arrivals are merged from the s
 trace instead of being pushed on the heap, and a policy's observations are delivered
 lazily, right before that client's next decision (which is all a policy could notice).
 The frozen objects a policy is shown (:class:`TargetState`, :class:`View`,
-:class:`TaskInfo`) are built by :func:`_fill` from field values kept ready per route
-and updated only when a poll answer arrives, instead of through their generated
-``__init__`` (see :func:`_fill`).
+:class:`TaskInfo`) are filled in directly (see :data:`_new`), a target's fields from a
+per-route copy updated only when a poll answer arrives.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import TypeVar
 
 from testbed.dispatch import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
 from testbed.errors import TestbedError
@@ -57,8 +55,6 @@ from testbed.policies.base import (
     View,
 )
 from testbed.scenario.model import Event
-
-_T = TypeVar("_T")
 
 #: Linux's minimum TCP retransmission timeout: the extra delay of a lost message (s).
 TCP_RTO_MIN_S = 0.2
@@ -164,23 +160,12 @@ def _floats(n: int, value: float = _NAN) -> array:
     return array("d", [value]) * n
 
 
+#: Builds the frozen objects shown to policies without their generated ``__init__``:
+#: it stores every field through ``object.__setattr__`` (0.9 us per TargetState, three
+#: per continuum decision), while filling a bare instance's ``__dict__`` with the same
+#: fields in declaration order costs a fifth and gives an equal object that prints the
+#: same and is just as immutable (``tests/unit/test_sim.py`` checks this).
 _new = object.__new__
-
-
-def _fill(cls: type[_T], fields: dict[str, object]) -> _T:
-    """An instance of the frozen dataclass ``cls`` holding ``fields``, built without ``__init__``.
-
-    A frozen dataclass's generated ``__init__`` stores every field through
-    ``object.__setattr__`` (about 0.9 us for a :class:`TargetState`, three per decision
-    in the continuum); filling the instance dictionary of a bare instance costs a fifth.
-    ``fields`` must name every field of ``cls`` in declaration order (a ``vars()`` of a
-    normally built instance is the template the simulator copies), so the result is equal
-    to, prints like and is as immutable as ``cls(**fields)``; ``tests/unit/test_sim.py``
-    checks that. The hot path inlines the same two steps.
-    """
-    instance = _new(cls)
-    instance.__dict__.update(fields)
-    return instance
 
 
 class _Server:
@@ -231,6 +216,8 @@ class Simulation:
                  policies: Sequence[Policy], seed: int | str = 0) -> None:
         self.model = model
         self.k = model.time_scale
+        self.inv_k = 1.0 / model.time_scale
+        self.client_names = model.clients
         self.dk = model.time_scale if model.shift_network else 0.0
         self.poll_every = model.poll_interval_s * model.time_scale
         self.poll_timeout = max(model.poll_interval_s, POLL_TIMEOUT_S) * model.time_scale
@@ -346,7 +333,8 @@ class Simulation:
         i = 0
         next_arrival = arrival[0] if n else _INF
         handled = 0
-        complete, request, poll = self._complete, self._arrive, self._poll
+        complete, request, poll, dispatch = self._complete, self._arrive, self._poll, \
+            self._dispatch
         while True:
             if heap and heap[0][0] <= next_arrival:
                 t, kind, x = heappop(heap)
@@ -362,7 +350,7 @@ class Simulation:
                 else:
                     self._leave_end(t, x)
             elif i < n:
-                self._dispatch(i, next_arrival)
+                dispatch(i, next_arrival)
                 i += 1
                 next_arrival = arrival[i] if i < n else _INF
             else:
@@ -394,22 +382,6 @@ class Simulation:
                                   estimate, False)
             policy.observe(outcome)
 
-    def _view(self, k: int, now: float) -> dict[str, TargetState]:
-        """The targets as client ``k`` last observed them, seen at ``now``."""
-        states = {}
-        inv_k = 1.0 / self.k
-        pending, r_state, seen_at = self.pending, self.r_state, self.r_seen_at
-        for p, name in self.c_names[k]:
-            pend = pending[p]
-            if pend is not None and pend[0] <= now:
-                self._promote(p)
-            state = _new(TargetState)  # _fill, inlined
-            fields = state.__dict__
-            fields.update(r_state[p])
-            fields["age_s"] = (now - seen_at[p]) * inv_k
-            states[name] = state
-        return states
-
     def _true_view(self, k: int, now: float) -> dict[str, TargetState]:
         """The targets' exact state at ``now``, with backlogs (for ``needs_true_state``).
 
@@ -431,17 +403,41 @@ class Simulation:
     def _dispatch(self, i: int, now: float) -> None:
         """Place task ``i`` at its arrival instant and send it."""
         k = self.t_client[i]
-        if self.obs[k] and self.obs[k][0][0] <= now:
+        obs = self.obs[k]
+        if obs and obs[0][0] <= now:
             self._deliver(k, now)
         policy = self.policies[k]
-        states = self._true_view(k, now) if policy.needs_true_state else self._view(k, now)
-        client = self.model.clients[k]
-        view = _fill(View, {"now": now, "client": client, "targets": states})
-        info = _fill(TaskInfo, {"task_id": self.task_ids[i], "client": client, "arrival": now,
-                                "size": self.size[i] if policy.sees_sizes else None})
-        began = time.perf_counter_ns()
+        if policy.needs_true_state:
+            states = self._true_view(k, now)
+        else:  # the targets as the client last observed them, seen at ``now``
+            states = {}
+            inv_k, pending, r_state, seen_at = self.inv_k, self.pending, self.r_state, \
+                self.r_seen_at
+            for p, name in self.c_names[k]:
+                pend = pending[p]
+                if pend is not None and pend[0] <= now:
+                    self._promote(p)
+                state = _new(TargetState)
+                fields = state.__dict__
+                fields.update(r_state[p])
+                fields["age_s"] = (now - seen_at[p]) * inv_k
+                states[name] = state
+        client = self.client_names[k]
+        view = _new(View)
+        fields = view.__dict__
+        fields["now"] = now
+        fields["client"] = client
+        fields["targets"] = states
+        info = _new(TaskInfo)
+        fields = info.__dict__
+        fields["task_id"] = self.task_ids[i]
+        fields["client"] = client
+        fields["arrival"] = now
+        fields["size"] = self.size[i] if policy.sees_sizes else None
+        clock = time.perf_counter_ns
+        began = clock()
         decision = policy.choose(info, view)
-        took = time.perf_counter_ns() - began
+        took = clock() - began
         p = self.route_of[k].get(decision.target)
         if p is None:
             raise TestbedError(

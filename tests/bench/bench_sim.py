@@ -1,18 +1,24 @@
-"""Simulator speed: ``testbed.sim`` against a SimPy model of the same system.
+"""Simulator speed: ``testbed.sim`` against SimPy and Ciw models of the same system.
 
-``python -m tests.bench.bench_sim [--tasks N] [--million]`` from the repository root (no
-root needed; ``pip install .[test]`` brings SimPy).
+``python -m tests.bench.bench_sim [--quick] [--tasks N] [--rounds R] [--million]`` from the
+repository root (no root needed; ``pip install .[test]`` brings SimPy and Ciw).
 
 The model is the built-in ``continuum`` scenario (two clients with a local tier each,
 the edge and the cloud, their link delays, polling every 100 ms wall at time_scale 20)
 with plain Poisson arrivals at rho = 0.8 of the total capacity (34 tasks per model s)
-and Pareto(2.5) sizes; the burst and the cloud link's jitter are removed so that both
-implementations draw nothing but the shared trace. Both replay the same trace with the
-same policy objects (one per client), the same polling staleness and the same
-``delay * time_scale`` shift of instants, and report simulated tasks per second of
+and Pareto(2.5) sizes; the burst and the cloud link's jitter are removed so that every
+implementation draws nothing but the shared trace. All three replay the same trace with
+the same policy objects (one per client, seed 1), the same polling staleness and the
+same ``delay * time_scale`` shift of instants, and report simulated tasks per second of
 wall time and the mean latency with a 95 % batch-means interval (30 batches). The
-policy's own decision cost is part of both. ``--million`` also times one million tasks
-with ``hybrid``. Nothing is asserted.
+policy's own decision cost is part of all three; the SimPy model is
+:func:`run_simpy` below, the Ciw model :mod:`tests.bench.ciw_model`.
+
+Per policy, ``testbed.sim`` and SimPy run ``--rounds`` times, alternating; the tables
+show each one's median speed and the median of the per-round ratios (paired, so drifting
+background load matters less). Ciw, an order of magnitude slower, runs once. ``--quick``
+runs 20k tasks and 3 rounds; ``--million`` also times one million tasks with ``hybrid``
+(target: under 20 s). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -47,6 +53,12 @@ def bench_scenario(duration: float) -> Scenario:
         link["jitter_ms"] = 0.0
     data["duration"] = duration
     return scenario_from_dict(data)
+
+
+def trace_for(scenario: Scenario, seed: int) -> list[Task]:
+    """The scenario's Poisson/Pareto trace for both clients, seeded ``seed``."""
+    return generate("bursty-pareto", scenario.workload.params, ["c1", "c2"],
+                    scenario.duration, seed)
 
 
 def mean_ci(latencies: Sequence[float]) -> tuple[float, float]:
@@ -94,7 +106,7 @@ def run_simpy(scenario: Scenario, tasks: list[Task], policy_name: str) -> dict[s
 
     def poller(p: int) -> Any:
         s = model.routes[p].server
-        while True:
+        while env.now <= tasks[-1].arrival:  # as in testbed.sim: none after the last arrival
             send = env.now
             yield env.timeout(one_way[p] * k)
             answer = (len(servers[s].queue), servers[s].count, model.servers[s].workers,
@@ -153,32 +165,79 @@ def run_simpy(scenario: Scenario, tasks: list[Task], policy_name: str) -> dict[s
     return {"tasks_per_s": len(tasks) / took, "wall_s": took, "latency": mean_ci(done)}
 
 
+def run_ciw(scenario: Scenario, tasks: list[Task], policy: str) -> dict[str, Any]:
+    """The same model in Ciw (:mod:`tests.bench.ciw_model`)."""
+    from tests.bench.ciw_model import run_ciw as replay
+
+    model = build_model(scenario)
+    began = time.perf_counter()
+    latencies = replay(model, tasks, policy)
+    took = time.perf_counter() - began
+    done = [x for x in latencies if not math.isnan(x)]
+    return {"tasks_per_s": len(tasks) / took, "wall_s": took, "latency": mean_ci(done)}
+
+
+def compare(scenario: Scenario, tasks: list[Task], policy: str,
+            rounds: int) -> dict[str, Any]:
+    """Speeds and mean latencies of the three implementations with ``policy``."""
+    ours, simpy = [], []
+    for _ in range(rounds):
+        ours.append(run_ours(scenario, tasks, policy))
+        simpy.append(run_simpy(scenario, tasks, policy))
+    ciw = run_ciw(scenario, tasks, policy)
+    speed = {"testbed": statistics.median(r["tasks_per_s"] for r in ours),
+             "simpy": statistics.median(r["tasks_per_s"] for r in simpy),
+             "ciw": ciw["tasks_per_s"]}
+    ratio = {"testbed": 1.0,
+             "simpy": statistics.median(a["tasks_per_s"] / b["tasks_per_s"]
+                                        for a, b in zip(ours, simpy, strict=True)),
+             "ciw": speed["testbed"] / ciw["tasks_per_s"]}
+    latency = {"testbed": ours[0]["latency"], "simpy": simpy[0]["latency"],
+               "ciw": ciw["latency"]}
+    return {"policy": policy, "speed": speed, "ratio": ratio, "latency": latency,
+            "rounds_testbed": [r["tasks_per_s"] for r in ours],
+            "rounds_simpy": [r["tasks_per_s"] for r in simpy]}
+
+
+def agree(latency: dict[str, tuple[float, float]]) -> bool:
+    """Whether every pair of mean latencies differs by less than their two half-widths."""
+    values = list(latency.values())
+    return all(abs(a[0] - b[0]) <= a[1] + b[1] for a in values for b in values)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_sim",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=200_000, help="tasks per comparison")
+    parser.add_argument("--quick", action="store_true", help="20k tasks, 3 rounds")
+    parser.add_argument("--tasks", type=int, default=None,
+                        help="tasks per comparison (default 100k, --quick 20k)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="testbed/SimPy rounds per policy (default 5, --quick 3)")
     parser.add_argument("--million", action="store_true",
                         help="also time 1,000,000 tasks with hybrid")
     args = parser.parse_args(argv)
-    scenario = bench_scenario(args.tasks / (RHO * CAPACITY))
-    tasks = generate("bursty-pareto", scenario.workload.params, ["c1", "c2"],
-                     scenario.duration, 1)
+    count = args.tasks or (20_000 if args.quick else 100_000)
+    rounds = args.rounds or (3 if args.quick else 5)
+    scenario = bench_scenario(count / (RHO * CAPACITY))
+    tasks = trace_for(scenario, 1)
     print(f"continuum at rho = {RHO}: {len(tasks)} tasks, time_scale "
-          f"{scenario.time_scale:g}, polls every {scenario.executor.poll_interval_ms:g} ms")
-    print(f"{'policy':<8} {'simulator':<10} {'tasks/s':>10} {'mean latency (95% CI)':>24}"
-          f" {'ours/peer':>10}")
+          f"{scenario.time_scale:g}, polls every {scenario.executor.poll_interval_ms:g} ms; "
+          f"testbed and SimPy: median of {rounds} alternating rounds, Ciw: one run")
+    print(f"{'policy':<8} {'simulator':<10} {'tasks/s':>10} {'testbed/this':>13} "
+          f"{'mean latency s (95% CI)':>25}")
     for policy in ("jsq", "hybrid"):
-        ours = run_ours(scenario, tasks, policy)
-        peer = run_simpy(scenario, tasks, policy)
-        for label, result in (("testbed", ours), ("simpy", peer)):
-            mean, half = result["latency"]
-            ratio = ours["tasks_per_s"] / result["tasks_per_s"]
-            print(f"{policy:<8} {label:<10} {result['tasks_per_s']:>10.0f} "
-                  f"{mean:>14.3f} +- {half:<6.3f} {ratio:>10.2f}")
+        result = compare(scenario, tasks, policy, rounds)
+        for label in ("testbed", "simpy", "ciw"):
+            mean, half = result["latency"][label]
+            print(f"{policy:<8} {label:<10} {result['speed'][label]:>10.0f} "
+                  f"{result['ratio'][label]:>13.2f} {mean:>15.3f} +- {half:.3f}")
+        print(f"{policy:<8} rounds, tasks/s: testbed "
+              f"{', '.join(f'{v:.0f}' for v in result['rounds_testbed'])}; simpy "
+              f"{', '.join(f'{v:.0f}' for v in result['rounds_simpy'])}; mean latencies "
+              f"{'agree' if agree(result['latency']) else 'DISAGREE'} within their intervals")
     if args.million:
         big = bench_scenario(1_000_000 / (RHO * CAPACITY))
-        million = generate("bursty-pareto", big.workload.params, ["c1", "c2"],
-                           big.duration, 2)
+        million = trace_for(big, 2)
         result = run_ours(big, million, "hybrid")
         print(f"hybrid, {len(million)} tasks: {result['wall_s']:.1f} s "
               f"({result['tasks_per_s']:.0f} tasks/s; target < 20 s)")

@@ -1,0 +1,33 @@
+"""The small offloading experiment with both executors, end to end (root only).
+
+Checks that the claims report is produced with every claim section and numbers from
+both executors; whether the claims hold is what the report is for, not this test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.experiments import claims, offloading
+
+
+@pytest.mark.emulation
+def test_small_offloading_experiment_writes_the_claims_report(tmp_path):
+    metrics = offloading.run_experiment("small", ["sim", "emulation"], tmp_path / "runs",
+                                        progress=lambda _line: None)
+    for run in metrics["runs"].values():
+        assert run["sim"]["trace_sha256"] == run["emulation"]["trace_sha256"]
+    for point in metrics["points"]:
+        for per in point["policies"].values():
+            assert per["sim"]["n"] == per["emulation"]["n"] > 0
+            assert per["emulation"]["mean_s"] is not None
+            assert "emulation_corrected" in per
+    assert metrics["calibration"] and metrics["offsets"]["per_tier"]
+    report = claims.write_report(metrics, tmp_path / "report", "testbed experiment ...")
+    text = report.read_text()
+    for n in range(1, 8):
+        assert f"## Claim {n}:" in text
+    assert "| simulation |" in text and "| emulation |" in text
+    assert "## Sim-vs-emulation discrepancy" in text
+    assert "not run" not in text
+    assert (tmp_path / "report" / "burst_emulation.png").exists()

@@ -1,0 +1,148 @@
+"""Tests of the offloading experiments: metrics on constructed frames, and a sim-only run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from testbed.experiments import claims, offloading
+from testbed.experiments.offloading import (
+    SIZES,
+    corrected,
+    large_latency_share,
+    large_p95,
+    mape,
+    network_offsets,
+    rate_for_load,
+    recovery_time,
+    rolling_p95,
+    tier_shares_over_time,
+    worst_wait,
+)
+from testbed.scenario import load_scenario
+
+
+def _frame(**columns) -> pd.DataFrame:
+    n = len(next(iter(columns.values())))
+    base = {"outcome": ["ok"] * n, "cls": ["small"] * n, "tier": ["edge"] * n,
+            "estimate_s": [np.nan] * n, "wait_s": [0.0] * n, "network_s": [0.0] * n,
+            "arrival_model": np.arange(n, dtype=float), "decision_us": [1.0] * n}
+    base.update(columns)
+    return pd.DataFrame(base)
+
+
+def test_mape_uses_completed_rows_with_an_estimate():
+    df = _frame(latency_s=[1.0, 2.0, 4.0, 5.0], estimate_s=[1.5, 1.0, np.nan, 0.0],
+                outcome=["ok", "ok", "ok", "timeout"])
+    assert mape(df) == pytest.approx((0.5 + 0.5) / 2)
+    assert mape(_frame(latency_s=[1.0])) is None
+
+
+def test_large_task_p95_and_latency_share():
+    latency = list(range(1, 21)) + [100.0, 200.0]
+    cls = ["small"] * 20 + ["large"] * 2
+    df = _frame(latency_s=latency, cls=cls)
+    assert large_p95(df) == pytest.approx(np.percentile([100.0, 200.0], 95))
+    assert large_latency_share(df) == pytest.approx(300.0 / (210.0 + 300.0))
+    assert large_p95(_frame(latency_s=[1.0])) is None
+
+
+def test_worst_wait_ignores_failed_rows():
+    df = _frame(latency_s=[1.0, 2.0, 3.0], wait_s=[0.5, 7.0, 99.0],
+                outcome=["ok", "ok", "error"])
+    assert worst_wait(df) == 7.0
+
+
+def test_tier_shares_over_time():
+    df = _frame(latency_s=[1.0] * 6, arrival_model=[0.1, 0.5, 1.2, 1.4, 1.9, 3.5],
+                tier=["edge", "edge", "edge", "cloud", "cloud", "local"])
+    shares = tier_shares_over_time(df, bin_s=1.0, end_s=4.0)
+    assert list(shares.index) == [0.0, 1.0, 2.0, 3.0]
+    assert shares.loc[0.0, "edge"] == 1.0
+    assert shares.loc[1.0, "cloud"] == pytest.approx(2 / 3)
+    assert shares.loc[2.0].sum() == 0.0  # no task in that bin
+    assert shares.loc[3.0, "local"] == 1.0
+
+
+def test_rolling_p95_and_recovery_on_a_constructed_series():
+    # One task every 0.1 s: latency 1 s, 10 s during a burst [20, 30), then 1 s again.
+    arrivals = np.arange(0.0, 60.0, 0.1)
+    latency = np.where((arrivals >= 20) & (arrivals < 30), 10.0, 1.0)
+    df = _frame(latency_s=latency, arrival_model=arrivals)
+    series = rolling_p95(df, window_s=5.0, step_s=1.0, end_s=60.0)
+    assert series.loc[15.0] == pytest.approx(1.0)
+    assert series.loc[25.0] == pytest.approx(10.0)
+    # The 5 s window stops holding burst tasks 5 s after the burst's end.
+    assert recovery_time(series, pre_value=1.0, burst_end=30.0, horizon=60.0) == 5.0
+    assert recovery_time(series, pre_value=1.0, burst_end=30.0, horizon=33.0) is None
+    sparse = rolling_p95(df.iloc[::10], window_s=5.0, step_s=1.0, end_s=60.0)
+    assert sparse.isna().all()  # 5 tasks per window: fewer than MIN_WINDOW_TASKS
+
+
+def test_offered_load_definition():
+    base = load_scenario("continuum")
+    assert offloading.capacity(base) == pytest.approx(1 + 1 + 4 * 2.0 + 16 * 1.5)
+    rate = rate_for_load(base, 0.5)
+    assert rate == pytest.approx(0.5 * 34 / 2)
+    scenario = offloading.variant(base, "x", SIZES["small"], rate=rate, duration=10.0,
+                                  edge_workers=8, bursts=((1.0, 2.0, 3.0),))
+    assert offloading.offered_load(scenario) == pytest.approx(0.5 * 34 / 42)
+    params = scenario.workload.params
+    assert "burst" not in params and params["bursts"][0]["factor"] == 3.0
+    assert scenario.policies == offloading.ALL_POLICIES
+
+
+def test_network_offsets_split_delayer_and_http():
+    scenario = load_scenario("continuum")
+    calibration = [{"configured_delay_ms": d, "expected_rtt_ms": 2 * d,
+                    "rtt_p50_ms": 2 * d + 0.2} for d in (1.0, 2.0, 20.0)]
+    # Cloud path: links of 1 and 20 ms; measured network = RTT + delayer + 1 ms HTTP.
+    df = _frame(latency_s=[1.0] * 3, tier=["cloud"] * 3,
+                network_s=[0.042 + 0.0004 + 0.001] * 3)
+    offsets = network_offsets(scenario, calibration, df)
+    assert offsets["cloud"]["rtt_s"] == pytest.approx(0.042)
+    assert offsets["cloud"]["delayer_s"] == pytest.approx(2 * 2 * 0.0001)
+    assert offsets["cloud"]["http_s"] == pytest.approx(0.001)
+    assert offsets["local"] == {"rtt_s": 0.0, "delayer_s": 0.0, "http_s": 0.0}
+    fixed = corrected(df, offsets)
+    assert fixed["latency_s"].tolist() == pytest.approx([1.0 - 0.0014] * 3)
+
+
+def test_verdict_rule():
+    assert claims.verdict([True, True]) == "holds"
+    assert claims.verdict([True, False]) == "partly"
+    assert claims.verdict([False]) == "does not hold"
+
+
+def test_small_sim_experiment_end_to_end(tmp_path, monkeypatch):
+    """A cut-down size in the simulator: metrics, report with every claim section."""
+    tiny = replace(SIZES["small"], name="tiny", duration_s=15.0, burst_duration_s=30.0,
+                   bursts=((10.0, 5.0, 2.5),), pre_s=8.0)
+    monkeypatch.setitem(SIZES, "tiny", tiny)
+    metrics = offloading.run_experiment("tiny", ["sim"], tmp_path / "runs",
+                                        progress=lambda _line: None)
+    stored = json.loads((tmp_path / "runs" / "metrics.json").read_text())
+    assert stored["size"]["name"] == "tiny"
+    experiments = {p["experiment"] for p in metrics["points"]}
+    assert experiments == {"load", "edge", "burst"}
+    for point in metrics["points"]:
+        assert set(point["policies"]) == set(offloading.ALL_POLICIES)
+        for policy, per in point["policies"].items():
+            m = per["sim"]
+            assert m["n"] > 0 and m["mean_s"] > 0
+            estimates = policy in offloading.ESTIMATORS or policy == "oracle"
+            assert (m["mape"] is not None) == estimates
+            assert (m["vs_hybrid"] is None) == (policy == "hybrid")
+    assert [r["penalty"] for r in metrics["penalty"]] == list(offloading.PENALTY_SWEEP)
+    report = claims.write_report(metrics, tmp_path / "report", "testbed experiment ...")
+    text = report.read_text()
+    for n in range(1, 8):
+        assert f"## Claim {n}:" in text
+    assert "not run" in text  # claim 6 needs both executors
+    for name in ("load_sweep.png", "mape.png", "edge_sweep.png", "burst_sim.png",
+                 "penalty.png", "decision_time.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
