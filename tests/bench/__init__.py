@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Self
 
+from testbed.emulation.ledger import is_running, process_start_time
+
 SYS_NET = Path("/sys/class/net")
 
 
@@ -32,23 +34,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
-
-
-def _start_time(pid: int) -> int | None:
-    from testbed.emulation.ledger import process_start_time
-
-    return process_start_time(pid)
-
-
-def _alive(pid: int, start: int | None) -> bool:
-    """Whether ``pid`` (with that start time) still exists and is not a zombie."""
-    if _start_time(pid) != start:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _proc_pids() -> list[int]:
@@ -164,7 +149,7 @@ class Sandbox:
             if entry.kind == "process" and entry.data.get("group"):
                 pids.update(process_group(entry.data["pid"]))
         for pid in pids:
-            start = _start_time(pid)
+            start = process_start_time(pid)
             if start is None:
                 continue
             self._processes[pid] = start
@@ -184,7 +169,7 @@ class Sandbox:
         names = [n for n in os.listdir(SYS_NET) if n.startswith(self.prefix)]
         if names:
             problems.append(f"interfaces {names}")
-        alive = [pid for pid, start in self._processes.items() if _alive(pid, start)]
+        alive = [pid for pid, start in self._processes.items() if is_running(pid, start)]
         if alive:
             problems.append(f"processes {alive}")
         if self._namespaces:
