@@ -210,24 +210,29 @@ class QueueAwarePolicy(Policy):
             if len(self._orders) >= _MEMO_LIMIT:
                 self._orders.clear()
             order = self._orders[keys] = tuple(sorted(keys, key=lambda n: targets[n].name))
-        able = [t for key in order if (t := targets[key]).active > 0 and t.service_rate > 0]
-        if not able:
-            return Decision(least_loaded(serving_targets(view)).name, None)
-        rates = None if self._own_rates else self.arrival_rates(view, able)
+        if self._own_rates:
+            rates = None
+        else:
+            able = [t for key in order if (t := targets[key]).active > 0 and t.service_rate > 0]
+            rates = self.arrival_rates(view, able) if able else []
         memo = self._memo
-        ranked = []
+        ranked = []  # (score, decision) of each target able to serve, in name order
         best, best_score = 0, math.inf
-        for index, target in enumerate(able):
-            lam = target.arrival_rate if rates is None else rates[index]
-            key = (target.name, target.queue, target.active, target.c, target.service_rate,
-                   target.delay_s, lam)
-            known = memo.get(key) or self._rank(target, lam, key)
-            ranked.append(known)
-            if known[0] < best_score:
-                best, best_score = index, known[0]
+        for key in order:
+            target = targets[key]
+            if target.active > 0 and target.service_rate > 0:
+                lam = target.arrival_rate if rates is None else rates[len(ranked)]
+                memo_key = (target.name, target.queue, target.active, target.c,
+                            target.service_rate, target.delay_s, lam)
+                known = memo.get(memo_key) or self._rank(target, lam, memo_key)
+                if known[0] < best_score:
+                    best, best_score = len(ranked), known[0]
+                ranked.append(known)
+        if not ranked:
+            return Decision(least_loaded(serving_targets(view)).name, None)
         uniforms = self._uniforms
         if (uniforms.pop() if uniforms else self._uniform()) < self.epsilon:
-            best = min(int(self._uniform() * len(able)), len(able) - 1)
+            best = min(int(self._uniform() * len(ranked)), len(ranked) - 1)
         return ranked[best][1]
 
     def _rank(self, target: TargetState, lam: float,

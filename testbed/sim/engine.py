@@ -160,12 +160,13 @@ def _floats(n: int, value: float = _NAN) -> array:
     return array("d", [value]) * n
 
 
-#: Builds the frozen objects shown to policies without their generated ``__init__``:
-#: it stores every field through ``object.__setattr__`` (0.9 us per TargetState, three
-#: per continuum decision), while filling a bare instance's ``__dict__`` with the same
-#: fields in declaration order costs a fifth and gives an equal object that prints the
-#: same and is just as immutable (``tests/unit/test_sim.py`` checks this).
+#: Build the frozen objects shown to policies without their generated ``__init__``: it
+#: stores every field through ``object.__setattr__`` (0.9 us per TargetState, three per
+#: continuum decision), while giving a bare instance a ``__dict__`` holding the same
+#: fields in declaration order costs a quarter and makes an equal object that prints the
+#: same and is just as immutable (``tests/unit/test_fast_paths.py`` checks it).
 _new = object.__new__
+_set_attr = object.__setattr__
 
 
 class _Server:
@@ -260,6 +261,7 @@ class Simulation:
         routes = self.model.routes
         m = len(routes)
         self.r_server = [r.server for r in routes]
+        self.r_srv = [self.servers[r.server] for r in routes]
         self.r_base = [0.0] * m
         self.r_jit: list[tuple[float, ...]] = [()] * m
         self.r_loss = [0.0] * m
@@ -322,21 +324,38 @@ class Simulation:
 
     # --------------------------------------------------------------------- loop
     def run(self) -> Results:
-        """Replay every task; return the per-task results."""
+        """Replay every task; return the per-task results.
+
+        The loop merges the sorted trace with the event heap. Placing an arriving task is
+        the hottest path and runs inline, on local names: deliver the client's pending
+        observations, build the :class:`View` (its targets as last polled, or the true
+        state for ``needs_true_state`` policies), time ``policy.choose``, record the
+        decision and send the task.
+        """
         heap = self.heap
         for index, event in enumerate(self.model.events):
             heappush(heap, (event.at, _SCENARIO, index))
         for p in range(len(self.model.routes)):
             self._schedule_poll(p, 0.0)
-        arrival = self.arrival
+        complete, request, poll = self._complete, self._arrive, self._poll
+        promote, one_way, fail = self._promote, self._one_way, self._fail
+        arrival, t_client, task_ids, size = self.arrival, self.t_client, self.task_ids, self.size
+        policies, obs, client_names, c_names = self.policies, self.obs, self.client_names, \
+            self.c_names
+        pending, r_state, seen_at, route_of = self.pending, self.r_state, self.r_seen_at, \
+            self.route_of
+        r_up, r_var, r_base = self.r_up, self.r_var, self.r_base
+        res = self.res
+        col_route, col_decision, col_age, col_estimate, col_network = \
+            res.route, res.decision_us, res.state_age, res.estimate, res.network
+        inv_k, dk, timeout = self.inv_k, self.dk, self.timeout
+        clock = time.perf_counter_ns
         n = len(arrival)
         i = 0
-        next_arrival = arrival[0] if n else _INF
+        now = arrival[0] if n else _INF
         handled = 0
-        complete, request, poll, dispatch = self._complete, self._arrive, self._poll, \
-            self._dispatch
         while True:
-            if heap and heap[0][0] <= next_arrival:
+            if heap and heap[0][0] <= now:
                 t, kind, x = heappop(heap)
                 handled += 1
                 if kind == _COMPLETE:
@@ -349,16 +368,67 @@ class Simulation:
                     self._apply(t, x)
                 else:
                     self._leave_end(t, x)
-            elif i < n:
-                dispatch(i, next_arrival)
-                i += 1
-                next_arrival = arrival[i] if i < n else _INF
-            else:
+                continue
+            if i == n:
                 break
-        for k in range(len(self.obs)):
+            # Task i arrives at ``now``: place it and send it.
+            k = t_client[i]
+            queue = obs[k]
+            if queue and queue[0][0] <= now:
+                self._deliver(k, now)
+            policy = policies[k]
+            if policy.needs_true_state:
+                states = self._true_view(k, now)
+            else:  # the targets as the client last observed them, seen at ``now``
+                states = {}
+                for p, name in c_names[k]:
+                    pend = pending[p]
+                    if pend is not None and pend[0] <= now:
+                        promote(p)
+                    fields = r_state[p].copy()
+                    fields["age_s"] = (now - seen_at[p]) * inv_k
+                    state = _new(TargetState)
+                    _set_attr(state, "__dict__", fields)
+                    states[name] = state
+            client = client_names[k]
+            view = _new(View)
+            _set_attr(view, "__dict__", {"now": now, "client": client, "targets": states})
+            info = _new(TaskInfo)
+            _set_attr(info, "__dict__", {"task_id": task_ids[i], "client": client,
+                                         "arrival": now,
+                                         "size": size[i] if policy.sees_sizes else None})
+            began = clock()
+            decision = policy.choose(info, view)
+            took = clock() - began
+            target = decision.target
+            p = route_of[k].get(target)
+            if p is None:
+                raise TestbedError(
+                    f"policy {policy.name!r} chose unknown target {target!r} for task "
+                    f"{task_ids[i]}; targets: {', '.join(states)}")
+            col_route[i] = p
+            col_decision[i] = took / 1000.0
+            col_age[i] = states[target].age_s
+            if decision.estimate_s is not None:
+                col_estimate[i] = decision.estimate_s
+            if not r_up[p]:
+                fail(i, TIMEOUT, now + timeout, self._timeout_text("a link is down"))
+            else:
+                d = one_way(p) if r_var[p] else r_base[p]
+                if d == _INF:
+                    fail(i, TIMEOUT, now + timeout, self._timeout_text("request lost"))
+                else:
+                    col_network[i] = d
+                    if d == 0.0 or dk == 0.0:
+                        request(i, now)
+                    else:
+                        heappush(heap, (now + d * dk, _REQUEST, i))
+            i += 1
+            now = arrival[i] if i < n else _INF
+        for k in range(len(obs)):
             self._deliver(k, _INF)
-        self.res.events = handled
-        return self.res
+        res.events = handled
+        return res
 
     # ---------------------------------------------------------------- decisions
     def _deliver(self, k: int, now: float) -> None:
@@ -400,74 +470,12 @@ class Simulation:
                 speed=speed, backlog=backlog)
         return states
 
-    def _dispatch(self, i: int, now: float) -> None:
-        """Place task ``i`` at its arrival instant and send it."""
-        k = self.t_client[i]
-        obs = self.obs[k]
-        if obs and obs[0][0] <= now:
-            self._deliver(k, now)
-        policy = self.policies[k]
-        if policy.needs_true_state:
-            states = self._true_view(k, now)
-        else:  # the targets as the client last observed them, seen at ``now``
-            states = {}
-            inv_k, pending, r_state, seen_at = self.inv_k, self.pending, self.r_state, \
-                self.r_seen_at
-            for p, name in self.c_names[k]:
-                pend = pending[p]
-                if pend is not None and pend[0] <= now:
-                    self._promote(p)
-                state = _new(TargetState)
-                fields = state.__dict__
-                fields.update(r_state[p])
-                fields["age_s"] = (now - seen_at[p]) * inv_k
-                states[name] = state
-        client = self.client_names[k]
-        view = _new(View)
-        fields = view.__dict__
-        fields["now"] = now
-        fields["client"] = client
-        fields["targets"] = states
-        info = _new(TaskInfo)
-        fields = info.__dict__
-        fields["task_id"] = self.task_ids[i]
-        fields["client"] = client
-        fields["arrival"] = now
-        fields["size"] = self.size[i] if policy.sees_sizes else None
-        clock = time.perf_counter_ns
-        began = clock()
-        decision = policy.choose(info, view)
-        took = clock() - began
-        p = self.route_of[k].get(decision.target)
-        if p is None:
-            raise TestbedError(
-                f"policy {policy.name!r} chose unknown target {decision.target!r} for task "
-                f"{self.task_ids[i]}; targets: {', '.join(states)}")
-        res = self.res
-        res.route[i] = p
-        res.decision_us[i] = took / 1000.0
-        res.state_age[i] = states[decision.target].age_s
-        if decision.estimate_s is not None:
-            res.estimate[i] = decision.estimate_s
-        if not self.r_up[p]:
-            self._fail(i, TIMEOUT, now + self.timeout, self._timeout_text("a link is down"))
-            return
-        d = self._one_way(p)
-        if d == _INF:
-            self._fail(i, TIMEOUT, now + self.timeout, self._timeout_text("request lost"))
-            return
-        res.network[i] = d
-        if d == 0.0 or self.dk == 0.0:
-            self._arrive(i, now)
-        else:
-            heappush(self.heap, (now + d * self.dk, _REQUEST, i))
-
     # ------------------------------------------------------------------ servers
     def _arrive(self, i: int, now: float) -> None:
         """Task ``i``'s request reaches its server."""
         res = self.res
         p = res.route[i]
-        s = self.servers[self.r_server[p]]
+        s = self.r_srv[p]
         if not s.accepting:
             self._fail(i, ERROR, now + self.r_base[p] * self.dk,
                        f"connection refused: service {self.r_name[p]} is not running")
@@ -502,14 +510,18 @@ class Simulation:
         """Task ``i`` frees its worker: answer the client, start the next queued task."""
         res = self.res
         p = res.route[i]
-        s = self.servers[self.r_server[p]]
-        if i not in s.in_service:  # the service crashed meanwhile
+        s = self.r_srv[p]
+        in_service = s.in_service
+        if i not in in_service:  # the service crashed meanwhile
             return
-        s.in_service.remove(i)
+        in_service.remove(i)
         s.busy -= 1
         if res.outcome[i] == PENDING:
             deadline = self.arrival[i] + self.timeout
-            d = self._one_way(p) if self.r_up[p] else _INF
+            if not self.r_up[p]:
+                d = _INF
+            else:
+                d = self._one_way(p) if self.r_var[p] else self.r_base[p]
             seen = now + d * self.dk
             if d == _INF or seen > deadline:
                 self._fail(i, TIMEOUT, deadline, self._timeout_text("response late or lost"))

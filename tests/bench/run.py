@@ -10,6 +10,11 @@
 ``--quick`` runs fewer tasks and only 10 and 50 hosts (about half a minute). Every
 number is a measurement of this run; nothing is asserted about timing. The exit status
 is 1 if a run left anything behind (an interface, a process, a namespace, a ledger).
+
+``--sim`` runs instead the two benchmarks that need no root: the simulator's speed
+against SimPy and Ciw (:mod:`tests.bench.bench_sim`) and the decision time per policy
+(:mod:`tests.bench.bench_policies`), each with ``--quick`` if given (``--json`` is
+ignored).
 """
 
 from __future__ import annotations
@@ -109,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, about 30 s")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results")
+    parser.add_argument("--sim", action="store_true",
+                        help="only the simulator and decision-time benchmarks (no root)")
     args = parser.parse_args(argv)
+    if args.sim:
+        from tests.bench import bench_policies, bench_sim
+
+        options = ["--quick"] if args.quick else []
+        return bench_sim.main(options) or bench_policies.main(options)
     if os.geteuid() != 0:
         print("the benchmarks build network namespaces and links: run them as root")
         return 2

@@ -1,0 +1,146 @@
+"""The performance shortcuts change nothing: same decisions, same objects.
+
+* ``jsq`` decides in one pass without sorting: checked against the documented rule
+  (:func:`least_loaded` over :func:`serving_targets`);
+* the queue-aware policies memoise each target's score and decision and cache the name
+  order: checked against the plain computation (every target's ``wait``, total, penalty
+  and exploration, in name order) on sequences of views whose states repeat, as between
+  two polls, and change;
+* the simulator fills in the frozen :class:`TargetState`, :class:`View` and
+  :class:`TaskInfo` objects instead of calling their ``__init__``: checked equal to,
+  printed like and as immutable as normally built ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from testbed.policies import make_policy
+from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View
+from testbed.policies.jsq import least_loaded
+from testbed.policies.queue_aware import QueueAwarePolicy
+from testbed.policies.random_policy import serving_targets
+from testbed.scenario import load_scenario, scenario_from_dict
+from testbed.sim.engine import Simulation
+from testbed.sim.executor import build_model
+from workloads import generate
+
+ESTIMATING = ("model-only", "queue-only", "hybrid", "hybrid-global-rate", "hybrid-fixed-beta")
+TASK = TaskInfo(task_id=0, client="c1", arrival=0.0)
+
+
+def reference(policy: QueueAwarePolicy, view: View) -> Decision:
+    """The queue-aware decision computed plainly, drawing from ``policy``'s stream."""
+    targets = serving_targets(view)
+    able = [t for t in targets if t.active > 0 and t.service_rate > 0]
+    if not able:
+        return Decision(least_loaded(targets).name, None)
+    rates = policy.arrival_rates(view, able)
+    totals, best, best_score = [], 0, math.inf
+    for index, (target, lam) in enumerate(zip(able, rates, strict=True)):
+        total = policy.wait(target, lam) + 1.0 / target.service_rate + target.delay_s
+        totals.append(total)
+        rho = lam / (target.active * target.service_rate)
+        score = total * policy.penalty if rho > policy.rho_threshold else total
+        if score < best_score:
+            best, best_score = index, score
+    if policy._uniform() < policy.epsilon:
+        best = min(int(policy._uniform() * len(able)), len(able) - 1)
+    estimate = totals[best]
+    return Decision(able[best].name, estimate if math.isfinite(estimate) else None)
+
+
+@st.composite
+def state(draw: st.DrawFn, name: str) -> TargetState:
+    """Every field from a few values, so two states often differ in one field only."""
+    c = draw(st.sampled_from([1, 4, 16]))
+    return TargetState(
+        name=name, tier="edge", queue=draw(st.sampled_from([0, 1, 3, 8, 20])),
+        busy=draw(st.integers(0, c)), active=draw(st.sampled_from([0, 1, c])), c=c,
+        service_rate=draw(st.sampled_from([0.0, 1.0, 2.5])),
+        arrival_rate=draw(st.sampled_from([0.0, 0.5, 3.0, 12.0, 40.0])),
+        delay_s=draw(st.sampled_from([0.0, 0.004, 0.04])),
+        age_s=draw(st.sampled_from([0.0, 0.3])), speed=1.0)
+
+
+@st.composite
+def view_sequences(draw: st.DrawFn) -> list[View]:
+    """Views drawn from a small pool of states per target, so states recur."""
+    names = draw(st.lists(st.sampled_from(["local", "edge", "cloud", "b", "a"]), min_size=1,
+                          max_size=4, unique=True))
+    pool = {n: draw(st.lists(state(n), min_size=1, max_size=4)) for n in names}
+    picks = draw(st.lists(st.lists(st.integers(0, 3), min_size=len(names),
+                                   max_size=len(names)), min_size=1, max_size=40))
+    return [View(float(j), "c1", {n: pool[n][pick % len(pool[n])]
+                                  for n, pick in zip(names, row, strict=True)})
+            for j, row in enumerate(picks)]
+
+
+@pytest.mark.parametrize("name", ESTIMATING)
+@given(views=view_sequences(), seed=st.integers(0, 2**16),
+       epsilon=st.sampled_from([0.0, 0.05, 0.5]))
+@settings(max_examples=150, deadline=None)
+def test_memoised_queue_aware_decisions_equal_the_plain_computation(
+        name: str, views: list[View], seed: int, epsilon: float) -> None:
+    fast = make_policy(name, seed, epsilon=epsilon)
+    plain = make_policy(name, seed, epsilon=epsilon)
+    assert isinstance(plain, QueueAwarePolicy)
+    for view in views:
+        assert fast.choose(TASK, view) == reference(plain, view)
+
+
+@given(views=view_sequences())
+@settings(max_examples=100, deadline=None)
+def test_one_pass_jsq_equals_the_documented_rule(views: list[View]) -> None:
+    policy = make_policy("jsq", 0)
+    for view in views:
+        assert policy.choose(TASK, view) == Decision(
+            least_loaded(serving_targets(view)).name, None)
+
+
+@dataclass
+class Keeper(Policy):
+    """Sends every task to the first target by name; keeps what it was shown."""
+
+    name: str = field(default="keeper", init=False)
+    shown: list[tuple[TaskInfo, View]] = field(default_factory=list)
+
+    def choose(self, task: TaskInfo, view: View) -> Decision:
+        self.shown.append((task, view))
+        return Decision(min(view.targets), None)
+
+
+def rebuilt(obj: Any) -> Any:
+    """``obj`` built again through its class's constructor."""
+    return type(obj)(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+
+
+def test_simulator_objects_equal_normally_built_ones() -> None:
+    data = load_scenario("continuum").resolved()
+    data["duration"] = 60.0
+    scenario = scenario_from_dict(data)
+    model = build_model(scenario)
+    tasks = generate("bursty-pareto", scenario.workload.params, list(model.clients),
+                     scenario.duration, 1)
+    index = {name: k for k, name in enumerate(model.clients)}
+    keepers = [Keeper() for _ in model.clients]
+    Simulation(model, [t.task_id for t in tasks], [index[t.client] for t in tasks],
+               [t.arrival for t in tasks], [t.size for t in tasks], keepers).run()
+    shown = [pair for keeper in keepers for pair in keeper.shown]
+    assert len(shown) == len(tasks)
+    for task, view in shown:
+        objects = [task, view, *view.targets.values()]
+        for obj in objects:
+            copy = rebuilt(obj)
+            assert obj == copy and repr(obj) == repr(copy)
+            assert list(vars(obj)) == list(vars(copy))
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                obj.client = "x"  # type: ignore[misc]
+        assert all(t.age_s >= 0 for t in view.targets.values())
