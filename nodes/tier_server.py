@@ -64,6 +64,9 @@ TASK_FIELDS = {
 }
 
 
+
+MAX_SINCE_SKEW_S = 3600.0  # a reset may date its rate window at most this far away
+
 class WorkerPool:
     """``c`` numbered workers handed out in strict FIFO order.
 
@@ -265,7 +268,25 @@ class TierServer:
         return web.json_response({"ok": True, "c": self.pool.c})
 
     async def handle_reset(self, request: web.Request) -> web.Response:
-        """``POST /reset``: clear counters and the rate window; 409 while tasks are in flight."""
+        """``POST /reset``: clear counters and the rate window; 409 while tasks are in flight.
+
+        An optional ``{"since": epoch seconds}`` body dates the start of the new rate
+        window: the instant the next run's trace starts (model time 0). Without it the
+        window starts now. Dating it to the trace start keeps the early arrival-rate
+        estimates from counting the idle lead-in before the first task as observed time,
+        which is what the simulator does too.
+        """
+        since = time.monotonic()
+        if request.can_read_body:
+            body = await read_json_object(request, {"since": positive_number_field(False)})
+            if "since" in body:
+                ahead = body["since"] - time.time()
+                if abs(ahead) > MAX_SINCE_SKEW_S:
+                    raise client_error(
+                        web.HTTPBadRequest,
+                        f"since: expected an epoch within {MAX_SINCE_SKEW_S:g} s of now, "
+                        f"found {body['since']!r}")
+                since += ahead
         if self.pool.queue or self.pool.busy:
             reason = (
                 f"cannot reset while tasks are in flight: "
@@ -274,7 +295,7 @@ class TierServer:
             raise client_error(web.HTTPConflict, reason)
         self.completed = 0
         self._arrivals.clear()
-        self._since = time.monotonic()
+        self._since = since
         return web.json_response({"ok": True})
 
     async def handle_workers(self, request: web.Request) -> web.Response:

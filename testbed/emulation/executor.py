@@ -41,6 +41,7 @@ from testbed.scenario.model import Event, Scenario, Service
 Progress = Callable[[str], None]
 SERVICE_START_TIMEOUT_S = 60.0
 START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
+RESET_LEAD_S = 0.02  # extra lead per tier server to reset before the start instant
 PROGRESS_EVERY_S = 5.0  # wall seconds between progress lines while a policy replays
 
 
@@ -226,8 +227,9 @@ class EmulatedTopology:
                                  SERVICE_START_TIMEOUT_S)
         return took
 
-    def reset_services(self, timeout: float = 60.0) -> None:
-        """Clear every tier server's counters; waits while tasks are still in flight."""
+    def reset_services(self, since: float, timeout: float = 60.0) -> None:
+        """Clear every tier server's counters, dating their rate windows to ``since``
+        (the next trace's start, wall epoch); waits while tasks are still in flight."""
         for svc in self.scenario.tier_servers():
             host = self.net.hosts[svc.node]
             url = f"http://127.0.0.1:{svc.port}/reset"
@@ -235,7 +237,7 @@ class EmulatedTopology:
             def reset(url: str = url) -> None:
                 deadline = time.monotonic() + timeout
                 while True:
-                    status, body = http_json(url, method="POST", body={})
+                    status, body = http_json(url, method="POST", body={"since": since})
                     if status == 200:
                         return
                     if status != 409 or time.monotonic() > deadline:
@@ -355,8 +357,9 @@ def replay_policy(topo: EmulatedTopology, run: str, policy: str, repetition: int
                   trace_dir: Path, progress: Progress) -> list[dict]:
     """Replay the materialised trace once with ``policy``; returns the trace rows."""
     scenario = topo.scenario
-    topo.reset_services()
-    start_at = time.time() + START_LEAD_S
+    # The lead leaves time to reset every server and start every dispatcher.
+    start_at = time.time() + START_LEAD_S + RESET_LEAD_S * len(scenario.tier_servers())
+    topo.reset_services(since=start_at)
     poll = scenario.executor.poll_interval_ms / 1000.0
     timeout_model = max(scenario.duration, 60.0)
     pids: dict[str, int] = {}

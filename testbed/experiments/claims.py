@@ -442,6 +442,8 @@ def _setup(metrics: Metrics, command: str) -> str:
     backend = next((r["shaping_backend"] for per in runs.values() for r in per.values()
                     if r.get("shaping_backend")), None)
     machine = metrics["machine"]
+    commits = ", ".join(f"`{c}`" for c in sorted({r["git_commit"] for per in runs.values()
+                                                   for r in per.values()}))
     walls = ", ".join(f"{k} {v:.0f} s" for k, v in metrics["wall_s"].items())
     bursts = "; ".join(f"{s:g}-{s + d:g} s x{f:g}" for s, d, f in size["bursts"])
     lines = [
@@ -468,8 +470,8 @@ def _setup(metrics: Metrics, command: str) -> str:
         f"{'yes (same sha256 per scenario)' if same else 'NO'}."),
         f"- **Policies**: {', '.join(metrics['policies'])} (`docs/policies.md`).",
         (f"- **Machine**: {machine['cpus']} CPUs, {machine['memory_bytes'] / 2**30:.1f} GiB, "
-        f"kernel {machine['kernel']}; shaping backend {backend or 'not used'}; commit "
-        f"`{any_run['git_commit']}`."),
+        f"kernel {machine['kernel']}; shaping backend {backend or 'not used'}; commit(s) "
+        f"{commits}."),
         f"- **Wall time**: {walls}.",
         (f"- **Regenerate**: `{command}` (as root for the emulation; "
         "`docs/experiments.md`)."),

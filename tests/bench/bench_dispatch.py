@@ -177,7 +177,7 @@ class DispatchBench:
         trace = write_bench_trace(self.sandbox.workdir / f"trace-{tag}", n, rate)
         out = self.sandbox.workdir / f"out-{tag}.json"
         start_at = time.time() + START_LEAD_S
-        self.topo.reset_services()
+        self.topo.reset_services(since=start_at)
         if client == "dispatcher":
             config = {"run": self.sandbox.run_id, "client": "c1", "policy": "jsq",
                       "policy_seed": 1, "repetition": 0, "trace": str(trace),

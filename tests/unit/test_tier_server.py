@@ -483,3 +483,19 @@ def test_module_entry_point_refuses_bad_arguments() -> None:
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "--workers" in done.stderr and "expected a value >= 1" in done.stderr
+
+
+async def test_reset_dates_the_rate_window_to_the_trace_start() -> None:
+    """With ``since`` in the future, the idle lead-in is not counted as observed time."""
+    async with tier(time_scale=1.0) as client:
+        start = time.time() + 0.2
+        resp = await client.post("/reset", json={"since": start})
+        assert resp.status == 200
+        await asyncio.sleep(start + 0.1 - time.time())  # a wall-clock instant, not a wait
+        await post_task(client, 1, 0.001)
+        state = await (await client.get("/state")).json()
+        # One arrival 0.1 s after the window start: about 10 per second, not 1/0.3.
+        assert 5.0 < state["arrival_rate"] < 12.0, state["arrival_rate"]
+        bad = await client.post("/reset", json={"since": start + 10 * 3600})
+        assert bad.status == 400
+        assert "since" in (await bad.json())["error"]

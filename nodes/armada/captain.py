@@ -1,0 +1,540 @@
+"""The Captain: Armada's node agent, one per edge node.
+
+It registers its node (location, type, capacity, tags) through the Beacon with its token
+and registers again whenever the Spinner stops health-checking it for ``recheck_s`` (the
+Spinner forgot it, or declared it dead during a partition); the registration answer
+lists the tasks the Spinner still places here, and any other task is stopped.
+
+Tasks run with the ``process`` runtime: ``python -m <module> --host <task host> --port
+<free port> <args>`` in its own process group, so stopping a task stops everything it
+started. With ``cgroup_parent`` each task gets a cgroup v2 child with its CPU and memory
+limits; without, its CPU limit is not enforced by the Captain and its memory is watched
+(a task over its limit is killed). Every ``sample_s`` the Captain measures each task's
+utilisation (CPU seconds over the interval divided by ``interval * cpu``), resident
+memory and load (the task's own ``GET /stats`` when it has one). The ``docker`` runtime
+is refused (see ``docs/armada.md``). On shutdown (SIGTERM) the Captain deregisters and
+stops its tasks.
+
+Run it as ``python -m nodes.armada.captain --host H --port P --beacon URL --token T
+--node-id ID --lat LAT --lon LON --cpu CORES --memory-mb MB [...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from nodes.armada.client import PeerError, call_json, error_of
+from nodes.armada.fields import NODE_TYPES, args_to_argv, task_fields
+from nodes.armada.openapi import add_openapi, captain_spec
+from nodes.armada.scheduler import EPSILON
+from nodes.common import client_error, configure_logging, make_base_app, read_json_object, serve
+
+_log = logging.getLogger("nodes.armada.captain")
+
+START_TIMEOUT_S = 30.0  # a task that does not answer /health by then has failed
+READY_POLL_S = 0.05
+STOP_GRACE_S = 3.0
+CPU_PERIOD_US = 100_000
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class CaptainConfig:
+    """Who this node is and how it behaves (the command-line options)."""
+
+    beacon: str
+    token: str
+    node_id: str
+    url: str  # how others reach this Captain
+    lat: float
+    lon: float
+    cpu: float
+    memory_mb: int
+    node_type: str = "volunteer"
+    tags: list[str] = field(default_factory=list)
+    advertise_host: str = "127.0.0.1"  # where tasks are reachable
+    task_host: str = "0.0.0.0"  # what tasks bind
+    recheck_s: float = 5.0
+    sample_s: float = 1.0
+    module_prefix: str = "nodes."
+    cgroup_parent: Path | None = None
+    workdir: Path = field(default_factory=lambda: Path("/tmp/armada-captain"))
+    python: str = sys.executable
+
+
+@dataclass
+class RunningTask:
+    """One task on this node."""
+
+    task_id: str
+    app: str
+    runtime: str
+    cpu: float
+    memory_mb: int
+    module: str
+    args: dict[str, Any]
+    port: int
+    url: str
+    status: str = "starting"  # starting | running | exited | failed
+    reason: str | None = None
+    pid: int | None = None
+    started_at: float = field(default_factory=time.time)
+    ready_at: float | None = None
+    load: dict[str, Any] | None = None
+    utilisation: float | None = None
+    cpu_seconds: float = 0.0
+    rss_mb: float = 0.0
+    process: asyncio.subprocess.Process | None = None
+    cgroup: Path | None = None
+    has_stats: bool = True
+    sampled: tuple[float, float] | None = None  # (monotonic time, cpu seconds)
+
+    def json(self) -> dict[str, Any]:
+        """The task as the API shows it."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "task_id", "app", "runtime", "status", "reason", "url", "port", "pid", "cpu",
+                "memory_mb", "started_at", "ready_at", "load", "utilisation", "cpu_seconds",
+                "rss_mb",
+            )
+        }
+
+    @property
+    def alive(self) -> bool:
+        """Whether the task's process may still run."""
+        return self.status in ("starting", "running")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the task binds it a moment later)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def group_usage(groups: set[int]) -> dict[int, tuple[float, int]]:
+    """CPU seconds (with reaped children) and resident bytes per process group, from /proc."""
+    usage: dict[int, tuple[float, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
+                raw = f.read()
+        except OSError:  # the process ended meanwhile
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        group = int(fields[2])
+        if group in groups:
+            cpu = sum(int(x) for x in fields[11:15]) / _CLK_TCK
+            before = usage.get(group, (0.0, 0))
+            usage[group] = (before[0] + cpu, before[1] + int(fields[21]) * _PAGE)
+    return usage
+
+
+def cgroup_usage(cgroup: Path) -> tuple[float, int]:
+    """CPU seconds and memory bytes of a cgroup v2."""
+    cpu = 0.0
+    for line in (cgroup / "cpu.stat").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "usage_usec":
+            cpu = int(value) / 1e6
+    return cpu, int((cgroup / "memory.current").read_text())
+
+
+class Captain:
+    """State, task runtime, registration agent and HTTP handlers of a Captain."""
+
+    def __init__(self, config: CaptainConfig) -> None:
+        self.config = config
+        self.tasks: dict[str, RunningTask] = {}
+        self._checked = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+        self._background: list[asyncio.Task[None]] = []
+        self.registrations = 0
+
+    # ----------------------------------------------------------------- resources
+
+    def free(self) -> tuple[float, int]:
+        """CPU and memory not reserved by live tasks."""
+        live = [t for t in self.tasks.values() if t.alive]
+        return (
+            self.config.cpu - sum(t.cpu for t in live),
+            self.config.memory_mb - sum(t.memory_mb for t in live),
+        )
+
+    def status(self) -> dict[str, Any]:
+        """The node and its tasks (the health-check answer)."""
+        cfg = self.config
+        free_cpu, free_memory = self.free()
+        return {
+            "node_id": cfg.node_id, "url": cfg.url, "lat": cfg.lat, "lon": cfg.lon,
+            "node_type": cfg.node_type, "cpu": cfg.cpu, "memory_mb": cfg.memory_mb,
+            "tags": cfg.tags, "free_cpu": free_cpu, "free_memory_mb": free_memory,
+            "registrations": self.registrations, "time": time.time(),
+            "tasks": [t.json() for t in self.tasks.values()],
+        }
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """Client session for the Beacon and the tasks (exists while the app runs)."""
+        assert self._session is not None, "the Captain app is not running"
+        return self._session
+
+    # ------------------------------------------------------------------ runtime
+
+    def _make_cgroup(self, task_id: str, cpu: float, memory_mb: int) -> Path:
+        """Create the task's cgroup with its limits (raises OSError when impossible)."""
+        parent = self.config.cgroup_parent
+        assert parent is not None
+        with contextlib.suppress(OSError):  # may already be enabled, or be the root
+            (parent / "cgroup.subtree_control").write_text("+cpu +memory")
+        group = parent / f"armada-{task_id}"
+        group.mkdir(exist_ok=True)
+        quota = max(1000, round(cpu * CPU_PERIOD_US))
+        (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+        (group / "memory.max").write_text(str(memory_mb * 1024 * 1024))
+        return group
+
+    async def start_task(self, spec: dict[str, Any]) -> RunningTask:
+        """Spawn a task's program; raises a 409/422 client error when it cannot run here."""
+        cfg = self.config
+        task_id = spec["task_id"]
+        if task_id in self.tasks and self.tasks[task_id].alive:
+            raise client_error(web.HTTPConflict, f"task_id: {task_id} already runs here")
+        if spec["runtime"] != "process":
+            raise client_error(
+                web.HTTPUnprocessableEntity,
+                "runtime: docker is not implemented by this Captain; use process",
+            )
+        module = spec.get("module")
+        if module is None or not module.startswith(cfg.module_prefix):
+            raise client_error(
+                web.HTTPUnprocessableEntity,
+                f"module: expected a module under {cfg.module_prefix!r}, found {module!r}",
+            )
+        free_cpu, free_memory = self.free()
+        if free_cpu + EPSILON < spec["cpu"] or free_memory < spec["memory_mb"]:
+            raise client_error(
+                web.HTTPConflict,
+                f"not enough free resources: {free_cpu:g} CPU / {free_memory} MB free, "
+                f"{spec['cpu']:g} CPU / {spec['memory_mb']} MB asked",
+            )
+        cgroup = None
+        if cfg.cgroup_parent is not None:
+            try:
+                cgroup = self._make_cgroup(task_id, spec["cpu"], spec["memory_mb"])
+            except OSError as exc:
+                raise client_error(
+                    web.HTTPUnprocessableEntity, f"cgroup: cannot create ({exc})"
+                ) from None
+        port = free_port()
+        task = RunningTask(
+            task_id, spec["app"], "process", spec["cpu"], spec["memory_mb"], module,
+            spec.get("args", {}), port, f"http://{cfg.advertise_host}:{port}", cgroup=cgroup,
+        )
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [cfg.python, "-m", module, "--host", cfg.task_host, "--port", str(port),
+                *args_to_argv(task.args)]
+        log = os.open(cfg.workdir / f"{task_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                      0o644)
+        try:
+            task.process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log)
+        task.pid = task.process.pid
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                (cgroup / "cgroup.procs").write_text(str(task.pid))
+        self.tasks[task_id] = task
+        self._background.append(asyncio.create_task(self._watch(task)))
+        return task
+
+    async def _watch(self, task: RunningTask) -> None:
+        """Mark the task running once it answers ``/health``; record how it ends."""
+        assert task.process is not None
+        ended = asyncio.create_task(task.process.wait())
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while task.status == "starting" and not ended.done():
+            try:
+                status, _ = await call_json(self.session, "GET", f"{task.url}/health",
+                                            timeout_s=1.0)
+            except PeerError:
+                status = 0
+            if status == 200 and task.status == "starting":
+                task.status, task.ready_at = "running", time.time()
+            elif time.monotonic() > deadline:
+                self._fail(task, f"no answer to /health within {START_TIMEOUT_S:g} s")
+            else:
+                await asyncio.wait({ended}, timeout=READY_POLL_S)
+        code = await ended
+        if task.alive:
+            was_running = task.status == "running"
+            task.status = "exited" if was_running else "failed"
+            task.reason = f"exit status {code}" + ("" if was_running else " before serving")
+        self._drop_cgroup(task)
+
+    def _fail(self, task: RunningTask, reason: str) -> None:
+        """Kill a task that broke its contract."""
+        task.status, task.reason = "failed", reason
+        self._signal(task, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(task: RunningTask, sig: signal.Signals) -> None:
+        if task.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(task.pid, sig)
+
+    @staticmethod
+    def _drop_cgroup(task: RunningTask) -> None:
+        if task.cgroup is not None:
+            with contextlib.suppress(OSError):
+                task.cgroup.rmdir()
+
+    async def stop_task(self, task: RunningTask, reason: str = "stopped by the Captain") -> None:
+        """SIGTERM the task's process group, SIGKILL after a grace period; wait for it."""
+        if task.process is None or task.process.returncode is not None:
+            return
+        if task.alive:
+            task.status, task.reason = "exited", reason
+        self._signal(task, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(task.process.wait(), STOP_GRACE_S)
+        except TimeoutError:
+            self._signal(task, signal.SIGKILL)
+            await task.process.wait()
+
+    # -------------------------------------------------------------- measurements
+
+    async def sample(self) -> None:
+        """Measure utilisation, memory and load of every live task once."""
+        live = [t for t in self.tasks.values() if t.alive and t.pid is not None]
+        by_group = group_usage({t.pid for t in live if t.cgroup is None})
+        now = time.monotonic()
+        for task in live:
+            if task.cgroup is not None:
+                try:
+                    cpu, rss = cgroup_usage(task.cgroup)
+                except (OSError, ValueError):
+                    continue
+            else:
+                cpu, rss = by_group.get(task.pid, (task.cpu_seconds, 0))
+            if task.sampled is not None and now > task.sampled[0]:
+                used = max(0.0, cpu - task.sampled[1])
+                task.utilisation = used / ((now - task.sampled[0]) * task.cpu)
+            task.sampled, task.cpu_seconds, task.rss_mb = (now, cpu), cpu, rss / 2**20
+            if task.cgroup is None and task.rss_mb > task.memory_mb:
+                self._fail(task, f"memory limit exceeded: {task.rss_mb:.0f} MB > "
+                                 f"{task.memory_mb} MB")
+        await asyncio.gather(*(self._poll_stats(t) for t in live if t.status == "running"))
+
+    async def _poll_stats(self, task: RunningTask) -> None:
+        if not task.has_stats:
+            return
+        try:
+            status, body = await call_json(self.session, "GET", f"{task.url}/stats",
+                                           timeout_s=min(1.0, self.config.sample_s))
+        except PeerError:
+            return
+        if status == 200 and isinstance(body, dict):
+            task.load = {k: body.get(k) for k in ("in_flight", "completed")}
+        elif status in (404, 405):
+            task.has_stats = False
+
+    async def sample_loop(self) -> None:
+        """Measure every ``sample_s``."""
+        while True:
+            await self.sample()
+            await asyncio.sleep(self.config.sample_s)
+
+    # -------------------------------------------------------------- registration
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.config.token}"}
+
+    async def register(self) -> bool:
+        """Register through the Beacon once; stop tasks the Spinner no longer places here."""
+        cfg = self.config
+        body = {
+            "node_id": cfg.node_id, "url": cfg.url, "lat": cfg.lat, "lon": cfg.lon,
+            "node_type": cfg.node_type, "cpu": cfg.cpu, "memory_mb": cfg.memory_mb,
+            "tags": cfg.tags,
+        }
+        sent = time.time()
+        try:
+            status, answer = await call_json(self.session, "POST", f"{cfg.beacon}/nodes", body,
+                                             headers=self._auth())
+        except PeerError as exc:
+            _log.info("registration failed: %s", exc)
+            return False
+        if status != 200 or not isinstance(answer, dict):
+            _log.info("registration refused: %s", error_of(status, answer))
+            return False
+        self.registrations += 1
+        placed = set(answer.get("tasks", []))
+        orphans = [t for t in self.tasks.values()
+                   if t.alive and t.task_id not in placed and t.started_at < sent]
+        why = "no longer placed here by the Spinner"
+        await asyncio.gather(*(self.stop_task(t, why) for t in orphans))
+        return True
+
+    async def agent_loop(self) -> None:
+        """Register, then register again whenever health checks stop for ``recheck_s``."""
+        while True:
+            while not await self.register():
+                await asyncio.sleep(min(1.0, self.config.recheck_s))
+            while True:
+                self._checked.clear()
+                try:
+                    await asyncio.wait_for(self._checked.wait(), self.config.recheck_s)
+                except TimeoutError:
+                    _log.info("no health check for %g s: registering again",
+                              self.config.recheck_s)
+                    break
+
+    async def deregister(self) -> None:
+        """Tell the Spinner (through the Beacon) that this node leaves; best effort."""
+        url = f"{self.config.beacon}/nodes/{self.config.node_id}"
+        with contextlib.suppress(PeerError):
+            await call_json(self.session, "DELETE", url, headers=self._auth(), timeout_s=1.0)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, app: web.Application) -> None:
+        """Startup hook: session, registration agent, sampler."""
+        self._session = aiohttp.ClientSession()
+        self._background += [asyncio.create_task(self.agent_loop()),
+                             asyncio.create_task(self.sample_loop())]
+
+    async def stop(self, app: web.Application) -> None:
+        """Cleanup hook (SIGTERM): deregister, stop every task, stop background work."""
+        await self.deregister()
+        await asyncio.gather(*(self.stop_task(t) for t in self.tasks.values()))
+        for job in self._background:
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.session.close()
+
+    # ------------------------------------------------------------------ handlers
+
+    def _task(self, request: web.Request) -> RunningTask:
+        task = self.tasks.get(request.match_info["task_id"])
+        if task is None:
+            raise client_error(web.HTTPNotFound, f"no such task: {request.match_info['task_id']}")
+        return task
+
+    async def handle_status(self, request: web.Request) -> web.Response:
+        """``GET /status``: the Spinner's health check."""
+        self._checked.set()
+        return web.json_response(self.status())
+
+    async def handle_start(self, request: web.Request) -> web.Response:
+        """``POST /tasks``: start a task (202; it is ``starting`` until it serves)."""
+        spec = await read_json_object(request, task_fields())
+        task = await self.start_task(spec)
+        return web.json_response(task.json(), status=202)
+
+    async def handle_tasks(self, request: web.Request) -> web.Response:
+        """``GET /tasks``."""
+        return web.json_response({"tasks": [t.json() for t in self.tasks.values()]})
+
+    async def handle_task(self, request: web.Request) -> web.Response:
+        """``GET /tasks/{task_id}``."""
+        return web.json_response(self._task(request).json())
+
+    async def handle_remove(self, request: web.Request) -> web.Response:
+        """``DELETE /tasks/{task_id}``: stop the task and forget it."""
+        task = self._task(request)
+        await self.stop_task(task)
+        self.tasks.pop(task.task_id, None)
+        return web.json_response(task.json())
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """``GET /health``."""
+        return web.json_response({"ok": True, "node_id": self.config.node_id})
+
+
+def make_app(config: CaptainConfig) -> web.Application:
+    """Build the Captain application (its state is ``app["captain"]``)."""
+    captain = Captain(config)
+    app = make_base_app()
+    app["captain"] = captain
+    app.router.add_get("/status", captain.handle_status)
+    app.router.add_post("/tasks", captain.handle_start)
+    app.router.add_get("/tasks", captain.handle_tasks)
+    app.router.add_get("/tasks/{task_id}", captain.handle_task)
+    app.router.add_delete("/tasks/{task_id}", captain.handle_remove)
+    app.router.add_get("/health", captain.handle_health)
+    add_openapi(app, captain_spec())
+    app.on_startup.append(captain.start)
+    app.on_cleanup.append(captain.stop)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.armada.captain", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=0, help="0: pick a free port")
+    parser.add_argument("--beacon", required=True, help="Beacon URL, http://host:port")
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--node-id", default=socket.gethostname())
+    parser.add_argument("--lat", type=float, required=True)
+    parser.add_argument("--lon", type=float, required=True)
+    parser.add_argument("--cpu", type=float, required=True, help="cores for tasks")
+    parser.add_argument("--memory-mb", type=int, required=True)
+    parser.add_argument("--node-type", choices=NODE_TYPES, default="volunteer")
+    parser.add_argument("--tags", default="", help="comma-separated")
+    parser.add_argument("--advertise-host", help="address others use (default: --host, "
+                        "or 127.0.0.1 when that is 0.0.0.0)")
+    parser.add_argument("--task-host", default="0.0.0.0", help="address tasks bind")
+    parser.add_argument("--recheck-s", type=float, default=5.0)
+    parser.add_argument("--sample-s", type=float, default=1.0)
+    parser.add_argument("--module-prefix", default="nodes.")
+    parser.add_argument("--cgroup-parent", type=Path)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/armada-captain"))
+    args = parser.parse_args(argv)
+    if not (-90 <= args.lat <= 90 and -180 <= args.lon <= 180):
+        parser.error("--lat must be in [-90, 90] and --lon in [-180, 180]")
+    if args.cpu <= 0 or args.memory_mb < 1 or args.recheck_s <= 0 or args.sample_s <= 0:
+        parser.error("--cpu, --recheck-s and --sample-s must be > 0, --memory-mb >= 1")
+    port = args.port or free_port()
+    advertise = args.advertise_host or ("127.0.0.1" if args.host == "0.0.0.0" else args.host)
+    config = CaptainConfig(
+        beacon=args.beacon.rstrip("/"), token=args.token, node_id=args.node_id,
+        url=f"http://{advertise}:{port}", lat=args.lat, lon=args.lon, cpu=args.cpu,
+        memory_mb=args.memory_mb, node_type=args.node_type,
+        tags=[t for t in args.tags.split(",") if t], advertise_host=advertise,
+        task_host=args.task_host, recheck_s=args.recheck_s, sample_s=args.sample_s,
+        module_prefix=args.module_prefix, cgroup_parent=args.cgroup_parent,
+        workdir=args.workdir / args.node_id,
+    )
+    configure_logging()
+    serve(make_app(config), args.host, port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

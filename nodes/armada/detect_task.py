@@ -1,0 +1,455 @@
+"""The object-detection task: the server-side program Armada deploys as replicas.
+
+Each ``POST /infer`` carries one JPEG frame (``Content-Type: image/jpeg``). The task
+decodes it and runs a real detector that ships inside the OpenCV wheel, so nothing is
+downloaded at run time:
+
+* ``hog`` (default): OpenCV's HOG descriptor with its default people detector
+  (``detectMultiScale``, window stride 8x8, padding 8x8, pyramid scale 1.05); a
+  detection's score is the SVM weight.
+* ``haar-face``, ``haar-fullbody``, ``haar-upperbody``: the bundled Haar cascades, on the
+  equalised grey image (scale factor 1.1, 3 neighbours); the score is the cascade's
+  level weight.
+
+Concurrency is bounded: at most ``workers`` frames are processed at once, each in a
+worker thread (OpenCV releases the GIL, so the event loop keeps answering ``/health``
+and ``/stats`` while frames are processed). Further frames wait in FIFO order, so
+queueing is real and shows in ``queue_ms``; beyond ``queue_limit`` waiting frames a
+frame is refused with 503 instead of being queued without bound. A frame whose client
+disconnects while it waits leaves the queue; one already being processed finishes (its
+worker is not handed to another frame before that).
+
+OpenCV's own thread pool is limited to ``threads`` (default 1) for the whole process,
+so one frame uses at most one core and a task's speed is set by its CPU limit and
+``workers``, as on the heterogeneous nodes of the Armada paper, rather than by how
+many cores the host happens to have.
+
+Answer of ``/infer`` (200): ``{"detections": [[x, y, w, h, score], ...],
+"server_arrival", "start", "end"`` (wall epoch seconds: body received, processing
+began, processing ended), ``"queue_ms", "processing_ms"`` (decoding included),
+``"queue_at_arrival"`` (frames waiting when this one arrived), ``"frame_shape"``
+(``[height, width, channels]``) ``, "detector"}``. Errors are JSON ``{"error": ...}``:
+400 (empty body, not a JPEG, undecodable), 413 (body larger than ``max_body_bytes``),
+415 (another content type), 503 (queue full).
+
+``GET /health`` says the task is up; ``GET /stats`` reports what the Captain needs for
+load and utilisation: frames in flight (waiting + processing), completed, rejected and
+failed counts, the mean processing time, CPU seconds used by the process and wall
+seconds since start. ``GET /openapi.json`` describes the API.
+
+Run it as ``python -m nodes.armada.detect_task --host H --port P [--workers N]
+[--detector hog|haar-face|haar-fullbody|haar-upperbody] [--threads T]
+[--max-body-bytes B] [--queue-limit Q]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+from aiohttp import web
+
+from nodes.common import client_error, configure_logging, json_errors, serve
+
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+DEFAULT_QUEUE_LIMIT = 32
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+_log = logging.getLogger("nodes.armada.detect_task")
+
+
+class Detector(Protocol):
+    """Finds objects in a BGR image; returns ``[x, y, w, h, score]`` per object."""
+
+    def detect(self, image: np.ndarray) -> list[list[float]]:
+        """Run the detector on ``image``."""
+        ...
+
+
+def _boxes(rects: Any, scores: Any) -> list[list[float]]:
+    """Pair OpenCV's rectangles with their scores as plain JSON-ready lists."""
+    rects_array = np.asarray(rects, dtype=float).reshape(-1, 4)
+    scores_array = np.asarray(scores, dtype=float).reshape(-1)
+    return [
+        [*(float(v) for v in rect), float(score)]
+        for rect, score in zip(rects_array, scores_array, strict=True)
+    ]
+
+
+class HogPeople:
+    """OpenCV's HOG descriptor with its default (Dalal-Triggs) people detector."""
+
+    def __init__(self) -> None:
+        self._hog = cv2.HOGDescriptor()
+        self._hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
+
+    def detect(self, image: np.ndarray) -> list[list[float]]:
+        """People in ``image``, scored by the SVM weight."""
+        rects, weights = self._hog.detectMultiScale(
+            image, winStride=(8, 8), padding=(8, 8), scale=1.05
+        )
+        return _boxes(rects, weights)
+
+
+class HaarCascade:
+    """One of the Haar cascades bundled with the OpenCV wheel (``cv2.data``)."""
+
+    def __init__(self, file_name: str) -> None:
+        path = cv2.data.haarcascades + file_name
+        self._cascade = cv2.CascadeClassifier(path)
+        if self._cascade.empty():
+            raise ValueError(f"{path}: OpenCV could not load this cascade")
+
+    def detect(self, image: np.ndarray) -> list[list[float]]:
+        """Objects in ``image``, scored by the cascade's level weight."""
+        grey = cv2.equalizeHist(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY))
+        rects, _, weights = self._cascade.detectMultiScale3(
+            grey, scaleFactor=1.1, minNeighbors=3, outputRejectLevels=True
+        )
+        return _boxes(rects, weights)
+
+
+DETECTORS: dict[str, Callable[[], Detector]] = {
+    "hog": HogPeople,
+    "haar-face": lambda: HaarCascade("haarcascade_frontalface_default.xml"),
+    "haar-fullbody": lambda: HaarCascade("haarcascade_fullbody.xml"),
+    "haar-upperbody": lambda: HaarCascade("haarcascade_upperbody.xml"),
+}
+
+
+class DetectTask:
+    """The task's state: detector per worker thread, FIFO slots and counters."""
+
+    def __init__(
+        self, detector: str, workers: int, threads: int, max_body_bytes: int, queue_limit: int
+    ) -> None:
+        self.detector_name = detector
+        self.workers = workers
+        self.threads = threads
+        self.max_body_bytes = max_body_bytes
+        self.queue_limit = queue_limit
+        self._factory = DETECTORS[detector]
+        self._factory()  # fail at start-up, not on the first frame, if it cannot load
+        self._local = threading.local()
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="detect")
+        self._slots = asyncio.Semaphore(workers)
+        self.waiting = 0
+        self.running = 0
+        self.completed = 0
+        self.rejected = 0
+        self.failed = 0
+        self._processing_total_s = 0.0
+        self._started_wall = time.time()
+
+    def _detector(self) -> Detector:
+        """This worker thread's own detector (OpenCV objects are not shared)."""
+        detector = getattr(self._local, "detector", None)
+        if detector is None:
+            detector = self._local.detector = self._factory()
+        return detector
+
+    def _process(self, data: bytes) -> tuple[float, float, Any, list[list[float]] | None]:
+        """Decode and detect in a worker thread: (start, end, shape, detections or None)."""
+        start = time.time()
+        image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+        if image is None:
+            return start, time.time(), None, None
+        detections = self._detector().detect(image)
+        return start, time.time(), list(image.shape), detections
+
+    async def _read_frame(self, request: web.Request) -> bytes:
+        """The request's JPEG body, or a JSON 400/413/415 error."""
+        content_type = request.content_type
+        if content_type != "image/jpeg":
+            raise client_error(
+                web.HTTPUnsupportedMediaType,
+                f"Content-Type: expected image/jpeg, found {content_type or 'nothing'}",
+            )
+        too_large = f"body: expected at most {self.max_body_bytes} bytes, found more"
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            raise _too_large(too_large, self.max_body_bytes, length)
+        try:
+            data = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _too_large(too_large, self.max_body_bytes, self.max_body_bytes + 1) from None
+        if not data:
+            raise client_error(web.HTTPBadRequest, "body: expected a JPEG image, found nothing")
+        if not data.startswith(JPEG_MAGIC):
+            raise client_error(
+                web.HTTPBadRequest,
+                f"body: expected a JPEG image (starting FF D8 FF), found {data[:8].hex(' ')}",
+            )
+        return data
+
+    async def handle_infer(self, request: web.Request) -> web.Response:
+        """``POST /infer``: queue, decode and detect one frame."""
+        data = await self._read_frame(request)
+        server_arrival = time.time()
+        if self.waiting >= self.queue_limit:
+            self.rejected += 1
+            raise client_error(
+                web.HTTPServiceUnavailable,
+                f"queue full: {self.waiting} frames already waiting (queue_limit "
+                f"{self.queue_limit})",
+            )
+        queue_at_arrival = self.waiting
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        future = asyncio.get_running_loop().run_in_executor(self._executor, self._process, data)
+        try:
+            start, end, shape, detections = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(lambda _: self._finish())
+            raise
+        except Exception:
+            self._finish()
+            self.failed += 1
+            raise
+        self._finish()
+        if detections is None:
+            self.failed += 1
+            raise client_error(web.HTTPBadRequest, "body: the JPEG image could not be decoded")
+        self.completed += 1
+        self._processing_total_s += end - start
+        return web.json_response(
+            {
+                "detections": detections,
+                "server_arrival": server_arrival,
+                "start": start,
+                "end": end,
+                "queue_ms": (start - server_arrival) * 1000.0,
+                "processing_ms": (end - start) * 1000.0,
+                "queue_at_arrival": queue_at_arrival,
+                "frame_shape": shape,
+                "detector": self.detector_name,
+            }
+        )
+
+    def _finish(self) -> None:
+        """A frame left its worker: give the slot to the next waiting frame."""
+        self.running -= 1
+        self._slots.release()
+
+    async def handle_health(self, _: web.Request) -> web.Response:
+        """``GET /health``."""
+        return web.json_response(
+            {"status": "ok", "detector": self.detector_name, "workers": self.workers}
+        )
+
+    async def handle_stats(self, _: web.Request) -> web.Response:
+        """``GET /stats``: load and utilisation figures for the Captain."""
+        mean = self._processing_total_s / self.completed * 1000.0 if self.completed else None
+        return web.json_response(
+            {
+                "detector": self.detector_name,
+                "workers": self.workers,
+                "threads": self.threads,
+                "in_flight": self.waiting + self.running,
+                "waiting": self.waiting,
+                "running": self.running,
+                "completed": self.completed,
+                "rejected": self.rejected,
+                "failed": self.failed,
+                "mean_processing_ms": mean,
+                "cpu_seconds": time.process_time(),
+                "uptime_s": time.time() - self._started_wall,
+            }
+        )
+
+    async def handle_openapi(self, _: web.Request) -> web.Response:
+        """``GET /openapi.json``."""
+        return web.json_response(openapi(self.max_body_bytes))
+
+    async def close(self, _: web.Application) -> None:
+        """Stop the worker threads (after the frames they are processing)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _too_large(reason: str, max_size: int, actual_size: int) -> web.HTTPRequestEntityTooLarge:
+    """A 413 with a JSON body (aiohttp's own names the shared 64 KiB limit)."""
+    return web.HTTPRequestEntityTooLarge(
+        max_size=max_size,
+        actual_size=actual_size,
+        text=json.dumps({"error": reason}),
+        content_type="application/json",
+    )
+
+
+def openapi(max_body_bytes: int) -> dict[str, Any]:
+    """The OpenAPI 3.0 description of the task's HTTP API."""
+    error = {"$ref": "#/components/schemas/Error"}
+
+    def answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    number = {"type": "number"}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Armada object-detection task", "version": "1"},
+        "paths": {
+            "/infer": {
+                "post": {
+                    "summary": "Detect objects in one JPEG frame",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "image/jpeg": {
+                                "schema": {
+                                    "type": "string",
+                                    "format": "binary",
+                                    "maxLength": max_body_bytes,
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": answer("detections and timestamps", {
+                            "$ref": "#/components/schemas/Inference"}),
+                        "400": answer("empty, not a JPEG or undecodable", error),
+                        "413": answer(f"body larger than {max_body_bytes} bytes", error),
+                        "415": answer("Content-Type is not image/jpeg", error),
+                        "503": answer("queue full", error),
+                    },
+                }
+            },
+            "/health": {"get": {"responses": {"200": answer("up", {"type": "object"})}}},
+            "/stats": {
+                "get": {
+                    "responses": {
+                        "200": answer("load and utilisation", {
+                            "$ref": "#/components/schemas/Stats"})
+                    }
+                }
+            },
+            "/openapi.json": {
+                "get": {"responses": {"200": answer("this document", {"type": "object"})}}
+            },
+        },
+        "components": {
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}},
+                },
+                "Inference": {
+                    "type": "object",
+                    "required": [
+                        "detections", "server_arrival", "start", "end", "queue_ms",
+                        "processing_ms", "queue_at_arrival", "frame_shape", "detector",
+                    ],
+                    "properties": {
+                        "detections": {
+                            "type": "array",
+                            "items": {"type": "array", "items": number,
+                                      "minItems": 5, "maxItems": 5},
+                        },
+                        "server_arrival": number,
+                        "start": number,
+                        "end": number,
+                        "queue_ms": number,
+                        "processing_ms": number,
+                        "queue_at_arrival": {"type": "integer", "minimum": 0},
+                        "frame_shape": {"type": "array", "items": {"type": "integer"}},
+                        "detector": {"type": "string", "enum": sorted(DETECTORS)},
+                    },
+                },
+                "Stats": {
+                    "type": "object",
+                    "properties": {
+                        "detector": {"type": "string"},
+                        "workers": {"type": "integer"},
+                        "threads": {"type": "integer"},
+                        "in_flight": {"type": "integer"},
+                        "waiting": {"type": "integer"},
+                        "running": {"type": "integer"},
+                        "completed": {"type": "integer"},
+                        "rejected": {"type": "integer"},
+                        "failed": {"type": "integer"},
+                        "mean_processing_ms": {"type": "number", "nullable": True},
+                        "cpu_seconds": number,
+                        "uptime_s": number,
+                    },
+                },
+            }
+        },
+    }
+
+
+def make_app(
+    detector: str = "hog",
+    workers: int = 1,
+    threads: int = 1,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    queue_limit: int = DEFAULT_QUEUE_LIMIT,
+) -> web.Application:
+    """Build the task's application; raises :class:`ValueError` on a bad setting.
+
+    Sets OpenCV's process-wide thread count to ``threads``.
+    """
+    if detector not in DETECTORS:
+        raise ValueError(f"detector must be one of {', '.join(DETECTORS)}, found {detector!r}")
+    for name, value in (("workers", workers), ("threads", threads),
+                        ("max_body_bytes", max_body_bytes), ("queue_limit", queue_limit)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, found {value}")
+    cv2.setNumThreads(threads)
+    task = DetectTask(detector, workers, threads, max_body_bytes, queue_limit)
+    app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
+    app.router.add_post("/infer", task.handle_infer)
+    app.router.add_get("/health", task.handle_health)
+    app.router.add_get("/stats", task.handle_stats)
+    app.router.add_get("/openapi.json", task.handle_openapi)
+    app.on_cleanup.append(task.close)
+    return app
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.armada.detect_task", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=_at_least_one, default=1)
+    parser.add_argument("--detector", choices=sorted(DETECTORS), default="hog")
+    parser.add_argument("--threads", type=_at_least_one, default=1,
+                        help="OpenCV threads for the whole process (default 1)")
+    parser.add_argument("--max-body-bytes", type=_at_least_one, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--queue-limit", type=_at_least_one, default=DEFAULT_QUEUE_LIMIT)
+    args = parser.parse_args(argv)
+    configure_logging()
+    app = make_app(args.detector, args.workers, args.threads, args.max_body_bytes,
+                   args.queue_limit)
+    serve(app, args.host, args.port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,94 @@
+"""A minimal Armada task program: the task contract without a detector.
+
+It answers ``GET /health``, ``POST /infer`` (any body: a frame; the answer reports the
+server-side timings and, with ``--work-ms``, burns that much CPU per request so load and
+utilisation are real) and ``GET /stats`` (requests in flight and completed), which is
+all a Captain, the Application Manager and the SDK rely on. Used by tests and smoke runs;
+the real workload is ``nodes.armada.detect_task``.
+
+Run it as ``python -m nodes.armada.echo_task --host H --port P [--work-ms MS]
+[--name NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from nodes.common import configure_logging, json_errors, serve
+
+_log = logging.getLogger("nodes.armada.echo_task")
+MAX_FRAME_BYTES = 8 * 2**20
+
+
+class EchoTask:
+    """Counters and handlers."""
+
+    def __init__(self, work_ms: float, name: str) -> None:
+        self.work_s = work_ms / 1000
+        self.name = name
+        self.in_flight = 0
+        self.completed = 0
+
+    async def handle_infer(self, request: web.Request) -> web.Response:
+        """``POST /infer``: read the frame, optionally burn CPU, report timings."""
+        self.in_flight += 1
+        try:
+            arrival = time.time()
+            frame = await request.read()
+            start = time.time()
+            deadline = time.process_time() + self.work_s
+            while time.process_time() < deadline:  # CPU work, slowed by the CPU limit
+                pass
+            end = time.time()
+        finally:
+            self.in_flight -= 1
+        self.completed += 1
+        return web.json_response({
+            "name": self.name, "bytes": len(frame), "server_arrival": arrival,
+            "start": start, "end": end, "processing_s": end - start, "detections": [],
+        })
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """``GET /health``."""
+        return web.json_response({"ok": True, "name": self.name})
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        """``GET /stats``."""
+        return web.json_response({"in_flight": self.in_flight, "completed": self.completed})
+
+
+def make_app(work_ms: float = 0.0, name: str = "echo") -> web.Application:
+    """Build the echo task application."""
+    task = EchoTask(work_ms, name)
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_FRAME_BYTES)
+    app.router.add_post("/infer", task.handle_infer)
+    app.router.add_get("/health", task.handle_health)
+    app.router.add_get("/stats", task.handle_stats)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.armada.echo_task", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--work-ms", type=float, default=0.0)
+    parser.add_argument("--name", default="echo")
+    args = parser.parse_args(argv)
+    if args.work_ms < 0:
+        parser.error("--work-ms must be >= 0")
+    configure_logging()
+    serve(make_app(args.work_ms, args.name), args.host, args.port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,253 @@
+"""OpenAPI 3.0 descriptions of the Armada services, served at ``GET /openapi.json``.
+
+Written by hand from the contract in ``docs/armada.md`` (the services validate bodies
+with small field tables, not schemas), compact but complete enough for a client
+generator or a curious human: every path, method, request body and status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+Schema = dict[str, Any]
+
+NUMBER: Schema = {"type": "number"}
+STRING: Schema = {"type": "string"}
+LOCATION: Schema = {
+    "type": "object",
+    "required": ["lat", "lon"],
+    "properties": {
+        "lat": {"type": "number", "minimum": -90, "maximum": 90},
+        "lon": {"type": "number", "minimum": -180, "maximum": 180},
+    },
+}
+TAGS: Schema = {"type": "array", "items": {"type": "string", "minLength": 1}}
+ARGS: Schema = {
+    "type": "object",
+    "additionalProperties": {"oneOf": [STRING, NUMBER, {"type": "boolean"}]},
+}
+ERROR: Schema = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
+ANY_OBJECT: Schema = {"type": "object"}
+TASK_SPEC: dict[str, Schema] = {
+    "task_id": STRING,
+    "app": STRING,
+    "runtime": {"type": "string", "enum": ["process", "docker"]},
+    "module": STRING,
+    "image": STRING,
+    "args": ARGS,
+    "cpu": {"type": "number", "exclusiveMinimum": 0},
+    "memory_mb": {"type": "integer", "minimum": 1},
+}
+REASONS = {
+    400: "malformed body (the reason names the field)",
+    401: "no or malformed Authorization header",
+    403: "token not accepted",
+    404: "unknown object",
+    409: "refused in the current state",
+    422: "understood but cannot be done here",
+    502: "upstream unreachable",
+    504: "upstream did not answer in time",
+}
+
+
+def body(properties: dict[str, Schema], required: list[str]) -> Schema:
+    """A closed JSON object schema."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def op(
+    summary: str,
+    ok: int = 200,
+    request: Schema | None = None,
+    errors: tuple[int, ...] = (),
+    secured: bool = False,
+) -> dict[str, Any]:
+    """One operation: JSON request (optional), a JSON success and JSON errors."""
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "responses": {
+            str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
+            **{
+                str(code): {"description": REASONS[code], "content": _json(ERROR)}
+                for code in sorted({*errors, *((401, 403) if secured else ())})
+            },
+        },
+    }
+    if request is not None:
+        operation["requestBody"] = {"required": True, "content": _json(request)}
+    if secured:
+        operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def document(title: str, description: str, paths: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A whole OpenAPI document; every service also has ``/health`` and ``/openapi.json``."""
+    paths = {
+        **paths,
+        "/health": {"get": op("liveness")},
+        "/openapi.json": {"get": op("this description")},
+    }
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": title, "version": "1.0", "description": description},
+        "paths": paths,
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+DEPLOY = body(
+    {
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,39}$"},
+        "runtime": TASK_SPEC["runtime"],
+        "module": STRING,
+        "image": STRING,
+        "args": ARGS,
+        "cpu": TASK_SPEC["cpu"],
+        "memory_mb": TASK_SPEC["memory_mb"],
+        "locations": {"type": "array", "items": LOCATION, "minItems": 1},
+        "need_storage": {"type": "boolean"},
+        "tags": TAGS,
+        "min_replicas": {"type": "integer", "minimum": 3},
+    },
+    ["name", "cpu", "memory_mb", "locations", "need_storage"],
+)
+QUERY = body(
+    {"app": STRING, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
+     "tags": TAGS, "user": STRING},
+    ["app", "lat", "lon"],
+)
+REGISTER = body(
+    {
+        "node_id": STRING,
+        "url": STRING,
+        "lat": LOCATION["properties"]["lat"],
+        "lon": LOCATION["properties"]["lon"],
+        "node_type": {"type": "string", "enum": ["dedicated", "volunteer"]},
+        "cpu": TASK_SPEC["cpu"],
+        "memory_mb": TASK_SPEC["memory_mb"],
+        "tags": TAGS,
+    },
+    ["node_id", "url", "lat", "lon", "node_type", "cpu", "memory_mb"],
+)
+PLACE = body(
+    {**TASK_SPEC, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
+     "tags": TAGS},
+    ["task_id", "app", "runtime", "cpu", "memory_mb", "lat", "lon"],
+)
+START = body(TASK_SPEC, ["task_id", "app", "runtime", "cpu", "memory_mb"])
+
+
+def beacon_spec() -> dict[str, Any]:
+    """The Beacon: the public entry point."""
+    fwd = (502, 504)
+    return document(
+        "Armada Beacon",
+        "Single public entry point; checks tokens and forwards to the Application "
+        "Manager and the Spinner.",
+        {
+            "/apps": {
+                "post": op("deploy an application", 201, DEPLOY, (400, 409, *fwd), True),
+                "get": op("list applications", errors=fwd),
+            },
+            "/apps/{name}": {
+                "get": op("application status", errors=(404, *fwd)),
+                "delete": op("remove an application", errors=(404, *fwd), secured=True),
+            },
+            "/query": {"post": op("candidate list for a user", 200, QUERY, (400, 404, *fwd))},
+            "/nodes": {
+                "post": op("register a compute node", 200, REGISTER, (400, *fwd), True),
+                "get": op("list nodes", errors=fwd),
+            },
+            "/nodes/{node_id}": {
+                "delete": op("a node leaves", errors=(404, *fwd), secured=True),
+            },
+        },
+    )
+
+
+def app_manager_spec() -> dict[str, Any]:
+    """The Application Manager."""
+    return document(
+        "Armada Application Manager",
+        "Applications and replicas, service discovery (candidate lists), auto-scaling.",
+        {
+            "/apps": {
+                "post": op("deploy an application", 201, DEPLOY, (400, 409, 502)),
+                "get": op("list applications"),
+            },
+            "/apps/{name}": {
+                "get": op("application status", errors=(404,)),
+                "delete": op("remove an application", errors=(404,)),
+            },
+            "/query": {"post": op("candidate list for a user", 200, QUERY, (400, 404))},
+        },
+    )
+
+
+def spinner_spec() -> dict[str, Any]:
+    """The Spinner."""
+    return document(
+        "Armada Spinner",
+        "Compute nodes (registration, health checks, free resources) and task placement.",
+        {
+            "/nodes": {
+                "post": op("register or refresh a node", 200, REGISTER, (400,)),
+                "get": op("list nodes"),
+            },
+            "/nodes/{node_id}": {
+                "get": op("one node", errors=(404,)),
+                "delete": op("a node leaves; its tasks are re-placed", errors=(404,)),
+            },
+            "/tasks": {
+                "post": op("place and start a task", 201, PLACE, (400, 409)),
+                "get": op("list tasks (?app=name)"),
+            },
+            "/tasks/{task_id}": {
+                "get": op("one task", errors=(404,)),
+                "delete": op("stop and forget a task", errors=(404,)),
+            },
+        },
+    )
+
+
+def captain_spec() -> dict[str, Any]:
+    """The Captain."""
+    return document(
+        "Armada Captain",
+        "Node agent: runs tasks, measures their load and utilisation.",
+        {
+            "/status": {"get": op("node and task status (the Spinner's health check)")},
+            "/tasks": {
+                "post": op("start a task", 202, START, (400, 409, 422)),
+                "get": op("list tasks"),
+            },
+            "/tasks/{task_id}": {
+                "get": op("one task", errors=(404,)),
+                "delete": op("stop a task", errors=(404,)),
+            },
+        },
+    )
+
+
+def add_openapi(app: web.Application, spec: dict[str, Any]) -> None:
+    """Serve ``spec`` at ``GET /openapi.json``."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(spec)
+
+    app.router.add_get("/openapi.json", handler)
