@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -50,6 +51,7 @@ START_TIMEOUT_S = 30.0  # a task that does not answer /health by then has failed
 READY_POLL_S = 0.05
 STOP_GRACE_S = 3.0
 CPU_PERIOD_US = 100_000
+PR_SET_PDEATHSIG = 1
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -120,6 +122,15 @@ class RunningTask:
     def alive(self) -> bool:
         """Whether the task's process may still run."""
         return self.status in ("starting", "running")
+
+
+def _die_with_captain() -> None:
+    """In the forked child: be killed when the Captain dies, even by SIGKILL.
+
+    A crashed Captain then leaves no orphan tasks serving behind the Spinner's back
+    (Linux ``PR_SET_PDEATHSIG``).
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -258,7 +269,7 @@ class Captain:
         try:
             task.process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_captain,
             )
         finally:
             os.close(log)
@@ -339,10 +350,14 @@ class Captain:
                     continue
             else:
                 cpu, rss = by_group.get(task.pid, (task.cpu_seconds, 0))
-            if task.sampled is not None and now > task.sampled[0]:
+            # Utilisation counts from the first sample after the task serves: the
+            # interpreter's start-up is not load.
+            if task.status == "running" and task.sampled is not None and now > task.sampled[0]:
                 used = max(0.0, cpu - task.sampled[1])
                 task.utilisation = used / ((now - task.sampled[0]) * task.cpu)
-            task.sampled, task.cpu_seconds, task.rss_mb = (now, cpu), cpu, rss / 2**20
+            if task.status == "running":
+                task.sampled = (now, cpu)
+            task.cpu_seconds, task.rss_mb = cpu, rss / 2**20
             if task.cgroup is None and task.rss_mb > task.memory_mb:
                 self._fail(task, f"memory limit exceeded: {task.rss_mb:.0f} MB > "
                                  f"{task.memory_mb} MB")
@@ -474,11 +489,14 @@ class Captain:
         return web.json_response({"ok": True, "node_id": self.config.node_id})
 
 
+CAPTAIN_KEY = web.AppKey("captain", Captain)
+
+
 def make_app(config: CaptainConfig) -> web.Application:
-    """Build the Captain application (its state is ``app["captain"]``)."""
+    """Build the Captain application (its state is ``app[CAPTAIN_KEY]``)."""
     captain = Captain(config)
     app = make_base_app()
-    app["captain"] = captain
+    app[CAPTAIN_KEY] = captain
     app.router.add_get("/status", captain.handle_status)
     app.router.add_post("/tasks", captain.handle_start)
     app.router.add_get("/tasks", captain.handle_tasks)

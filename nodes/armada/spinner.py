@@ -393,16 +393,19 @@ class Spinner:
         return web.json_response({"ok": True, "nodes": alive, "tasks": len(self.tasks)})
 
 
+SPINNER_KEY = web.AppKey("spinner", Spinner)
+
+
 def make_app(
     health_interval_s: float = 1.0,
     health_timeout_s: float = 0.5,
     max_missed: int = 3,
     precision: int = DEFAULT_PRECISION,
 ) -> web.Application:
-    """Build the Spinner application (its state is ``app["spinner"]``)."""
+    """Build the Spinner application (its state is ``app[SPINNER_KEY]``)."""
     spinner = Spinner(health_interval_s, health_timeout_s, max_missed, precision)
     app = make_base_app()
-    app["spinner"] = spinner
+    app[SPINNER_KEY] = spinner
     app.router.add_post("/nodes", spinner.handle_register)
     app.router.add_get("/nodes", spinner.handle_nodes)
     app.router.add_get("/nodes/{node_id}", spinner.handle_node)

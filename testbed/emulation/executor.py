@@ -212,10 +212,6 @@ class EmulatedTopology:
         ip = "127.0.0.1" if svc.node == client else self.net.ip(svc.node)
         return f"http://{ip}:{svc.port}{path}"
 
-    def probe_host(self, svc: Service) -> str:
-        """A host from which ``svc`` can be reached: its own node."""
-        return svc.node
-
     def wait_services(self, names: list[str] | None = None) -> float:
         """Wait until every (or each named) service answers ``/health`` on its own host."""
         took = 0.0

@@ -189,3 +189,18 @@ def test_runs_as_a_process_and_stops_on_sigterm(frames: FrameSet) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_a_frame_abandoned_while_waiting_leaves_the_queue(frames: FrameSet) -> None:
+    async with task(workers=1) as client:
+        first = asyncio.create_task(infer(client, frames[0]))
+        await asyncio.sleep(0.02)
+        abandoned = asyncio.create_task(infer(client, frames[1]))
+        await asyncio.sleep(0.02)
+        abandoned.cancel()  # closes its connection while it waits
+        await first
+        await asyncio.sleep(0.05)
+        stats = await (await client.get("/stats")).json()
+        after = await infer(client, frames[2])
+    assert stats["in_flight"] == 0 and stats["completed"] == 1
+    assert after["queue_at_arrival"] == 0

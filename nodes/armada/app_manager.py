@@ -1,0 +1,592 @@
+"""The Application Manager: applications, their replicas, discovery and auto-scaling.
+
+A deployment names the program (module or image), the resources of one replica, the
+locations where users are expected and whether the application needs storage; the
+manager asks the Spinner for at least ``min_replicas`` (3) tasks near those locations.
+Every ``poll_s`` it collects each task's status, load and utilisation from the Spinner,
+removes and replaces failed replicas, tops up to the minimum, and applies
+:func:`plan_scaling` (more replicas where users concentrate or load rises, fewer down to
+the minimum when demand falls). A service query gets the candidate list of
+:func:`nodes.armada.selection.select_candidates` (the paper's Algorithm 1) and records the
+user's location as soft state for auto-scaling, forgotten after ``user_ttl_s``.
+
+Run it as ``python -m nodes.armada.app_manager --host H --port P --spinner URL
+[--cargo-manager URL] [...]``; the contract and every threshold is in ``docs/armada.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from nodes.armada.client import PeerError, call_json, error_of
+from nodes.armada.fields import (
+    MODULE_RE,
+    NAME_RE,
+    RUNTIMES,
+    args_field,
+    bool_field,
+    enum_field,
+    lat_field,
+    locations_field,
+    lon_field,
+    pattern_field,
+    tags_field,
+)
+from nodes.armada.geo import block, encode
+from nodes.armada.openapi import add_openapi, app_manager_spec
+from nodes.armada.selection import (
+    DEFAULT_OVERLOAD,
+    DEFAULT_PRECISION,
+    TOPN,
+    Replica,
+    select_candidates,
+)
+from nodes.common import (
+    client_error,
+    configure_logging,
+    int_field,
+    make_base_app,
+    positive_number_field,
+    read_json_object,
+    serve,
+    str_field,
+)
+
+_log = logging.getLogger("nodes.armada.app_manager")
+
+MIN_REPLICAS = 3
+DEPLOY_FIELDS = {
+    "name": pattern_field(NAME_RE, "name of 1-40 characters a-z, 0-9, '-'"),
+    "runtime": enum_field(RUNTIMES, required=False),
+    "module": pattern_field(MODULE_RE, "dotted Python module name", required=False),
+    "image": str_field(required=False),
+    "args": args_field(),
+    "cpu": positive_number_field(),
+    "memory_mb": int_field(1),
+    "locations": locations_field(),
+    "need_storage": bool_field(),
+    "tags": tags_field(),
+    "min_replicas": int_field(MIN_REPLICAS, 100, required=False),
+}
+QUERY_FIELDS = {
+    "app": str_field(),
+    "lat": lat_field(),
+    "lon": lon_field(),
+    "tags": tags_field(),
+    "user": str_field(required=False),
+}
+ACTIVE = ("pending", "placing", "starting", "running")  # replica states that count
+ENDED = ("failed", "exited")
+
+
+# ------------------------------------------------------------------ auto-scaling
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """Thresholds of :func:`plan_scaling` (see ``docs/armada.md``)."""
+
+    precision: int = DEFAULT_PRECISION
+    users_per_replica: int = 4
+    scale_up_util: float = 0.75
+    scale_down_util: float = 0.25
+    min_replicas: int = MIN_REPLICAS
+    max_replicas: int = 12
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """What scaling needs to know about one active replica."""
+
+    task_id: str
+    lat: float
+    lon: float
+    running: bool
+    utilisation: float | None
+    order: int  # creation order: larger is newer
+
+
+@dataclass(frozen=True)
+class ScalingAction:
+    """One decision: add a replica near ``(lat, lon)`` or remove ``task_id``."""
+
+    action: str  # "up" or "down"
+    reason: str  # "users", "load" or "demand"
+    lat: float
+    lon: float
+    task_id: str | None = None
+
+
+def plan_scaling(
+    replicas: Sequence[ReplicaState],
+    users: Sequence[tuple[float, float]],
+    policy: ScalingPolicy,
+    locations: Sequence[tuple[float, float]] = (),
+) -> ScalingAction | None:
+    """At most one scaling action for an application. Pure.
+
+    Users are grouped by GeoHash cell at ``policy.precision``; the demand of a cell is
+    ``ceil(users in its 3x3 block / users_per_replica)`` replicas in that block (blocks,
+    not cells, so users on both sides of a cell edge add up). Each expected deployment
+    location demands one replica in its block, so the deployer's locations keep a
+    presence. In order:
+
+    * up, ``users``: the most crowded cell whose demand exceeds its replicas gets one at
+      its users' centroid;
+    * up, ``load``: mean utilisation above ``scale_up_util``: one near the busiest;
+    * down, ``demand``: above the minimum, with mean utilisation below
+      ``scale_down_util``, the replica serving the fewest users (the newest on ties)
+      whose removal leaves every demand met.
+    """
+    p = policy.precision
+    cell_of = {r.task_id: encode(r.lat, r.lon, p) for r in replicas}
+    user_cells = [encode(lat, lon, p) for lat, lon in users]
+    wants: list[tuple[set[str], int, list[tuple[float, float]]]] = []  # serving, demand, users
+    for cell in sorted(set(user_cells)):
+        area = block(*users[user_cells.index(cell)], p)
+        near = [u for u, c in zip(users, user_cells, strict=True) if c in area]
+        serving = {t for t, c in cell_of.items() if c in area}
+        wants.append((serving, math.ceil(len(near) / policy.users_per_replica), near))
+    can_grow = len(replicas) < policy.max_replicas
+    short = [w for w in wants if w[1] > len(w[0])]
+    if short and can_grow:
+        _, _, near = max(short, key=lambda w: len(w[2]))
+        return ScalingAction("up", "users", sum(u[0] for u in near) / len(near),
+                             sum(u[1] for u in near) / len(near))
+    measured = [r for r in replicas if r.running and r.utilisation is not None]
+    mean = sum(r.utilisation for r in measured) / len(measured) if measured else 0.0
+    if mean > policy.scale_up_util and can_grow:
+        busiest = max(measured, key=lambda r: r.utilisation)
+        return ScalingAction("up", "load", busiest.lat, busiest.lon)
+    if len(replicas) <= policy.min_replicas or mean >= policy.scale_down_util:
+        return None
+    for lat, lon in locations:
+        area = block(lat, lon, p)
+        wants.append(({t for t, c in cell_of.items() if c in area}, 1, []))
+
+    def users_served(replica: ReplicaState) -> int:
+        area = block(replica.lat, replica.lon, p)
+        return sum(c in area for c in user_cells)
+
+    for replica in sorted(replicas, key=lambda r: (users_served(r), -r.order)):
+        if all(len(serving - {replica.task_id}) >= demand for serving, demand, _ in wants):
+            return ScalingAction("down", "demand", replica.lat, replica.lon, replica.task_id)
+    return None
+
+
+# --------------------------------------------------------------------- the service
+
+
+@dataclass
+class Application:
+    """One deployed application and what the manager knows of its replicas."""
+
+    spec: dict[str, Any]
+    storage: Any = None
+    created_at: float = field(default_factory=time.time)
+    replicas: dict[str, dict[str, Any]] = field(default_factory=dict)  # Spinner task views
+    order: dict[str, int] = field(default_factory=dict)
+    next_index: int = 1
+    failures: int = 0
+    users: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # lat, lon, t
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+    last_scaled: float = -math.inf  # monotonic
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one change at a time
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @property
+    def min_replicas(self) -> int:
+        return self.spec["min_replicas"]
+
+    def active(self) -> list[dict[str, Any]]:
+        return [r for r in self.replicas.values() if r["status"] in ACTIVE]
+
+    def running(self) -> list[dict[str, Any]]:
+        return [r for r in self.replicas.values() if r["status"] == "running"]
+
+    @property
+    def state(self) -> str:
+        if self.failures > 2 * self.min_replicas:
+            return "failed"
+        return "ready" if len(self.running()) >= self.min_replicas else "degraded"
+
+    def first_running_at(self) -> float | None:
+        ready = [r["ready_at"] for r in self.replicas.values() if r.get("ready_at")]
+        return min(ready) if ready else None
+
+
+def replica_location(task: dict[str, Any]) -> tuple[float, float]:
+    """Where a replica is: its node, or where it is wanted while pending."""
+    if task.get("node_lat") is not None:
+        return task["node_lat"], task["node_lon"]
+    return task["lat"], task["lon"]
+
+
+class AppManager:
+    """State, Spinner calls, polling, scaling and HTTP handlers."""
+
+    def __init__(
+        self,
+        spinner: str,
+        cargo_manager: str | None = None,
+        poll_s: float = 1.0,
+        policy: ScalingPolicy | None = None,
+        overload: float = DEFAULT_OVERLOAD,
+        topn: int = TOPN,
+        cooldown_s: float = 5.0,
+        user_ttl_s: float = 20.0,
+    ) -> None:
+        self.spinner = spinner.rstrip("/")
+        self.cargo_manager = cargo_manager.rstrip("/") if cargo_manager else None
+        self.poll_s = poll_s
+        self.policy = policy or ScalingPolicy()
+        self.overload = overload
+        self.topn = topn
+        self.cooldown_s = cooldown_s
+        self.user_ttl_s = user_ttl_s
+        self.apps: dict[str, Application] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """Client session for the Spinner and the Cargo manager (while the app runs)."""
+        assert self._session is not None, "the Application Manager app is not running"
+        return self._session
+
+    # ------------------------------------------------------------ Spinner calls
+
+    async def add_replica(self, app: Application, lat: float, lon: float) -> str | None:
+        """Ask the Spinner for one more replica near ``(lat, lon)``; the refusal or None."""
+        spec = app.spec
+        task_id = f"{app.name}-{app.next_index}"
+        body = {
+            "task_id": task_id, "app": app.name, "runtime": spec["runtime"],
+            "args": spec.get("args", {}), "cpu": spec["cpu"], "memory_mb": spec["memory_mb"],
+            "lat": lat, "lon": lon, "tags": spec.get("tags", []),
+        }
+        body.update({k: spec[k] for k in ("module", "image") if k in spec})
+        try:
+            status, answer = await call_json(self.session, "POST", f"{self.spinner}/tasks", body)
+        except PeerError as exc:
+            return f"spinner unreachable: {exc}"
+        if status != 201:
+            return error_of(status, answer)
+        app.next_index += 1
+        app.order[task_id] = app.next_index
+        app.replicas[task_id] = answer
+        return None
+
+    async def remove_replica(self, app: Application, task_id: str) -> None:
+        """Ask the Spinner to stop a replica; forget it either way."""
+        app.replicas.pop(task_id, None)
+        with contextlib.suppress(PeerError):
+            await call_json(self.session, "DELETE", f"{self.spinner}/tasks/{task_id}")
+
+    async def refresh(self, app: Application) -> None:
+        """Copy the Spinner's view of the application's tasks."""
+        status, answer = await call_json(
+            self.session, "GET", f"{self.spinner}/tasks?app={app.name}"
+        )
+        if status != 200 or not isinstance(answer, dict):
+            return
+        known = {t["task_id"]: t for t in answer.get("tasks", [])}
+        app.replicas = {tid: known[tid] for tid in app.replicas if tid in known}
+
+    # ----------------------------------------------------------------- polling
+
+    async def maintain(self, app: Application) -> None:
+        """One poll of ``app``: refresh, replace failures, top up, scale.
+
+        Runs under the application's lock, so a deployment or removal in progress is
+        never half-seen; an application removed meanwhile is left alone.
+        """
+        if self.apps.get(app.name) is not app:
+            return
+        await self.refresh(app)
+        for task_id, task in list(app.replicas.items()):
+            if task["status"] in ENDED:
+                app.failures += 1
+                _log.info("replica %s %s: %s", task_id, task["status"], task.get("reason"))
+                await self.remove_replica(app, task_id)
+        if app.state == "failed":
+            return
+        locations = app.spec["locations"]
+        while len(app.active()) < app.min_replicas:
+            where = locations[(app.next_index - 1) % len(locations)]
+            if await self.add_replica(app, where["lat"], where["lon"]) is not None:
+                break
+        await self.autoscale(app)
+
+    def active_users(self, app: Application) -> list[tuple[float, float]]:
+        """Users seen within ``user_ttl_s`` (older ones are forgotten)."""
+        horizon = time.time() - self.user_ttl_s
+        app.users = {u: v for u, v in app.users.items() if v[2] >= horizon}
+        return [(lat, lon) for lat, lon, _ in app.users.values()]
+
+    async def autoscale(self, app: Application) -> None:
+        """Apply :func:`plan_scaling` once per cooldown."""
+        now = time.monotonic()
+        if now - app.last_scaled < self.cooldown_s:
+            return
+        replicas = [
+            ReplicaState(t["task_id"], *replica_location(t), t["status"] == "running",
+                         t.get("utilisation"), app.order.get(t["task_id"], 0))
+            for t in app.active()
+        ]
+        policy = ScalingPolicy(
+            self.policy.precision, self.policy.users_per_replica, self.policy.scale_up_util,
+            self.policy.scale_down_util, app.min_replicas, self.policy.max_replicas,
+        )
+        locations = [(loc["lat"], loc["lon"]) for loc in app.spec["locations"]]
+        action = plan_scaling(replicas, self.active_users(app), policy, locations)
+        if action is None:
+            return
+        app.last_scaled = now
+        task_id = action.task_id or f"{app.name}-{app.next_index}"
+        event = {"t": time.time(), "action": action.action, "reason": action.reason,
+                 "task_id": task_id, "lat": action.lat, "lon": action.lon}
+        if action.action == "up":
+            refusal = await self.add_replica(app, action.lat, action.lon)
+            if refusal is not None:
+                _log.info("scale up of %s refused: %s", app.name, refusal)
+                return
+            app.scaling.append(event)
+        else:
+            app.scaling.append(event)  # before the removal, which a status read may overtake
+            await self.remove_replica(app, task_id)
+        _log.info("scaled %s %s (%s): %s", app.name, action.action, action.reason, task_id)
+
+    async def poll_loop(self) -> None:
+        """Maintain every application each ``poll_s``."""
+        while True:
+            for app in list(self.apps.values()):
+                try:
+                    async with app.lock:
+                        await self.maintain(app)
+                except PeerError as exc:
+                    _log.info("poll of %s failed: %s", app.name, exc)
+            await asyncio.sleep(self.poll_s)
+
+    async def start(self, app: web.Application) -> None:
+        """Startup hook: session and poller."""
+        self._session = aiohttp.ClientSession()
+        self._poller = asyncio.create_task(self.poll_loop())
+
+    async def stop(self, app: web.Application) -> None:
+        """Cleanup hook: stop polling, close the session (replicas keep running)."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        if self._session is not None:
+            await self._session.close()
+
+    # ---------------------------------------------------------------- handlers
+
+    def app_json(self, app: Application) -> dict[str, Any]:
+        """An application's status, as documented."""
+        spec = app.spec
+        replicas = []
+        for task in app.replicas.values():
+            lat, lon = replica_location(task)
+            replicas.append({
+                "task_id": task["task_id"], "node_id": task.get("node_id"),
+                "url": task.get("url"), "lat": lat, "lon": lon,
+                "tags": task.get("node_tags", []), "status": task["status"],
+                "load": task.get("load"), "utilisation": task.get("utilisation"),
+                "ready_at": task.get("ready_at"), "updated_at": task.get("updated_at"),
+            })
+        return {
+            **{k: spec.get(k) for k in DEPLOY_FIELDS},
+            "state": app.state, "storage": app.storage, "created_at": app.created_at,
+            "first_running_at": app.first_running_at(), "failures": app.failures,
+            "replicas": replicas, "users": len(self.active_users(app)),
+            "scaling": app.scaling,
+        }
+
+    def _app(self, name: str) -> Application:
+        app = self.apps.get(name)
+        if app is None:
+            raise client_error(web.HTTPNotFound, f"no such application: {name}")
+        return app
+
+    async def _storage(self, spec: dict[str, Any]) -> Any:
+        """The Cargo manager's answer for an application that needs storage."""
+        if self.cargo_manager is None:
+            raise client_error(
+                web.HTTPConflict,
+                "need_storage: storage is not available (no Cargo manager configured)",
+            )
+        body = {"app": spec["name"], "locations": spec["locations"]}
+        try:
+            status, answer = await call_json(
+                self.session, "POST", f"{self.cargo_manager}/storage", body
+            )
+        except PeerError as exc:
+            raise client_error(web.HTTPBadGateway, f"cargo manager unreachable: {exc}") from None
+        if not 200 <= status < 300:
+            raise client_error(
+                web.HTTPBadGateway, f"cargo manager refused: {error_of(status, answer)}"
+            )
+        return answer
+
+    async def handle_deploy(self, request: web.Request) -> web.Response:
+        """``POST /apps``: deploy at least ``min_replicas`` replicas through the Spinner."""
+        spec = await read_json_object(request, DEPLOY_FIELDS)
+        spec.setdefault("runtime", "process")
+        spec.setdefault("args", {})
+        spec.setdefault("tags", [])
+        spec.setdefault("min_replicas", MIN_REPLICAS)
+        need = "module" if spec["runtime"] == "process" else "image"
+        if need not in spec:
+            raise client_error(
+                web.HTTPBadRequest,
+                f"{need}: expected it for runtime {spec['runtime']}, found nothing",
+            )
+        if spec["name"] in self.apps:
+            raise client_error(web.HTTPConflict, f"name: application {spec['name']} exists")
+        storage = await self._storage(spec) if spec["need_storage"] else None
+        app = Application(spec, storage)
+        self.apps[app.name] = app  # taken now, so a concurrent deploy of the name is refused
+        refusal = None
+        async with app.lock:
+            for index in range(app.min_replicas):
+                where = spec["locations"][index % len(spec["locations"])]
+                refusal = await self.add_replica(app, where["lat"], where["lon"]) or refusal
+        if not app.replicas:
+            del self.apps[app.name]
+            raise client_error(web.HTTPConflict, f"no replica could be placed: {refusal}")
+        return web.json_response(self.app_json(app), status=201)
+
+    async def handle_apps(self, request: web.Request) -> web.Response:
+        """``GET /apps``."""
+        return web.json_response({"apps": [self.app_json(a) for a in self.apps.values()]})
+
+    async def handle_app(self, request: web.Request) -> web.Response:
+        """``GET /apps/{name}``."""
+        return web.json_response(self.app_json(self._app(request.match_info["name"])))
+
+    async def handle_delete(self, request: web.Request) -> web.Response:
+        """``DELETE /apps/{name}``: remove every replica, forget the application."""
+        app = self._app(request.match_info["name"])
+        del self.apps[app.name]
+        async with app.lock:
+            await asyncio.gather(*(self.remove_replica(app, t) for t in list(app.replicas)))
+        return web.json_response(self.app_json(app))
+
+    async def handle_query(self, request: web.Request) -> web.Response:
+        """``POST /query``: the candidate list for a user; remembers the user briefly."""
+        body = await read_json_object(request, QUERY_FIELDS)
+        app = self._app(body["app"])
+        user = body.get("user") or f"addr:{request.remote}"
+        app.users[user] = (body["lat"], body["lon"], time.time())
+        replicas = []
+        for task in app.running():
+            lat, lon = replica_location(task)
+            replicas.append(Replica(task["task_id"], lat, lon, task.get("utilisation"),
+                                    frozenset(task.get("node_tags", []))))
+        candidates = select_candidates(
+            replicas, body["lat"], body["lon"], body.get("tags", []),
+            precision=self.policy.precision, overload=self.overload, topn=self.topn,
+        )
+        return web.json_response({
+            "app": app.name, "precision": self.policy.precision, "topn": self.topn,
+            "candidates": [
+                {
+                    "task_id": c.replica.task_id,
+                    "node_id": app.replicas[c.replica.task_id].get("node_id"),
+                    "url": app.replicas[c.replica.task_id].get("url"),
+                    "lat": c.replica.lat, "lon": c.replica.lon,
+                    "distance_km": round(c.distance_km, 3),
+                    "utilisation": c.replica.utilisation,
+                    "tags": sorted(c.replica.tags), "reason": c.reason,
+                }
+                for c in candidates
+            ],
+        })
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """``GET /health``."""
+        return web.json_response({"ok": True, "apps": len(self.apps)})
+
+
+APP_MANAGER_KEY = web.AppKey("app_manager", AppManager)
+
+
+def make_app(spinner: str, cargo_manager: str | None = None, poll_s: float = 1.0,
+             policy: ScalingPolicy | None = None, overload: float = DEFAULT_OVERLOAD,
+             topn: int = TOPN, cooldown_s: float = 5.0, user_ttl_s: float = 20.0
+             ) -> web.Application:
+    """Build the Application Manager (its state is ``app[APP_MANAGER_KEY]``)."""
+    manager = AppManager(spinner, cargo_manager, poll_s, policy, overload, topn, cooldown_s,
+                         user_ttl_s)
+    app = make_base_app()
+    app[APP_MANAGER_KEY] = manager
+    app.router.add_post("/apps", manager.handle_deploy)
+    app.router.add_get("/apps", manager.handle_apps)
+    app.router.add_get("/apps/{name}", manager.handle_app)
+    app.router.add_delete("/apps/{name}", manager.handle_delete)
+    app.router.add_post("/query", manager.handle_query)
+    app.router.add_get("/health", manager.handle_health)
+    add_openapi(app, app_manager_spec())
+    app.on_startup.append(manager.start)
+    app.on_cleanup.append(manager.stop)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.armada.app_manager", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--spinner", required=True, help="http://host:port")
+    parser.add_argument("--cargo-manager", help="http://host:port (storage layer)")
+    parser.add_argument("--poll-s", type=float, default=1.0)
+    parser.add_argument("--precision", type=int, default=DEFAULT_PRECISION)
+    parser.add_argument("--overload", type=float, default=DEFAULT_OVERLOAD)
+    parser.add_argument("--topn", type=int, default=TOPN)
+    parser.add_argument("--users-per-replica", type=int, default=4)
+    parser.add_argument("--scale-up-util", type=float, default=0.75)
+    parser.add_argument("--scale-down-util", type=float, default=0.25)
+    parser.add_argument("--cooldown-s", type=float, default=5.0)
+    parser.add_argument("--user-ttl-s", type=float, default=20.0)
+    parser.add_argument("--max-replicas", type=int, default=12)
+    args = parser.parse_args(argv)
+    if not 1 <= args.precision <= 12:
+        parser.error("--precision must be in 1..12")
+    if min(args.poll_s, args.overload, args.user_ttl_s) <= 0 or args.cooldown_s < 0:
+        parser.error("--poll-s, --overload and --user-ttl-s must be > 0, --cooldown-s >= 0")
+    if args.topn < 1 or args.users_per_replica < 1 or args.max_replicas < MIN_REPLICAS:
+        parser.error(f"--topn and --users-per-replica must be >= 1, "
+                     f"--max-replicas >= {MIN_REPLICAS}")
+    if not 0 <= args.scale_down_util < args.scale_up_util:
+        parser.error("expected 0 <= --scale-down-util < --scale-up-util")
+    policy = ScalingPolicy(args.precision, args.users_per_replica, args.scale_up_util,
+                           args.scale_down_util, MIN_REPLICAS, args.max_replicas)
+    configure_logging()
+    app = make_app(args.spinner, args.cargo_manager, args.poll_s, policy, args.overload,
+                   args.topn, args.cooldown_s, args.user_ttl_s)
+    serve(app, args.host, args.port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
