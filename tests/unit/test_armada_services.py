@@ -391,6 +391,7 @@ async def test_autoscale_up_where_users_concentrate_then_down_to_minimum(tmp_pat
         assert {e["reason"] for e in app["scaling"]} == {"users"}
         status, answer = await stack.call("POST", "/query", {
             "app": "det", "lat": CITY[0], "lon": CITY[1], "user": "u0"})
+        assert status == 200
         assert {c["node_id"] for c in answer["candidates"][:2]} == {"city0", "city1"}
 
         async def shrunk() -> dict[str, Any] | None:
