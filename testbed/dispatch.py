@@ -513,7 +513,7 @@ class Dispatcher:
             response_wall = time.time()
             if status != 200:
                 return self._failed(
-                    row, "error", f"HTTP {status}: {_error_text(text)}", response_wall
+                    row, "error", f"HTTP {status}: {error_text(text)}", response_wall
                 )
             body = _check_fields(json.loads(text), _TASK_RESPONSE_FIELDS, "/task")
         except TimeoutError:
@@ -584,7 +584,7 @@ class Dispatcher:
         self.out.flush()
 
 
-def _error_text(text: str) -> str:
+def error_text(text: str) -> str:
     """The ``error`` of a JSON error body, or the (shortened) raw body."""
     try:
         body = json.loads(text)

@@ -43,6 +43,7 @@ from typing import IO, Any
 import aiohttp
 
 from nodes.common import sleep_until
+from testbed.dispatch import error_text
 from workloads.trace import Task
 
 #: Target and tier recorded on a failed row when the sender tried nothing.
@@ -122,17 +123,6 @@ class StreamConfig:
             raise ValueError(f"max_in_flight: expected >= 1, found {self.max_in_flight!r}")
 
 
-def _reply_text(text: str) -> str:
-    """The ``error`` of a JSON error body, or the shortened raw body."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return body["error"]
-    return text[:200]
-
-
 def url_sender(session: aiohttp.ClientSession, url: str, target: str, tier: str) -> Sender:
     """A sender posting every frame to ``{url}/infer`` of one detection task."""
 
@@ -145,7 +135,7 @@ def url_sender(session: aiohttp.ClientSession, url: str, target: str, tier: str)
         except (aiohttp.ClientError, OSError) as exc:
             raise SendError(f"{target}: {type(exc).__name__}: {exc}") from exc
         if status != 200:
-            raise SendError(f"{target}: HTTP {status}: {_reply_text(text)}")
+            raise SendError(f"{target}: HTTP {status}: {error_text(text)}")
         try:
             reply = json.loads(text)
         except ValueError as exc:
