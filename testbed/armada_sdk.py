@@ -30,12 +30,14 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
 import requests
+
+from testbed.frame_client import Delivery, Frame, Sender, SendError
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
 CONTENT_TYPE = "application/octet-stream"
@@ -265,12 +267,15 @@ class ArmadaClient(_Selection):
                 raise ValueError(f"{candidate.url} refused the frame: {_refusal(resp.status, body)}")
         return body, time.perf_counter() - began
 
-    async def infer(self, frame: bytes) -> Reply:
+    async def infer(self, frame: bytes,
+                    on_attempt: Callable[[Candidate], None] | None = None) -> Reply:
         """Send ``frame`` to the best candidate, failing over until one answers.
 
-        Raises :class:`ArmadaUnavailable` when no candidate answers even after a fresh
-        query and probe round, and :class:`ValueError` when a task refuses the frame
-        itself (4xx: the frame is at fault, not the node).
+        ``on_attempt`` is called with the candidate before each attempt (a streaming
+        client records where a frame was tried). Raises :class:`ArmadaUnavailable` when
+        no candidate answers even after a fresh query and probe round, and
+        :class:`ValueError` when a task refuses the frame itself (4xx: the frame is at
+        fault, not the node).
         """
         attempts = 0
         requeried = False
@@ -283,6 +288,8 @@ class ArmadaClient(_Selection):
                 await self.reprobe()
                 continue
             attempts += 1
+            if on_attempt is not None:
+                on_attempt(candidate)
             try:
                 body, latency = await self._send(candidate, frame)
             except (aiohttp.ClientError, TimeoutError, ArmadaError) as exc:
@@ -405,3 +412,35 @@ def app_status(beacon_url: str, name: str) -> dict[str, Any]:
 def delete_app(beacon_url: str, token: str, name: str) -> dict[str, Any]:
     """Remove an application and its replicas (``DELETE /apps/{name}``)."""
     return _call("DELETE", f"{beacon_url.rstrip('/')}/apps/{name}", token)
+
+
+# ------------------------------------------------------------------ streaming
+
+
+def frame_sender(client: ArmadaClient, tiers: Mapping[str, str] | None = None) -> Sender:
+    """A :mod:`testbed.frame_client` sender that lets the SDK choose and fail over.
+
+    Each attempt is recorded in ``frame.tried`` as ``(node, tier)``: the replica's node id
+    (its task id when the candidate list gave none) and ``tiers[node]`` (default
+    ``"edge"``). The delivery's ``estimate_s`` is the serving replica's last probe.
+    """
+
+    def where(candidate: Candidate) -> tuple[str, str]:
+        node = candidate.node_id or candidate.task_id
+        return node, (tiers or {}).get(node, "edge")
+
+    async def send(frame: Frame) -> Delivery:
+        served: list[Candidate] = []
+
+        def attempt(candidate: Candidate) -> None:
+            served.append(candidate)
+            frame.tried.append(where(candidate))
+
+        try:
+            reply = await client.infer(frame.data, on_attempt=attempt)
+        except (ArmadaError, ValueError) as exc:
+            raise SendError(str(exc)) from exc
+        target, tier = where(served[-1])
+        return Delivery(target, tier, reply.body, estimate_s=served[-1].latency_s)
+
+    return send

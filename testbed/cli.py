@@ -62,19 +62,42 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
+    if args.name == "armada-selection":
+        return _armada_selection(args)
+
     from testbed.experiments.claims import write_report
     from testbed.experiments.offloading import run_experiment
     from testbed.runner import RESULTS_ROOT
 
     executors = [e for e in args.executors.split(",") if e]
+    report_dir = args.report or "docs/results/offloading"
     out = Path(args.out) if args.out else \
         RESULTS_ROOT / f"offloading-{args.size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     metrics = run_experiment(args.size, executors, out,
                              progress=lambda line: print(line, flush=True))
     command = "testbed experiment offloading " + shlex.join(
-        ["--size", args.size, "--executors", ",".join(executors), "--report", args.report])
-    report = write_report(metrics, Path(args.report), command)
+        ["--size", args.size, "--executors", ",".join(executors), "--report", report_dir])
+    report = write_report(metrics, Path(report_dir), command)
     print(f"runs and metrics.json: {out}\nreport: {report}")
+    return 0
+
+
+def _armada_selection(args: argparse.Namespace) -> int:
+    import shlex
+    import time
+
+    from testbed.experiments.armada import run_selection, write_selection_report
+    from testbed.runner import RESULTS_ROOT
+
+    size = args.size
+    out = Path(args.out) if args.out else \
+        RESULTS_ROOT / f"armada-selection-{size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    report_dir = Path(args.report or "docs/results/armada")
+    run_selection(size, out, progress=lambda line: print(line, flush=True))
+    command = "testbed experiment armada-selection " + shlex.join(
+        ["--size", size, "--report", str(report_dir)])
+    report = write_selection_report(out, report_dir / "selection.md", command)
+    print(f"results: {out}\nreport: {report}")
     return 0
 
 
@@ -121,13 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(fn=_cmd_calibrate)
 
     exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
-    exp.add_argument("name", choices=("offloading",))
+    exp.add_argument("name", choices=("offloading", "armada-selection"))
     exp.add_argument("--size", choices=("small", "medium", "full"), default="small")
     exp.add_argument("--executors", default="sim,emulation",
                      help="comma-separated: sim, emulation or both (default)")
     exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")
-    exp.add_argument("--report", default="docs/results/offloading",
-                     help="folder of the generated README.md and plots")
+    exp.add_argument("--report", default=None,
+                     help="folder of the generated report (default: docs/results/offloading, "
+                          "docs/results/armada)")
     exp.set_defaults(fn=_cmd_experiment)
 
     sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \

@@ -96,6 +96,10 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     if executor not in EXECUTORS:
         raise TestbedError(f"--executor: expected one of {', '.join(EXECUTORS)}, "
                            f"found {executor!r}")
+    if not scenario.tier_servers():
+        raise TestbedError(f"{scenario.name}: no tier_server for the dispatchers to replay "
+                           "tasks onto; an Armada scenario runs with `testbed experiment "
+                           f"{scenario.name}`")
     if executor == "emulation" and os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
                            "run as root")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -43,6 +44,8 @@ SERVICE_START_TIMEOUT_S = 60.0
 START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
 RESET_LEAD_S = 0.02  # extra lead per tier server to reset before the start instant
 PROGRESS_EVERY_S = 5.0  # wall seconds between progress lines while a policy replays
+#: ``{ip:NODE}`` in a service parameter stands for NODE's address in the emulated network.
+ADDRESS_REF = re.compile(r"\{ip:([a-z][a-z0-9]{0,7})\}")
 
 
 class Interrupted(BaseException):
@@ -150,8 +153,21 @@ class EmulatedTopology:
             node = self.scenario.node(svc.node)
             argv += ["--speed", repr(node.speed), "--time-scale", repr(self.scenario.time_scale)]
         for key, value in svc.params.items():
-            argv += [f"--{key.replace('_', '-')}", str(value)]
+            argv += [f"--{key.replace('_', '-')}", self.expand(str(value))]
         return argv
+
+    def expand(self, text: str) -> str:
+        """Replace every ``{ip:NODE}`` in ``text`` with NODE's address (services that must
+        find each other, e.g. a Captain its Beacon, name it so)."""
+
+        def address(match: re.Match[str]) -> str:
+            node = match.group(1)
+            if node not in self.net.hosts:
+                raise EmulationError(f"{text!r}: {{ip:{node}}} names no host of the "
+                                     f"topology ({', '.join(sorted(self.net.hosts))})")
+            return self.net.ip(node)
+
+        return ADDRESS_REF.sub(address, text)
 
     def spawn(self, svc: Service, module: str, argv: list[str], log: Path) -> RunningService:
         """Start ``python -m module`` on ``svc.node`` in its runtime (namespace, limits)."""

@@ -48,7 +48,9 @@ from testbed.scenario.model import (
 NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,7}")
 SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63}){0,3}")
+#: The Armada entry point: clients of a scenario running it find their servers through it.
+ARMADA_BEACON = "armada.beacon"
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _GENERATOR_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
@@ -492,12 +494,14 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     topology = _topology_ref(c, data["topology"], base_dir)
     services = _services(c, data["services"], topology)
     workload, generator = _workload(c, data["workload"], seed)
-    policies = _policies(c, data["policies"])
+    armada = any(s.program == ARMADA_BEACON for s in services)
+    policies = _policies(c, data["policies"], nonempty=not armada)
     repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
     duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
     time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
     speeds = [topology.node(s.node).speed for s in services if s.is_tier_server]
-    _check_timing_floor(c, workload, generator, max(speeds), time_scale)
+    if speeds:
+        _check_timing_floor(c, workload, generator, max(speeds), time_scale)
     events = _events(c, data.get("events", []), topology, duration, seed)
     executor = _executor(c, data.get("executor", {}))
     return Scenario(
@@ -531,7 +535,11 @@ def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
 
 
 def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, ...]:
-    """Validate the services and check every client has a server to place tasks on."""
+    """Validate the services and check every client has a server to place tasks on.
+
+    In a scenario that runs an Armada Beacon, clients find their servers through it
+    (the SDK's candidate list), so no client needs a tier server of its own.
+    """
     services: list[Service] = []
     for i, item in enumerate(c.sequence(value, "services", nonempty=True)):
         path = f"services[{i}]"
@@ -542,7 +550,8 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
         if any(s.name == name for s in services):
             c.fail(f"{path}.name", "a service name not used before", name)
         program = c.string(data["program"], f"{path}.program", PROGRAM_NAME,
-                           "a module name from the nodes package")
+                           "a module name from the nodes package (dotted for "
+                           "sub-packages, e.g. armada.beacon)")
         _check_program(c, program, f"{path}.program")
         node_name = c.string(data["node"], f"{path}.node")
         try:
@@ -569,6 +578,8 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
     scenario_clients = [n for n in topology.nodes if n.role == "client"]
     if not scenario_clients:
         c.fail("topology", "a topology with at least one client node", "<no client>")
+    if any(s.program == ARMADA_BEACON for s in services):
+        return tuple(services)
     for client in scenario_clients:
         if not any(
             s.is_tier_server and (s.node == client.name or topology.node(s.node).role != "client")
@@ -636,9 +647,12 @@ def _workload(c: _Checker, value: object, seed: int) -> tuple[Workload, Any]:
     return Workload(generator=name, params=params, seed=workload_seed), generator
 
 
-def _policies(c: _Checker, value: object) -> tuple[str, ...]:
-    """Validate the list of policy names against ``testbed.policies.POLICIES``."""
-    items = c.sequence(value, "policies", nonempty=True)
+def _policies(c: _Checker, value: object, nonempty: bool = True) -> tuple[str, ...]:
+    """Validate the list of policy names against ``testbed.policies.POLICIES``.
+
+    An Armada scenario may list none (``nonempty=False``): its users' SDK selects.
+    """
+    items = c.sequence(value, "policies", nonempty=nonempty)
     registry = _registry(c, "testbed.policies", "POLICIES", "policies")
     names: list[str] = []
     for i, item in enumerate(items):
