@@ -64,6 +64,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.name == "armada-selection":
         return _armada_selection(args)
+    if args.name == "armada-failover":
+        return _armada_failover(args)
 
     from testbed.experiments.claims import write_report
     from testbed.experiments.offloading import run_experiment
@@ -97,6 +99,25 @@ def _armada_selection(args: argparse.Namespace) -> int:
     command = "testbed experiment armada-selection " + shlex.join(
         ["--size", size, "--report", str(report_dir)])
     report = write_selection_report(out, report_dir / "selection.md", command)
+    print(f"results: {out}\nreport: {report}")
+    return 0
+
+
+def _armada_failover(args: argparse.Namespace) -> int:
+    import shlex
+    import time
+
+    from testbed.experiments.armada_failover import run_failover, write_failover_report
+    from testbed.runner import RESULTS_ROOT
+
+    size = args.size
+    out = Path(args.out) if args.out else \
+        RESULTS_ROOT / f"armada-failover-{size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    report_dir = Path(args.report or "docs/results/armada")
+    run_failover(size, out, progress=lambda line: print(line, flush=True))
+    command = "testbed experiment armada-failover " + shlex.join(
+        ["--size", size, "--report", str(report_dir)])
+    report = write_failover_report(out, report_dir / "failover.md", command)
     print(f"results: {out}\nreport: {report}")
     return 0
 
@@ -144,8 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(fn=_cmd_calibrate)
 
     exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
-    exp.add_argument("name", choices=("offloading", "armada-selection"))
-    exp.add_argument("--size", choices=("small", "medium", "full"), default="small")
+    exp.add_argument("name", choices=("offloading", "armada-selection",
+                                             "armada-failover"))
+    exp.add_argument("--size", choices=("small", "medium", "full"), default="small",
+                     help="armada-failover has small and full only")
     exp.add_argument("--executors", default="sim,emulation",
                      help="comma-separated: sim, emulation or both (default)")
     exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")

@@ -13,6 +13,11 @@ emulated network: ``python -m testbed.experiments.armada_user CONFIG.json``. The
   every candidate), record what it picked, then stream this user's frames of the trace
   (``trace``) from ``start_at`` through the SDK's sender, one row per frame appended to
   ``rows``. Writes ``{"user", "pick", "probe_ms", "candidates", "events"}`` to ``out``.
+* ``reconnect``: the server-reconnect baseline of ``armada-failover``
+  (:class:`ReconnectClient`): same start as ``stream`` (query, one probe round, the best
+  node), but the client then keeps a connection to that one node only; on a send error
+  the frame is lost, the client queries the Beacon again and reconnects to the first
+  candidate that is not the failed one. Writes the same result as ``stream``.
 
 Frames are the JPEG files of ``frames_dir`` (written by the driver, so no encoding here).
 """
@@ -30,8 +35,8 @@ from typing import IO, Any
 import aiohttp
 
 from nodes.common import sleep_until
-from testbed.armada_sdk import ArmadaClient, frame_sender
-from testbed.frame_client import StreamConfig, stream_frames
+from testbed.armada_sdk import ArmadaClient, Candidate, frame_sender
+from testbed.frame_client import Delivery, Frame, SendError, StreamConfig, stream_frames
 from workloads.trace import read_trace
 
 JPEG = {"Content-Type": "image/jpeg"}
@@ -99,6 +104,151 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
     return result
 
 
+class ReconnectClient:
+    """The server-reconnect baseline: one server at a time, found again through the Beacon.
+
+    It knows one node and keeps one connection (its own session). A frame whose send
+    fails (error, timeout, 5xx) is lost: the client does not resend it elsewhere, it has
+    nowhere else to send. The failure starts one reconnection: query the Beacon, take the
+    candidates in the Application Manager's order, skip every url that failed, open a new
+    session to the first one that answers ``GET /health``; until one answers, query again
+    every ``retry_s``. Frames due meanwhile wait for the reconnection (a camera buffers).
+    ``events`` records ``connect`` (``node``, ``url``, ``reason``) and ``error`` events
+    like the SDK's, as ``{"t", "kind", "detail"}``.
+    """
+
+    def __init__(self, sdk: ArmadaClient, timeout_s: float, retry_s: float = 0.2) -> None:
+        self.sdk = sdk  # used only for its first query and probe round and its query body
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.retry_s = retry_s
+        self.current: Candidate | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.failed: set[str] = set()
+        self.events: list[dict[str, Any]] = []
+        self._reconnecting: asyncio.Task[None] | None = None
+
+    def _event(self, kind: str, **detail: Any) -> None:
+        self.events.append({"t": time.time(), "kind": kind, "detail": detail})
+
+    async def _open(self, candidate: Candidate, reason: str) -> None:
+        """Drop the old connection and keep a new one to ``candidate`` only."""
+        if self.session is not None:
+            await self.session.close()
+        self.session = aiohttp.ClientSession(timeout=self.timeout)
+        self.current = candidate
+        self._event("connect", node=candidate.node_id, url=candidate.url, reason=reason)
+
+    async def start(self) -> None:
+        """Pick the best node of the SDK's first round, then forget the alternates."""
+        await self.sdk.reprobe()
+        if self.sdk.current is None:
+            raise RuntimeError("no candidate answered the first probe round")
+        await self._open(self.sdk.current, "probe")
+        await self.sdk.session.close()  # no kept connections to the alternates
+
+    async def _healthy(self, url: str) -> bool:
+        assert self.session is not None
+        try:
+            async with self.session.get(f"{url}/health") as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._event("error", url=url, error=f"{type(exc).__name__}: {exc}", during="connect")
+            return False
+
+    async def _query(self) -> list[dict[str, Any]]:
+        try:
+            async with aiohttp.ClientSession(timeout=self.timeout) as beacon, beacon.post(
+                    f"{self.sdk.beacon_url}/query", json=self.sdk.query_body) as resp:
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self._event("error", url=None, error=f"{type(exc).__name__}: {exc}", during="query")
+            return []
+        return list(body.get("candidates", [])) if resp.status == 200 else []
+
+    async def _reconnect(self) -> None:
+        """Query until a candidate other than the failed ones answers; connect to it."""
+        while True:
+            candidates = await self._query()
+            self._event("query", candidates=[c["node_id"] for c in candidates])
+            for found in candidates:
+                if found["url"] in self.failed:
+                    continue
+                candidate = Candidate(task_id=found["task_id"], url=found["url"],
+                                      node_id=found.get("node_id"))
+                await self._open(candidate, "reconnect")
+                if await self._healthy(candidate.url):
+                    return
+                self.failed.add(candidate.url)
+            await asyncio.sleep(self.retry_s)
+
+    async def send(self, frame: Frame) -> Delivery:
+        """The frame client's sender: one attempt on the current node, no failover."""
+        if self._reconnecting is not None:
+            await asyncio.shield(self._reconnecting)
+        candidate, session = self.current, self.session
+        assert candidate is not None and session is not None
+        node = candidate.node_id or candidate.task_id
+        frame.tried.append((node, "edge"))
+        try:
+            async with session.post(f"{candidate.url}/infer", data=frame.data,
+                                    headers=JPEG) as resp:
+                body = await resp.json(content_type=None)
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self._lost(candidate, f"{type(exc).__name__}: {exc}")
+            raise SendError(f"{node}: lost ({type(exc).__name__}: {exc})") from exc
+        if status != 200:
+            self._lost(candidate, f"HTTP {status}")
+            raise SendError(f"{node}: lost (HTTP {status})")
+        return Delivery(node, "edge", body)
+
+    def _lost(self, candidate: Candidate, why: str) -> None:
+        """Record the failure and start the one reconnection it calls for."""
+        self._event("error", url=candidate.url, error=why, during="request")
+        self.failed.add(candidate.url)
+        if self.current is candidate and (self._reconnecting is None
+                                          or self._reconnecting.done()):
+            self._reconnecting = asyncio.create_task(self._reconnect())
+
+    async def close(self) -> None:
+        """Stop reconnecting and close the connection."""
+        if self._reconnecting is not None and not self._reconnecting.done():
+            self._reconnecting.cancel()
+        if self.session is not None:
+            await self.session.close()
+        await self.sdk.session.close()
+
+
+async def reconnect_and_stream(config: dict[str, Any], frames: list[bytes],
+                               out: IO[str]) -> dict[str, Any]:
+    """The baseline: start like ``stream``, then stream through :class:`ReconnectClient`."""
+    await sleep_until(config["probe_at"] + asyncio.get_running_loop().time() - time.time())
+    sdk = ArmadaClient(
+        config["beacon"], config["app"], config["lat"], config["lon"],
+        probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
+        request_timeout_s=config["timeout_s"], seed=config["seed"])
+    client = ReconnectClient(sdk, config["timeout_s"])
+    try:
+        await client.start()
+        pick = client.current
+        result: dict[str, Any] = {
+            "user": config["user"],
+            "pick": None if pick is None else {"task_id": pick.task_id, "node_id": pick.node_id},
+            "candidates": [{"task_id": c.task_id, "node_id": c.node_id, "reason": c.reason}
+                           for c in sdk.candidates],
+            "probe_ms": next(e for e in sdk.events if e.kind == "probe").detail["latency_ms"],
+        }
+        tasks, _ = read_trace(Path(config["trace"]))
+        stream = StreamConfig(run=config["run"], policy=config.get("policy", "server-reconnect"),
+                              client=config["user"], stream=f"cam-{config['user']}",
+                              timeout_s=config["timeout_s"], start_at=config["start_at"])
+        await stream_frames(stream, tasks, frames, client.send, out=out)
+    finally:
+        await client.close()
+    result["events"] = client.events
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the mode of the config file given as the only argument."""
     args = sys.argv[1:] if argv is None else argv
@@ -109,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     frames = read_frames(Path(config["frames_dir"]))
     if config["mode"] == "matrix":
         result = asyncio.run(measure_matrix(config, frames))
+    elif config["mode"] == "reconnect":
+        with Path(config["rows"]).open("a") as out:
+            result = asyncio.run(reconnect_and_stream(config, frames, out))
     else:
         with Path(config["rows"]).open("a") as out:
             result = asyncio.run(select_and_stream(config, frames, out))
