@@ -194,9 +194,18 @@ def _wait_users(topo: Any, pids: Mapping[str, int], tag: str, budget: float) -> 
             raise EmulationError(f"user {user} ({tag}) {why}: {log.read_text()[-1500:]}")
 
 
-def run_selection(size: str, out: Path, progress: Progress = print,
-                  ledger_root: Path | None = None) -> Path:
-    """Run ``armada-selection`` at ``size`` and write its results folder ``out``."""
+def run_frames_experiment(name: str, plan: Any, size: str, out: Path, params: Mapping[str, Any],
+                          measure: Callable[..., dict[str, Any]], result_key: str,
+                          progress: Progress = print,
+                          ledger_root: Path | None = None) -> Path:
+    """Run one Armada frame experiment on the emulated network; write its results folder.
+
+    Shared by every Armada experiment: checks, the materialised frame trace (workload
+    ``params`` override the scenario's), bring-up under a ledger with teardown on every
+    exit, then ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows``
+    (kind ``frame``) and ``result_key`` (the experiment's own results, also written as
+    ``<result_key>.json``). Writes traces, summary and metadata like ``testbed run``.
+    """
     from testbed import traces
     from testbed.emulation.executor import bring_up, stop_on_signals
     from testbed.emulation.ledger import Ledger
@@ -206,12 +215,9 @@ def run_selection(size: str, out: Path, progress: Progress = print,
     from workloads.frames import FrameSpec, load_frames
     from workloads.trace import write_trace
 
-    if size not in SIZES:
-        raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size!r}")
     if os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): run as root")
-    plan = SIZES[size]
-    base = load_scenario(SCENARIO)
+    base = load_scenario(name)
     run = new_run_id(base)
     if out.exists() and any(out.iterdir()):
         raise TestbedError(f"--out {out}: the folder exists and is not empty")
@@ -220,7 +226,7 @@ def run_selection(size: str, out: Path, progress: Progress = print,
     scenario = _with_captain_workdir(base, workdir / "captains")
     started = time.time()
 
-    params = {**scenario.workload.params, "fps": plan.fps}
+    params = {**scenario.workload.params, **params}
     frames_dir = workdir / "frames"
     frames_dir.mkdir()
     for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
@@ -233,17 +239,13 @@ def run_selection(size: str, out: Path, progress: Progress = print,
                                        "clients": users, "duration": plan.duration_s})
     progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
 
-    beacon, token = _beacon(scenario)
-    tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
-    servers = [s.node for s in scenario.services if s.program == "armada.captain"]
     ledger = Ledger(run, root=ledger_root)
     details: dict[str, Any] = {"ledger": str(ledger.path)}
     with stop_on_signals():
         try:
             topo = bring_up(scenario, ledger, workdir, f"tb{run[-4:]}", progress)
             try:
-                details.update(_measure(topo, run, plan, users, servers, tiers, beacon, token,
-                                        out, frames_dir, progress))
+                details.update(measure(topo, run, scenario, frames_dir))
             finally:
                 stop_network(topo.net)
         finally:
@@ -251,17 +253,37 @@ def run_selection(size: str, out: Path, progress: Progress = print,
             if errors:
                 progress("teardown left errors: " + "; ".join(errors))
     rows = details.pop("rows")
+    result = details.pop(result_key)
     df = traces.rows_to_frame(rows)
     traces.write_traces(df, out)
-    traces.write_summary({**traces.summarize(df), "armada": details["selection"]}, out)
-    meta = {"run": run, "experiment": SCENARIO, "size": size, "plan": dataclasses.asdict(plan),
+    traces.write_summary({**traces.summarize(df), result_key: result}, out)
+    meta = {"run": run, "experiment": name, "size": size, "plan": dataclasses.asdict(plan),
             "scenario": base.resolved(), "source": base.source, "executor": "emulation",
             "versions": _versions(), "git_commit": _git_commit(), "machine": machine_details(),
             "started": started, "wall_s": time.time() - started, "teardown_errors": errors,
-            **{k: v for k, v in details.items() if k != "selection"}}
+            **details}
     (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
-    (out / "selection.json").write_text(json.dumps(details["selection"], indent=2))
+    (out / f"{result_key}.json").write_text(json.dumps(result, indent=2))
     return out
+
+
+def run_selection(size: str, out: Path, progress: Progress = print,
+                  ledger_root: Path | None = None) -> Path:
+    """Run ``armada-selection`` at ``size`` and write its results folder ``out``."""
+    if size not in SIZES:
+        raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size!r}")
+    plan = SIZES[size]
+
+    def measure(topo: Any, run: str, scenario: Scenario, frames_dir: Path) -> dict[str, Any]:
+        beacon, token = _beacon(scenario)
+        tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
+        servers = [s.node for s in scenario.services if s.program == "armada.captain"]
+        users = [n.name for n in scenario.clients()]
+        return _measure(topo, run, plan, users, servers, tiers, beacon, token, out,
+                        frames_dir, progress)
+
+    return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps}, measure,
+                                 "selection", progress, ledger_root)
 
 
 def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[str],

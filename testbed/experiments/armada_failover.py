@@ -45,9 +45,8 @@ from testbed.experiments.armada import (
     _poll,
     _run_user,
     _wait_users,
-    _with_captain_workdir,
+    run_frames_experiment,
 )
-from testbed.scenario import load_scenario
 
 SCENARIO = "armada-failover"
 REGISTER_TIMEOUT_S = 60.0
@@ -122,67 +121,15 @@ def failover_metrics(rows: Sequence[Mapping[str, Any]], crash_at: float,
 def run_failover(size: str, out: Path, progress: Progress = print,
                  ledger_root: Path | None = None) -> Path:
     """Run ``armada-failover`` at ``size`` and write its results folder ``out``."""
-    from testbed import traces
-    from testbed.emulation.executor import bring_up, stop_on_signals
-    from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import stop_network
-    from testbed.runner import _git_commit, _versions, machine_details, new_run_id
-    from workloads import generate
-    from workloads.frames import FrameSpec, load_frames
-    from workloads.trace import write_trace
-
     if size not in SIZES:
         raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size!r}")
-    if os.geteuid() != 0:
-        raise TestbedError("emulation needs root (network namespaces, tc, cgroups): run as root")
     plan = SIZES[size]
-    base = load_scenario(SCENARIO)
-    run = new_run_id(base)
-    if out.exists() and any(out.iterdir()):
-        raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    workdir = out / "work"
-    workdir.mkdir(parents=True)
-    scenario = _with_captain_workdir(base, workdir / "captains")
-    started = time.time()
 
-    params = {**scenario.workload.params, "fps": plan.fps, "phase": "zero"}
-    frames_dir = workdir / "frames"
-    frames_dir.mkdir()
-    for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
-        (frames_dir / f"{k:04d}.jpg").write_bytes(frame)
-    users = [n.name for n in scenario.clients()]
-    tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
-                     scenario.workload.seed)
-    write_trace(tasks, out / "trace", {"generator": scenario.workload.generator,
-                                       "params": params, "seed": scenario.workload.seed,
-                                       "clients": users, "duration": plan.duration_s})
-    progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
+    def measure(topo: Any, run: str, _scenario: Any, frames_dir: Path) -> dict[str, Any]:
+        return _measure(topo, run, plan, out, frames_dir, progress)
 
-    ledger = Ledger(run, root=ledger_root)
-    details: dict[str, Any] = {"ledger": str(ledger.path)}
-    with stop_on_signals():
-        try:
-            topo = bring_up(scenario, ledger, workdir, f"tb{run[-4:]}", progress)
-            try:
-                details.update(_measure(topo, run, plan, out, frames_dir, progress))
-            finally:
-                stop_network(topo.net)
-        finally:
-            errors = ledger.teardown()
-            if errors:
-                progress("teardown left errors: " + "; ".join(errors))
-    rows = details.pop("rows")
-    df = traces.rows_to_frame(rows)
-    traces.write_traces(df, out)
-    traces.write_summary({**traces.summarize(df), "armada_failover": details["failover"]}, out)
-    meta = {"run": run, "experiment": SCENARIO, "size": size, "plan": dataclasses.asdict(plan),
-            "scenario": base.resolved(), "source": base.source, "executor": "emulation",
-            "versions": _versions(), "git_commit": _git_commit(), "machine": machine_details(),
-            "started": started, "wall_s": time.time() - started, "teardown_errors": errors,
-            **{k: v for k, v in details.items() if k != "failover"}}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
-    (out / "failover.json").write_text(json.dumps(details["failover"], indent=2))
-    return out
+    return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps, "phase": "zero"},
+                                 measure, "failover", progress, ledger_root)
 
 
 def _ok_rows(path: Path) -> list[dict[str, Any]]:

@@ -67,4 +67,4 @@ def test_every_streamed_frame_has_an_ok_row(selection_run: Path) -> None:
     meta = json.loads((selection_run / "metadata.json").read_text())
     assert meta["teardown_errors"] == []
     assert "idle_share" in json.loads((selection_run / "summary.json").read_text())[
-        "armada"]["host"]
+        "selection"]["host"]
