@@ -194,6 +194,42 @@ def _wait_users(topo: Any, pids: Mapping[str, int], tag: str, budget: float) -> 
             raise EmulationError(f"user {user} ({tag}) {why}: {log.read_text()[-1500:]}")
 
 
+def deploy_everywhere(topo: Any, beacon: Any, token: str,
+                      servers: list[str]) -> tuple[dict[str, Any], float]:
+    """Wait for every Captain, deploy the detector with one replica per node through the
+    Beacon (with the token), and wait until all serve; returns the app status and the
+    wall time of the deployment request."""
+    from testbed.armada_sdk import app_status, deploy
+    from testbed.emulation.probe import http_json, in_netns
+
+    ctl = topo.net.hosts[beacon.node]
+    local_beacon = f"http://127.0.0.1:{beacon.port}"
+
+    def registered() -> bool:
+        _, body = http_json(f"{local_beacon}/nodes")
+        alive = {n["node_id"] for n in body.get("nodes", []) if n["state"] == "alive"}
+        return alive >= set(servers)
+
+    in_netns(ctl.pid, lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S,
+                                    registered))
+    nodes = {n.name: n for n in topo.scenario.topology.nodes}
+    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
+            "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
+            "min_replicas": len(servers),
+            "locations": [{"lat": nodes[s].lat, "lon": nodes[s].lon} for s in servers]}
+    asked = time.time()
+    in_netns(ctl.pid, lambda: deploy(local_beacon, token, spec))
+
+    def serving() -> dict[str, Any] | None:
+        status = app_status(local_beacon, APP)
+        running = [r for r in status["replicas"] if r["status"] == "running"]
+        return status if len({r["node_id"] for r in running}) == len(servers) else None
+
+    status = in_netns(ctl.pid, lambda: _poll("replicas were not all running",
+                                             DEPLOY_TIMEOUT_S, serving))
+    return status, asked
+
+
 def run_frames_experiment(name: str, plan: Any, size: str, out: Path, params: Mapping[str, Any],
                           measure: Callable[..., dict[str, Any]], result_key: str,
                           progress: Progress = print,
@@ -290,36 +326,11 @@ def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[st
              tiers: Mapping[str, str], beacon: Any, token: str, out: Path, frames_dir: Path,
              progress: Progress) -> dict[str, Any]:
     """Steps 1-5 of the module docstring on a brought-up topology."""
-    from testbed.armada_sdk import app_status, deploy
-    from testbed.emulation.probe import http_json, in_netns
     from testbed.host_monitor import HostMonitor
 
     scenario = topo.scenario
-    ctl = topo.net.hosts[beacon.node]
-    local_beacon = f"http://127.0.0.1:{beacon.port}"
-
-    def registered() -> bool:
-        _, body = http_json(f"{local_beacon}/nodes")
-        alive = {n["node_id"] for n in body.get("nodes", []) if n["state"] == "alive"}
-        return alive >= set(servers)
-
-    in_netns(ctl.pid, lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S,
-                                    registered))
     nodes = {n.name: n for n in scenario.topology.nodes}
-    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
-            "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
-            "min_replicas": len(servers),
-            "locations": [{"lat": nodes[s].lat, "lon": nodes[s].lon} for s in servers]}
-    asked = time.time()
-    in_netns(ctl.pid, lambda: deploy(local_beacon, token, spec))
-
-    def serving() -> dict[str, Any] | None:
-        status = app_status(local_beacon, APP)
-        running = [r for r in status["replicas"] if r["status"] == "running"]
-        return status if len({r["node_id"] for r in running}) == len(servers) else None
-
-    status = in_netns(ctl.pid, lambda: _poll("replicas were not all running",
-                                             DEPLOY_TIMEOUT_S, serving))
+    status, asked = deploy_everywhere(topo, beacon, token, servers)
     replicas = [{"task_id": r["task_id"], "node_id": r["node_id"], "url": r["url"]}
                 for r in sorted(status["replicas"], key=lambda r: servers.index(r["node_id"]))]
     startup_s = status["first_running_at"] - status["created_at"]

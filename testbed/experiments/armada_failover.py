@@ -36,15 +36,13 @@ import numpy as np
 from testbed.errors import EmulationError, TestbedError
 from testbed.experiments.armada import (
     APP,
-    DETECT_MODULE,
-    REPLICA_CPU,
-    REPLICA_MEMORY_MB,
     Progress,
     _beacon,
     _containment,
     _poll,
     _run_user,
     _wait_users,
+    deploy_everywhere,
     run_frames_experiment,
 )
 
@@ -177,8 +175,8 @@ def _crash(topo: Any, node: str, task_pid: int) -> dict[str, Any]:
 def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
              progress: Progress) -> dict[str, Any]:
     """Steps 1-4 of the module docstring on a brought-up topology."""
-    from testbed.armada_sdk import app_status, deploy
-    from testbed.emulation.probe import http_json, in_netns
+    from testbed.armada_sdk import app_status
+    from testbed.emulation.probe import in_netns
     from testbed.host_monitor import HostMonitor
 
     scenario = topo.scenario
@@ -187,28 +185,8 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
     local_beacon = f"http://127.0.0.1:{beacon.port}"
     servers = [s.node for s in scenario.services if s.program == "armada.captain"]
 
-    def registered() -> bool:
-        _, body = http_json(f"{local_beacon}/nodes")
-        alive = {n["node_id"] for n in body.get("nodes", []) if n["state"] == "alive"}
-        return alive >= set(servers)
-
-    in_netns(ctl.pid, lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S,
-                                    registered))
     nodes = {n.name: n for n in scenario.topology.nodes}
-    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
-            "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
-            "min_replicas": len(servers),
-            "locations": [{"lat": nodes[s].lat, "lon": nodes[s].lon} for s in servers]}
-    asked = time.time()
-    in_netns(ctl.pid, lambda: deploy(local_beacon, token, spec))
-
-    def serving() -> dict[str, Any] | None:
-        status = app_status(local_beacon, APP)
-        running = [r for r in status["replicas"] if r["status"] == "running"]
-        return status if len({r["node_id"] for r in running}) == len(servers) else None
-
-    status = in_netns(ctl.pid, lambda: _poll("replicas were not all running",
-                                             DEPLOY_TIMEOUT_S, serving))
+    status, asked = deploy_everywhere(topo, beacon, token, servers)
     replicas = [{"task_id": r["task_id"], "node_id": r["node_id"], "url": r["url"]}
                 for r in status["replicas"]]
     progress(f"{APP}: {len(replicas)} replicas serving {time.time() - asked:.1f} s after the "
