@@ -62,10 +62,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
-    if args.name == "armada-selection":
-        return _armada_selection(args)
-    if args.name == "armada-failover":
-        return _armada_failover(args)
+    if args.name.startswith("armada-"):
+        return _armada_experiment(args)
 
     from testbed.experiments.claims import write_report
     from testbed.experiments.offloading import run_experiment
@@ -84,40 +82,27 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
-def _armada_selection(args: argparse.Namespace) -> int:
+def _armada_experiment(args: argparse.Namespace) -> int:
+    """Run an Armada experiment (emulation) and write its report next to the others."""
     import shlex
     import time
 
-    from testbed.experiments.armada import run_selection, write_selection_report
+    from testbed.experiments import armada, armada_failover
     from testbed.runner import RESULTS_ROOT
 
-    size = args.size
-    out = Path(args.out) if args.out else \
-        RESULTS_ROOT / f"armada-selection-{size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    run, write, report_name = {
+        "armada-selection": (armada.run_selection, armada.write_selection_report,
+                             "selection.md"),
+        "armada-failover": (armada_failover.run_failover,
+                            armada_failover.write_failover_report, "failover.md"),
+    }[args.name]
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"{args.name}-{args.size}-{stamp}"
     report_dir = Path(args.report or "docs/results/armada")
-    run_selection(size, out, progress=lambda line: print(line, flush=True))
-    command = "testbed experiment armada-selection " + shlex.join(
-        ["--size", size, "--report", str(report_dir)])
-    report = write_selection_report(out, report_dir / "selection.md", command)
-    print(f"results: {out}\nreport: {report}")
-    return 0
-
-
-def _armada_failover(args: argparse.Namespace) -> int:
-    import shlex
-    import time
-
-    from testbed.experiments.armada_failover import run_failover, write_failover_report
-    from testbed.runner import RESULTS_ROOT
-
-    size = args.size
-    out = Path(args.out) if args.out else \
-        RESULTS_ROOT / f"armada-failover-{size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    report_dir = Path(args.report or "docs/results/armada")
-    run_failover(size, out, progress=lambda line: print(line, flush=True))
-    command = "testbed experiment armada-failover " + shlex.join(
-        ["--size", size, "--report", str(report_dir)])
-    report = write_failover_report(out, report_dir / "failover.md", command)
+    run(args.size, out, progress=lambda line: print(line, flush=True))
+    command = f"testbed experiment {args.name} " + shlex.join(
+        ["--size", args.size, "--report", str(report_dir)])
+    report = write(out, report_dir / report_name, command)
     print(f"results: {out}\nreport: {report}")
     return 0
 

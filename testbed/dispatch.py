@@ -59,6 +59,7 @@ import aiohttp
 
 from nodes.common import configure_logging, sleep_until
 from testbed.errors import EmulationError, TestbedError
+from testbed.latency import completed_columns
 from testbed.policies import make_policy
 from testbed.policies.base import Backlog, Outcome, Policy, TargetState, TaskInfo, View
 from workloads.trace import Task, read_trace
@@ -528,21 +529,10 @@ class Dispatcher:
             return self._failed(
                 row, "error", f"/task answered for task {body['task_id']}", response_wall
             )
-        server_arrival, start, end = body["server_arrival"], body["start"], body["end"]
-        network = (response_wall - dispatch_wall) - (end - server_arrival)
-        wait, service = (start - server_arrival), (end - start)
-        latency = network + (wait + service) * cfg.time_scale
         row.update(
-            response_model=row["dispatch_model"] + latency,
-            server_arrival_wall=server_arrival,
-            start_wall=start,
-            end_wall=end,
-            response_wall=response_wall,
-            latency_s=latency,
-            network_s=network,
-            wait_s=wait * cfg.time_scale,
-            service_s=service * cfg.time_scale,
-            latency_wall_s=response_wall - dispatch_wall,
+            completed_columns(row["dispatch_model"], dispatch_wall, response_wall,
+                              body["server_arrival"], body["start"], body["end"],
+                              cfg.time_scale),
             queue_at_arrival=int(body["queue_at_arrival"]),
         )
         self._observe(row, ok=True)

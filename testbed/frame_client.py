@@ -44,6 +44,7 @@ import aiohttp
 
 from nodes.common import sleep_until
 from testbed.dispatch import error_text
+from testbed.latency import completed_columns
 from workloads.trace import Task
 
 #: Target and tier recorded on a failed row when the sender tried nothing.
@@ -285,22 +286,10 @@ class FrameClient:
             self._record(row)
             return
         reply = delivery.reply
-        server_arrival, start, end = (float(reply[k]) for k in ("server_arrival", "start", "end"))
-        k = cfg.time_scale
-        network = (response_wall - dispatch_wall) - (end - server_arrival)
-        wait, service = (start - server_arrival) * k, (end - start) * k
-        latency = network + wait + service
         row.update(
-            response_model=row["dispatch_model"] + latency,
-            server_arrival_wall=server_arrival,
-            start_wall=start,
-            end_wall=end,
-            response_wall=response_wall,
-            latency_s=latency,
-            network_s=network,
-            wait_s=wait,
-            service_s=service,
-            latency_wall_s=response_wall - dispatch_wall,
+            completed_columns(row["dispatch_model"], dispatch_wall, response_wall,
+                              *(float(reply[k]) for k in ("server_arrival", "start", "end")),
+                              cfg.time_scale),
             queue_at_arrival=int(reply["queue_at_arrival"]),
         )
         self._record(row)
