@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from testbed.calibrate import JSON_KEYS
-from testbed.emulation.ledger import is_running
+from testbed.emulation.ledger import clean_stale, is_running
 from testbed.scenario.loader import builtin_scenarios
 
 pytestmark = pytest.mark.emulation
@@ -80,18 +80,21 @@ def test_clean_removes_only_what_a_killed_run_listed(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    (path,) = ledgers.glob("*.jsonl")
-    listed = [json.loads(line) for line in path.read_text().splitlines()[1:]]
-    names = {e["data"]["name"] for e in listed if e.get("kind") in ("link", "bridge")}
-    procs = [(e["data"]["pid"], e["data"]["start"]) for e in listed if e.get("kind") == "process"]
-    assert names and names <= _links()
-    # Mininet shells die with their pty; the launcher, services and delayer live on.
-    assert procs and any(is_running(pid, start) for pid, start in procs)
-    res = _testbed("clean", env=env)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "cleaned" in res.stdout
-    assert not names & _links()
-    assert not any(is_running(pid, start) for pid, start in procs)
-    assert not list(ledgers.iterdir())
+    try:
+        (path,) = ledgers.glob("*.jsonl")
+        listed = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+        names = {e["data"]["name"] for e in listed if e.get("kind") in ("link", "bridge")}
+        procs = [(e["data"]["pid"], e["data"]["start"]) for e in listed if e.get("kind") == "process"]
+        assert names and names <= _links()
+        # Mininet shells die with their pty; the launcher, services and delayer live on.
+        assert procs and any(is_running(pid, start) for pid, start in procs)
+        res = _testbed("clean", env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "cleaned" in res.stdout
+        assert not names & _links()
+        assert not any(is_running(pid, start) for pid, start in procs)
+        assert not list(ledgers.iterdir())
+    finally:
+        clean_stale(ledgers)  # whatever the assertions say, leave nothing behind
     res = _testbed("clean", env=env)
     assert "nothing to clean" in res.stdout
