@@ -262,7 +262,10 @@ async def _ready(stack: Stack) -> dict[str, Any] | None:
 
 async def _loaded(stack: Stack) -> dict[str, Any] | None:
     app = await app_status(stack)
-    done = [r for r in app["replicas"] if r["load"] and r["load"]["completed"]]
+    # Utilisation needs two CPU samples of a serving task, so it may come a poll later
+    # than the load counters: wait for both.
+    done = [r for r in app["replicas"]
+            if r["load"] and r["load"]["completed"] and r["utilisation"] is not None]
     return done[0] if done else None
 
 

@@ -191,16 +191,24 @@ def test_runs_as_a_process_and_stops_on_sigterm(frames: FrameSet) -> None:
             proc.wait()
 
 
+async def stats_until(client: TestClient, condition: Any, timeout: float = 10.0) -> dict:
+    """Poll ``GET /stats`` until ``condition(stats)`` holds; return those stats."""
+    deadline = time.monotonic() + timeout
+    while not condition(stats := await (await client.get("/stats")).json()):
+        assert time.monotonic() < deadline, f"/stats never satisfied the condition: {stats}"
+        await asyncio.sleep(0.005)
+    return stats
+
+
 async def test_a_frame_abandoned_while_waiting_leaves_the_queue(frames: FrameSet) -> None:
     async with task(workers=1) as client:
         first = asyncio.create_task(infer(client, frames[0]))
-        await asyncio.sleep(0.02)
+        await stats_until(client, lambda st: st["running"] == 1)
         abandoned = asyncio.create_task(infer(client, frames[1]))
-        await asyncio.sleep(0.02)
+        await stats_until(client, lambda st: st["waiting"] == 1)
         abandoned.cancel()  # closes its connection while it waits
         await first
-        await asyncio.sleep(0.05)
-        stats = await (await client.get("/stats")).json()
+        stats = await stats_until(client, lambda st: st["in_flight"] == 0)
         after = await infer(client, frames[2])
     assert stats["in_flight"] == 0 and stats["completed"] == 1
     assert after["queue_at_arrival"] == 0
