@@ -7,6 +7,9 @@ where the frame goes. It implements the user side of Armada's two-step selection
    Application Manager from geo-proximity, utilisation and network affiliation);
 2. probe every candidate with a real request (``POST /infer`` of ``probe_payload``) timed
    end to end, so network, queueing and processing all count, and send to the fastest.
+   A periodic re-probe moves a user off a working node only when another candidate is
+   faster by more than ``switch_margin`` (a fraction of the current node's probe, default
+   0.2), so one noisy probe does not make users flap between nodes of similar latency.
 
 Connections to every candidate stay open in one keep-alive pool (probes keep them
 warm), the query and probes are repeated every ``reprobe_s`` seconds (uniformly drawn
@@ -40,6 +43,7 @@ import requests
 from testbed.frame_client import Delivery, Frame, Sender, SendError
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
+DEFAULT_SWITCH_MARGIN = 0.2
 CONTENT_TYPE = "application/octet-stream"
 
 
@@ -93,7 +97,8 @@ class _Selection:
 
     ``reprobe_s`` is the (low, high) range of seconds between probe rounds;
     ``request_timeout_s`` bounds every query, probe and frame; ``seed`` makes the jitter
-    reproducible.
+    reproducible; ``switch_margin`` is how much faster (fraction of the current node's
+    probe latency) another candidate must probe before a re-probe switches to it.
     """
 
     def __init__(
@@ -110,9 +115,13 @@ class _Selection:
         request_timeout_s: float = 5.0,
         content_type: str = CONTENT_TYPE,
         seed: int | None = None,
+        switch_margin: float = DEFAULT_SWITCH_MARGIN,
     ) -> None:
         if not 0 < reprobe_s[0] <= reprobe_s[1]:
             raise ValueError(f"reprobe_s must be (low, high) with 0 < low <= high: {reprobe_s}")
+        if not 0 <= switch_margin < 1:
+            raise ValueError(f"switch_margin must be in [0, 1), found {switch_margin}")
+        self.switch_margin = switch_margin
         self.beacon_url = beacon_url.rstrip("/")
         self.query_body: dict[str, Any] = {"app": app, "lat": lat, "lon": lon,
                                            "tags": list(tags)}
@@ -156,10 +165,20 @@ class _Selection:
         self.choose("probe")
 
     def choose(self, reason: str) -> Candidate | None:
-        """Point ``current`` at the best working candidate; log a switch when it changes."""
+        """Point ``current`` at the best working candidate; log a switch when it changes.
+
+        After a probe round a current node that still works (and is still a candidate) is
+        kept unless the best is faster by more than ``switch_margin`` of its latency.
+        """
         working = sorted((c for c in self.candidates if not c.failed), key=lambda c: c.rank_key)
         best = working[0] if working else None
         before = self.current
+        if reason == "probe" and best is not None and before is not None:
+            kept = next((c for c in working if c.task_id == before.task_id
+                         and c.url == before.url), None)
+            if (kept is not None and kept.latency_s is not None and best.latency_s is not None
+                    and best.latency_s >= kept.latency_s * (1.0 - self.switch_margin)):
+                best = kept
         if best is not None and (before is None or best.task_id != before.task_id
                                  or best.url != before.url):
             self.record("switch", source=before.task_id if before else None,

@@ -142,6 +142,7 @@ class DetectTask:
         self._factory()  # fail at start-up, not on the first frame, if it cannot load
         self._local = threading.local()
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="detect")
+        self._warm_up()
         self._slots = asyncio.Semaphore(workers)
         self.waiting = 0
         self.running = 0
@@ -150,6 +151,23 @@ class DetectTask:
         self.failed = 0
         self._processing_total_s = 0.0
         self._started_wall = time.time()
+
+    def _warm_up(self) -> None:
+        """Build every worker thread's detector and run it once before serving.
+
+        The first detection of a thread builds its detector and OpenCV's scratch buffers,
+        several times a warm frame's cost on a CPU-limited node; doing it here keeps that
+        out of the first client's probe, so probes compare warm replicas.
+        """
+        image = np.zeros((240, 320, 3), dtype=np.uint8)  # a small frame: several scales
+        gate = threading.Barrier(self.workers)
+
+        def warm() -> None:
+            gate.wait(timeout=30.0)  # one job per thread: each blocks until all started
+            self._detector().detect(image)
+
+        for job in [self._executor.submit(warm) for _ in range(self.workers)]:
+            job.result()
 
     def _detector(self) -> Detector:
         """This worker thread's own detector (OpenCV objects are not shared)."""

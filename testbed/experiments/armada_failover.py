@@ -342,7 +342,11 @@ def write_failover_report(run: Path, report: Path, command: str) -> Path:
         (f"Mid-stream the node serving ua ({crash['node']}) was crashed through the harness "
          f"(its Captain SIGKILLed; its detect task was killed by the "
          f"{crash['task_killed_by']}, ended {crash['task_ended_after_s'] * 1e3:.0f} ms after "
-         f"the crash). ub was on {crash['baseline_was_on']} at the crash. The Spinner "
+         f"the crash). ub was on {crash['baseline_was_on']} at the crash"
+         + ("" if crash["baseline_was_on"] == crash["node"] else
+            " (**not the crashed node**: in this run the two clients did not meet the same "
+            "failure, so the comparison below does not hold)")
+         + ". The Spinner "
          f"then declared {crash['node']} dead and re-placed its replica: "
          + ", ".join(f"{r['task_id']} on {r['node_id']} ({r['status']}"
                      + (f", serving {r['ready_at'] - crash['at']:.1f} s after the crash)"

@@ -43,11 +43,11 @@ def failover_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sdk_loses_no_frame_and_moves_off_the_crashed_node(failover_run: Path) -> None:
     failover = json.loads((failover_run / "failover.json").read_text())
     crash, sdk = failover["crash"], failover["clients"]["ua"]
-    assert crash["node"] == sdk["pick"] == "ea"  # ua shares ea's LAN
+    victim = crash["node"]  # the node that served ua's latest frame: ea unless probes
+    assert victim in sdk["served_before"]  # ... of a loaded machine said otherwise
     assert crash["task_killed_by"].startswith("captain")  # died with its Captain
     assert sdk["lost"] == 0 and sdk["ok"] == sdk["frames"] > 0, sdk["lost_frames"]
-    assert sdk["served_before"] == ["ea"]
-    assert sdk["served_after"] and "ea" not in sdk["served_after"]
+    assert sdk["served_after"] and victim not in sdk["served_after"]
     # Immediate failover vs waiting for the dead node: the SDK's request timeout is 5 s,
     # so a client that waited would show gaps of seconds. Measured here: 77-90 ms to the
     # next node and gaps of 216-360 ms at 5 fps; the bound leaves room for a loaded
@@ -57,9 +57,14 @@ def test_sdk_loses_no_frame_and_moves_off_the_crashed_node(failover_run: Path) -
     assert sdk["failover_gap_s"] is not None and sdk["failover_gap_s"] < bound, sdk
     assert sdk["largest_gap_s"] < bound, sdk
     # The baseline met the dead node with at least one frame it could not resend.
+    # The baseline keeps the Beacon's first candidate (ea, nearest); when the SDK was on
+    # ea too, the baseline met the dead node with a frame it could not resend.
     base = failover["clients"]["ub"]
     assert crash["baseline_was_on"] == "ea"
-    assert base["lost"] >= 1 and "ea" not in base["served_after"]
+    if victim == "ea":
+        assert base["lost"] >= 1 and "ea" not in base["served_after"], base
+    else:
+        assert base["lost"] == 0 and base["served_after"] == ["ea"], base
 
 
 def test_every_frame_has_a_row_naming_its_node(failover_run: Path) -> None:
@@ -71,7 +76,8 @@ def test_every_frame_has_a_row_naming_its_node(failover_run: Path) -> None:
     assert (sdk.outcome == "ok").all()
     assert set(sdk.target) <= {"ea", "eb", "ec"}
     failover = json.loads((failover_run / "failover.json").read_text())
-    again = failover_metrics(sdk.to_dict("records"), failover["crash"]["at"], "ea")
+    again = failover_metrics(sdk.to_dict("records"), failover["crash"]["at"],
+                             failover["crash"]["node"])
     assert again["largest_gap_s"] == pytest.approx(failover["clients"]["ua"]["largest_gap_s"])
     meta = json.loads((failover_run / "metadata.json").read_text())
     assert meta["teardown_errors"] == []

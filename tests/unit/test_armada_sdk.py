@@ -189,3 +189,29 @@ async def test_sync_client_picks_the_fastest_and_fails_over() -> None:
 def test_reprobe_range_is_checked() -> None:
     with pytest.raises(ValueError):
         ArmadaClient("http://127.0.0.1:1", "det", 0, 0, probe_payload=b"", reprobe_s=(2, 1))
+    with pytest.raises(ValueError):
+        ArmadaClient("http://127.0.0.1:1", "det", 0, 0, probe_payload=b"", switch_margin=1.0)
+
+
+def _round(selection, **latencies_ms) -> str | None:
+    """Feed one probe round (None: failed) and return the chosen task id."""
+    selection.probed([(c, None if latencies_ms[c.task_id] is None
+                       else latencies_ms[c.task_id] / 1e3, None)
+                      for c in selection.candidates])
+    return selection.current.task_id if selection.current else None
+
+
+def test_reprobe_switches_only_past_the_margin() -> None:
+    armada = ArmadaClient("http://127.0.0.1:1", "det", 0, 0, probe_payload=b"",
+                          switch_margin=0.2)
+    listing = {"candidates": [{"task_id": t, "url": f"http://{t}:1"} for t in ("a", "b")]}
+    armada.adopt(listing)
+    assert _round(armada, a=30, b=60) == "a"  # the first round takes the fastest
+    armada.adopt(listing)  # a new query: same replicas, fresh objects
+    assert _round(armada, a=60, b=50) == "a"  # 50 >= 0.8 * 60: noise, stay
+    assert _round(armada, a=60, b=47) == "b"  # 47 < 48: clearly faster, move
+    assert _round(armada, a=50, b=None) == "a"  # the current failed its probe: best
+    assert _round(armada, a=50, b=45) == "a"  # 45 >= 40: stay
+    assert armada.failed(armada.current, "reset").task_id == "b"  # failover: next-best
+    assert [e.detail["reason"] for e in armada.switches] == ["probe", "probe", "probe",
+                                                             "failover"]
