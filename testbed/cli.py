@@ -87,7 +87,7 @@ def _armada_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
-    from testbed.experiments import armada, armada_failover
+    from testbed.experiments import armada, armada_failover, armada_fleets
     from testbed.runner import RESULTS_ROOT
 
     run, write, report_name = {
@@ -95,6 +95,13 @@ def _armada_experiment(args: argparse.Namespace) -> int:
                              "selection.md"),
         "armada-failover": (armada_failover.run_failover,
                             armada_failover.write_failover_report, "failover.md"),
+        "armada-scalability": (armada_fleets.run_scalability,
+                               armada_fleets.write_scalability_report, "scalability.md"),
+        "armada-failures": (armada_fleets.run_failures, armada_fleets.write_failures_report,
+                            "failures.md"),
+        "armada-churn": (armada_fleets.run_churn, armada_fleets.write_churn_report,
+                         "churn.md"),
+        "armada-load": (armada_fleets.run_load, armada_fleets.write_load_report, "load.md"),
     }[args.name]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else RESULTS_ROOT / f"{args.name}-{args.size}-{stamp}"
@@ -150,10 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(fn=_cmd_calibrate)
 
     exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
-    exp.add_argument("name", choices=("offloading", "armada-selection",
-                                             "armada-failover"))
+    exp.add_argument("name", choices=("offloading", "armada-selection", "armada-failover",
+                                      "armada-scalability", "armada-failures",
+                                      "armada-churn", "armada-load"))
     exp.add_argument("--size", choices=("small", "medium", "full"), default="small",
-                     help="armada-failover has small and full only")
+                     help="offloading and armada-selection also have medium; the other "
+                          "Armada experiments small and full")
     exp.add_argument("--executors", default="sim,emulation",
                      help="comma-separated: sim, emulation or both (default)")
     exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")

@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -178,7 +179,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class LauncherClient:
-    """The harness's handle on a running launcher."""
+    """The harness's handle on a running launcher.
+
+    The launcher answers one request at a time (a ``wait`` holds it until the child
+    ends or the timeout passes), so one thread drives it; requests from several threads
+    are serialised by a lock rather than interleaved on the socket.
+    """
 
     def __init__(self, control: Path, pid: int) -> None:
         self.control = control
@@ -187,11 +193,13 @@ class LauncherClient:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(str(control))
         self._stream = self._sock.makefile("rwb")
+        self._lock = threading.Lock()
 
     def request(self, **req: object) -> dict:
-        self._stream.write((json.dumps(req) + "\n").encode())
-        self._stream.flush()
-        line = self._stream.readline()
+        with self._lock:
+            self._stream.write((json.dumps(req) + "\n").encode())
+            self._stream.flush()
+            line = self._stream.readline()
         if not line:
             raise EmulationError(f"service launcher (pid {self.pid}) closed its control socket")
         reply = json.loads(line)

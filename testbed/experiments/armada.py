@@ -194,15 +194,10 @@ def _wait_users(topo: Any, pids: Mapping[str, int], tag: str, budget: float) -> 
             raise EmulationError(f"user {user} ({tag}) {why}: {log.read_text()[-1500:]}")
 
 
-def deploy_everywhere(topo: Any, beacon: Any, token: str,
-                      servers: list[str]) -> tuple[dict[str, Any], float]:
-    """Wait for every Captain, deploy the detector with one replica per node through the
-    Beacon (with the token), and wait until all serve; returns the app status and the
-    wall time of the deployment request."""
-    from testbed.armada_sdk import app_status, deploy
+def wait_for_captains(topo: Any, beacon: Any, servers: list[str]) -> None:
+    """Wait until the Spinner lists every node of ``servers`` as alive."""
     from testbed.emulation.probe import http_json, in_netns
 
-    ctl = topo.net.hosts[beacon.node]
     local_beacon = f"http://127.0.0.1:{beacon.port}"
 
     def registered() -> bool:
@@ -210,8 +205,21 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str,
         alive = {n["node_id"] for n in body.get("nodes", []) if n["state"] == "alive"}
         return alive >= set(servers)
 
-    in_netns(ctl.pid, lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S,
-                                    registered))
+    in_netns(topo.net.hosts[beacon.node].pid,
+             lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S, registered))
+
+
+def deploy_everywhere(topo: Any, beacon: Any, token: str,
+                      servers: list[str]) -> tuple[dict[str, Any], float]:
+    """Wait for every Captain, deploy the detector with one replica per node through the
+    Beacon (with the token), and wait until all serve; returns the app status and the
+    wall time of the deployment request."""
+    from testbed.armada_sdk import app_status, deploy
+    from testbed.emulation.probe import in_netns
+
+    ctl = topo.net.hosts[beacon.node]
+    local_beacon = f"http://127.0.0.1:{beacon.port}"
+    wait_for_captains(topo, beacon, servers)
     nodes = {n.name: n for n in topo.scenario.topology.nodes}
     spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
             "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
@@ -230,7 +238,7 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str,
     return status, asked
 
 
-def run_frames_experiment(name: str, plan: Any, size: str, out: Path, params: Mapping[str, Any],
+def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path, params: Mapping[str, Any],
                           measure: Callable[..., dict[str, Any]], result_key: str,
                           progress: Progress = print,
                           ledger_root: Path | None = None) -> Path:
@@ -253,7 +261,7 @@ def run_frames_experiment(name: str, plan: Any, size: str, out: Path, params: Ma
 
     if os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): run as root")
-    base = load_scenario(name)
+    base = load_scenario(name) if isinstance(name, str) else name
     run = new_run_id(base)
     if out.exists() and any(out.iterdir()):
         raise TestbedError(f"--out {out}: the folder exists and is not empty")
@@ -293,7 +301,7 @@ def run_frames_experiment(name: str, plan: Any, size: str, out: Path, params: Ma
     df = traces.rows_to_frame(rows)
     traces.write_traces(df, out)
     traces.write_summary({**traces.summarize(df), result_key: result}, out)
-    meta = {"run": run, "experiment": name, "size": size, "plan": dataclasses.asdict(plan),
+    meta = {"run": run, "experiment": base.name, "size": size, "plan": dataclasses.asdict(plan),
             "scenario": base.resolved(), "source": base.source, "executor": "emulation",
             "versions": _versions(), "git_commit": _git_commit(), "machine": machine_details(),
             "started": started, "wall_s": time.time() - started, "teardown_errors": errors,

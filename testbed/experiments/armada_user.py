@@ -13,11 +13,17 @@ emulated network: ``python -m testbed.experiments.armada_user CONFIG.json``. The
   every candidate), record what it picked, then stream this user's frames of the trace
   (``trace``) from ``start_at`` through the SDK's sender, one row per frame appended to
   ``rows``. Writes ``{"user", "pick", "probe_ms", "candidates", "events"}`` to ``out``.
+* ``baseline``: like ``stream`` through a :class:`BaselineClient` (``policy``
+  ``geo-nearest``, ``random`` or ``edge-to-cloud``; ``cloud_nodes`` names the cloud).
 * ``reconnect``: the server-reconnect baseline of ``armada-failover``
   (:class:`ReconnectClient`): same start as ``stream`` (query, one probe round, the best
   node), but the client then keeps a connection to that one node only; on a send error
   the frame is lost, the client queries the Beacon again and reconnects to the first
   candidate that is not the failed one. Writes the same result as ``stream``.
+
+``timeout_s`` bounds a frame in the streaming client (a frame without an answer by then
+is a ``timeout`` row); ``request_timeout_s`` (default ``timeout_s``) bounds each request
+of the SDK, which fails over to its next candidate when it passes.
 
 Frames are the JPEG files of ``frames_dir`` (written by the driver, so no encoding here).
 """
@@ -26,14 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
 
+from nodes.armada.geo import haversine_km
 from nodes.common import sleep_until
 from testbed.armada_sdk import ArmadaClient, Candidate, frame_sender
 from testbed.frame_client import Delivery, Frame, SendError, StreamConfig, stream_frames
@@ -82,7 +91,7 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
     client = ArmadaClient(
         config["beacon"], config["app"], config["lat"], config["lon"],
         probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
-        reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config["timeout_s"],
+        reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config.get("request_timeout_s", config["timeout_s"]),
         seed=config["seed"])
     async with client:
         first = next(e for e in client.events if e.kind == "probe")
@@ -97,7 +106,8 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
         tasks, _ = read_trace(Path(config["trace"]))
         stream = StreamConfig(run=config["run"], policy="armada", client=config["user"],
                               stream=f"cam-{config['user']}", timeout_s=config["timeout_s"],
-                              start_at=config["start_at"])
+                              start_at=config["start_at"],
+                              repetition=int(config.get("repetition", 0)))
         await stream_frames(stream, tasks, frames, frame_sender(client, config["tiers"]),
                             out=out)
     result["events"] = [asdict(e) for e in client.events]
@@ -226,7 +236,7 @@ async def reconnect_and_stream(config: dict[str, Any], frames: list[bytes],
     sdk = ArmadaClient(
         config["beacon"], config["app"], config["lat"], config["lon"],
         probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
-        request_timeout_s=config["timeout_s"], seed=config["seed"])
+        request_timeout_s=config.get("request_timeout_s", config["timeout_s"]), seed=config["seed"])
     client = ReconnectClient(sdk, config["timeout_s"])
     try:
         await client.start()
@@ -249,6 +259,123 @@ async def reconnect_and_stream(config: dict[str, Any], frames: list[bytes],
     return result
 
 
+#: Selection baselines of the fleet experiments (:class:`BaselineClient`).
+BASELINES = ("geo-nearest", "random", "edge-to-cloud")
+
+
+class BaselineClient(ArmadaClient):
+    """A user that selects without probing: the baselines the Armada SDK is compared with.
+
+    Every round (at start and every ``reprobe_s``, like the SDK) it still queries the
+    Beacon, so the Application Manager sees the user and scales alike, then lists every
+    running replica of the application (``GET /apps/{app}``) and chooses by ``policy``:
+
+    * ``geo-nearest``: the replica on the node nearest to the user (great-circle distance);
+      on a failure the next-nearest;
+    * ``random``: one drawn uniformly at each round (seeded); on a failure another;
+    * ``edge-to-cloud``: the nearest replica that is not on a cloud node; once a frame
+      fails there, the cloud's replica from then on (no edge node is tried again).
+
+    No probe frames are sent. A failed frame goes at once to the policy's next choice,
+    so the baselines differ from the SDK only in how they choose.
+    """
+
+    def __init__(self, *args: Any, policy: str, cloud_nodes: Sequence[str] = (),
+                 **kwargs: Any) -> None:
+        if policy not in BASELINES:
+            raise ValueError(f"policy: expected one of {', '.join(BASELINES)}, found {policy!r}")
+        super().__init__(*args, **kwargs)
+        self.policy = policy
+        self.cloud_nodes = frozenset(cloud_nodes)
+        self.distance_km: dict[str, float] = {}
+        self.edge_failed = False
+
+    async def reprobe(self) -> None:
+        """Query (to be counted as a user), list the running replicas, choose."""
+        await self.query()
+        url = f"{self.beacon_url}/apps/{self.query_body['app']}"
+        try:
+            async with self.session.get(url, timeout=self.timeout) as resp:
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self.record("error", task_id=None, error=f"{type(exc).__name__}: {exc}",
+                        during="query")
+            self.choose("probe")
+            return
+        running = [r for r in body.get("replicas", []) if r.get("status") == "running"
+                   and r.get("url")] if isinstance(body, dict) else []
+        lat, lon = self.query_body["lat"], self.query_body["lon"]
+        self.distance_km = {r["task_id"]: haversine_km(lat, lon, r["lat"], r["lon"])
+                            for r in running}
+        self.candidates = [Candidate(r["task_id"], r["url"].rstrip("/"), r.get("node_id"),
+                                     "listed") for r in running]
+        self.record("query", candidates=[c.task_id for c in self.candidates])
+        if self.policy == "random":
+            self.current = None  # drawn again every round
+        self.choose("probe")
+
+    def _is_cloud(self, candidate: Candidate) -> bool:
+        return candidate.node_id in self.cloud_nodes
+
+    def choose(self, reason: str) -> Candidate | None:
+        """The policy's choice among the working candidates; logs a switch on change."""
+        working = [c for c in self.candidates if not c.failed]
+        before = self.current
+        still = next((c for c in working if before is not None
+                      and c.task_id == before.task_id), None)
+        if self.policy == "random":
+            best = still or (self.rng.choice(sorted(working, key=lambda c: c.task_id))
+                             if working else None)
+        else:
+            if self.policy == "edge-to-cloud":
+                working = [c for c in working if self._is_cloud(c) == self.edge_failed]
+            nearest = sorted(working, key=lambda c: (self.distance_km.get(c.task_id, math.inf),
+                                                     c.task_id))
+            best = nearest[0] if nearest else None
+        if best is not None and (before is None or best.task_id != before.task_id):
+            self.record("switch", source=before.task_id if before else None,
+                        target=best.task_id, url=best.url, reason=reason)
+        self.current = best
+        return best
+
+    def failed(self, candidate: Candidate, error: str) -> Candidate | None:
+        """A frame failed on ``candidate``; edge-to-cloud moves to the cloud for good."""
+        if self.policy == "edge-to-cloud" and not self._is_cloud(candidate):
+            self.edge_failed = True
+        if self.policy == "random" and self.current is candidate:
+            self.current = None
+        return super().failed(candidate, error)
+
+
+async def baseline_and_stream(config: dict[str, Any], frames: list[bytes],
+                              out: IO[str]) -> dict[str, Any]:
+    """Like ``stream`` with a :class:`BaselineClient` of ``config["policy"]``."""
+    await sleep_until(config["probe_at"] + asyncio.get_running_loop().time() - time.time())
+    client = BaselineClient(
+        config["beacon"], config["app"], config["lat"], config["lon"],
+        probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
+        reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config.get("request_timeout_s", config["timeout_s"]),
+        seed=config["seed"], policy=config["policy"], cloud_nodes=config.get("cloud_nodes", ()))
+    async with client:
+        pick = client.current
+        result: dict[str, Any] = {
+            "user": config["user"],
+            "pick": None if pick is None else {"task_id": pick.task_id, "node_id": pick.node_id},
+            "candidates": [{"task_id": c.task_id, "node_id": c.node_id, "reason": c.reason}
+                           for c in client.candidates],
+            "probe_ms": {},
+        }
+        tasks, _ = read_trace(Path(config["trace"]))
+        stream = StreamConfig(run=config["run"], policy=config["policy"], client=config["user"],
+                              stream=f"cam-{config['user']}", timeout_s=config["timeout_s"],
+                              start_at=config["start_at"],
+                              repetition=int(config.get("repetition", 0)))
+        await stream_frames(stream, tasks, frames, frame_sender(client, config["tiers"]),
+                            out=out)
+    result["events"] = [asdict(e) for e in client.events]
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the mode of the config file given as the only argument."""
     args = sys.argv[1:] if argv is None else argv
@@ -262,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     elif config["mode"] == "reconnect":
         with Path(config["rows"]).open("a") as out:
             result = asyncio.run(reconnect_and_stream(config, frames, out))
+    elif config["mode"] == "baseline":
+        with Path(config["rows"]).open("a") as out:
+            result = asyncio.run(baseline_and_stream(config, frames, out))
     else:
         with Path(config["rows"]).open("a") as out:
             result = asyncio.run(select_and_stream(config, frames, out))

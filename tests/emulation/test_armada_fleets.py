@@ -1,0 +1,177 @@
+"""The Armada fleet experiments in emulation at their small sizes: scalability, edge
+nodes failing one by one, volunteer churn and background load.
+
+Each experiment runs once per module (fixtures) and the tests check what the experiment
+must show, not its absolute latencies: every frame is accounted for, actions hit the
+nodes they name, a crashed or departed node serves nothing afterwards, the SDK loses no
+frame through failures and churn, re-placement happens, and the SDK moves a user off a
+node loaded by something else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodes.armada.geo import haversine_km
+from testbed.experiments.armada_fleets import (
+    SELECTION_POLICIES,
+    churn_result,
+    load_episodes,
+    run_churn,
+    run_failures,
+    run_load,
+    run_scalability,
+    write_churn_report,
+    write_failures_report,
+    write_load_report,
+    write_scalability_report,
+)
+from testbed.traces import read_traces
+
+pytestmark = pytest.mark.emulation
+QUIET = {"progress": lambda _line: None}
+
+
+def _fleet(run: Path) -> dict:
+    return json.loads((run / "fleet.json").read_text())
+
+
+# ------------------------------------------------------------------ scalability
+
+
+@pytest.fixture(scope="module")
+def scalability(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_scalability("small", tmp_path_factory.mktemp("scale") / "run", **QUIET)
+
+
+def test_every_point_runs_every_policy_on_the_same_trace(scalability: Path) -> None:
+    table = json.loads((scalability / "scalability.json").read_text())
+    assert sorted((p["nodes"], p["users"]) for p in table["points"]) == [(3, 1), (3, 4), (5, 4)]
+    for point in table["points"]:
+        run = scalability / point["run"]
+        df = read_traces(run)
+        per_policy = df.groupby("policy").task_id.apply(sorted)
+        assert sorted(per_policy.index) == sorted(SELECTION_POLICIES)
+        assert len({tuple(ids) for ids in per_policy}) == 1  # the same frames for each
+        # Overload may cost frames (that is a result); a broken client serves nobody.
+        for (policy, user), mine in df.groupby(["policy", "client"]):
+            assert (mine.outcome == "ok").any(), (point["run"], policy, user)
+        fleet = _fleet(run)
+        assert fleet["deployment"]["startup_s"] > 0
+        assert len(fleet["deployment"]["settled"]) >= 3
+        assert json.loads((run / "metadata.json").read_text())["teardown_errors"] == []
+
+
+def test_geo_nearest_users_start_on_their_nearest_replica(scalability: Path) -> None:
+    run = scalability / "n05-u04"
+    fleet = _fleet(run)
+    nodes = {i: site for i, site in enumerate(fleet["layout"]["sites"])}
+    k = next(k for k, s in enumerate(fleet["streams"]) if s["policy"] == "geo-nearest")
+    before = fleet["streams"][k - 1]["replicas_after"] if k else fleet["deployment"]["settled"]
+    replica_nodes = {r["node_id"] for r in before if r["status"] == "running"}
+    stream = fleet["streams"][k]
+    for j, (_, lat, lon) in enumerate(fleet["layout"]["users"]):
+        nearest = min(replica_nodes, key=lambda n: haversine_km(
+            lat, lon, *nodes[int(n[1:]) - 1]))
+        assert stream["picks"][f"u{j + 1:02d}"] == nearest
+
+
+def test_scalability_report_names_every_point(scalability: Path, tmp_path: Path) -> None:
+    report = write_scalability_report(scalability, tmp_path / "scalability.md", "test")
+    text = report.read_text()
+    assert "| 5 | 4 |" in text and "| 3 | 1 |" in text
+    assert (tmp_path / "scalability.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ failures
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_failures("small", tmp_path_factory.mktemp("fail") / "run", **QUIET)
+
+
+def test_crashed_nodes_serve_nothing_afterwards(failures: Path) -> None:
+    result = json.loads((failures / "failures.json").read_text())
+    for policy in ("armada", "edge-to-cloud"):
+        run = failures / policy
+        stream = _fleet(run)["streams"][0]
+        assert [a["target"] for a in stream["applied"]] == result["order"]
+        assert all(a["error"] is None for a in stream["applied"])
+        df = read_traces(run)
+        for crash in stream["applied"]:
+            later = df[(df.dispatch_wall > crash["at"] + 0.5) & (df.outcome == "ok")]
+            assert crash["target"] not in set(later.target), (policy, crash)
+        found = result["policies"][policy]
+        assert len(found) == len(result["order"]) + 1
+        assert found[0]["users_at_edge"] == 10  # before any failure everyone is at the edge
+
+
+def test_sdk_loses_no_frame_and_edge_to_cloud_users_end_on_the_cloud(failures: Path) -> None:
+    result = json.loads((failures / "failures.json").read_text())
+    assert sum(e["lost"] for e in result["policies"]["armada"]) == 0
+    run = failures / "edge-to-cloud"
+    df = read_traces(run)
+    stream = _fleet(run)["streams"][0]
+    crashed = {a["target"]: a["at"] for a in stream["applied"]}
+    for user, mine in df[df.outcome == "ok"].groupby("client"):
+        first = mine.sort_values("dispatch_wall").iloc[0]
+        if first.target in crashed:  # its edge node failed: the cloud from then on
+            after = mine[mine.dispatch_wall > crashed[first.target] + 0.5]
+            assert set(after.target) <= {"cloud"}, user
+
+
+def test_failures_report(failures: Path, tmp_path: Path) -> None:
+    text = write_failures_report(failures, tmp_path / "failures.md", "test").read_text()
+    assert "/10" in text and (tmp_path / "failures.png").exists()
+
+
+# ------------------------------------------------------------------ churn
+
+
+@pytest.fixture(scope="module")
+def churn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_churn("small", tmp_path_factory.mktemp("churn") / "run", **QUIET)
+
+
+def test_churn_keeps_every_user_served(churn: Path, tmp_path: Path) -> None:
+    res = churn_result(churn)
+    assert res["left_share"] >= 0.3
+    assert all(a["error"] is None for a in res["applied"])
+    for user, stats in res["per_user"].items():
+        assert stats["lost"] == 0 and stats["ok"] == stats["frames"] > 0, (user, stats)
+    rejoined = {a["target"] for a in res["applied"] if a["action"] == "join"}
+    gone = set(res["left"]) - rejoined
+    assert not set(res["replicas_after"].values()) & gone  # nothing left on departed nodes
+    df = read_traces(churn)
+    for action in res["applied"]:
+        if action["action"] == "leave" and action["target"] in gone:
+            later = df[(df.dispatch_wall > action["at"] + 0.5) & (df.outcome == "ok")]
+            assert action["target"] not in set(later.target)
+    text = write_churn_report(churn, tmp_path / "churn.md", "test").read_text()
+    assert "left" in text and "| u01 |" in text
+
+
+# ------------------------------------------------------------------ background load
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_load("small", tmp_path_factory.mktemp("load") / "run", **QUIET)
+
+
+def test_sdk_moves_the_user_off_a_loaded_node(loaded: Path, tmp_path: Path) -> None:
+    episodes = load_episodes(loaded)
+    assert episodes
+    for episode in episodes:
+        # The SDK learns of the load at its next probe round (every 5-7 s) and the loaded
+        # node is several times slower than the others, beyond the 20 % switch margin.
+        assert episode["moved_after_s"] is not None, episode
+        assert episode["moved_to"] != episode["node"]
+        if episode["mean_on_loaded_ms"] is not None:
+            assert episode["mean_after_move_ms"] < episode["mean_on_loaded_ms"]
+    text = write_load_report(loaded, tmp_path / "load.md", "test").read_text()
+    assert "moved away in" in text
