@@ -573,6 +573,7 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
                        None)
         else:
             params = c.free(data.get("params", {}), f"{path}.params")
+            _check_address_refs(c, params, f"{path}.params", topology)
         services.append(Service(name=name, program=program, node=node.name, port=port,
                                 tier=tier, params=params))
     scenario_clients = [n for n in topology.nodes if n.role == "client"]
@@ -588,6 +589,25 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
             c.fail("services", f"a tier_server that client {client.name} can use (on its own "
                                "node or on a non-client node)", "<none>")
     return tuple(services)
+
+
+_ADDRESS_REF = re.compile(r"\{ip:([^}]*)\}")
+
+
+def _check_address_refs(c: _Checker, value: object, path: str, topology: Topology) -> None:
+    """Every ``{ip:NODE}`` in a parameter (at any depth) names a host of the topology."""
+    if isinstance(value, str):
+        for name in _ADDRESS_REF.findall(value):
+            node = next((n for n in topology.nodes if n.name == name), None)
+            if node is None or node.is_switch:
+                c.fail(path, "{ip:NODE} naming a client or server node of the topology",
+                       value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_address_refs(c, item, f"{path}.{key}", topology)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_address_refs(c, item, f"{path}[{i}]", topology)
 
 
 def _check_program(c: _Checker, program: str, path: str) -> None:
