@@ -47,7 +47,11 @@ from nodes.common import client_error, configure_logging, make_base_app, read_js
 
 _log = logging.getLogger("nodes.armada.captain")
 
-START_TIMEOUT_S = 30.0  # a task that does not answer /health by then has failed
+#: A task that does not answer /health by then has failed. A replica's start (a fresh
+#: interpreter importing aiohttp and OpenCV, then warming its detector) takes about 0.6 s
+#: at full speed, but 50-60 s on a 0.04-core node of this machine: under CFS throttling
+#: the imports cost several times their unthrottled CPU time.
+START_TIMEOUT_S = 120.0
 READY_POLL_S = 0.05
 STOP_GRACE_S = 3.0
 CPU_PERIOD_US = 100_000
@@ -73,6 +77,7 @@ class CaptainConfig:
     advertise_host: str = "127.0.0.1"  # where tasks are reachable
     task_host: str = "0.0.0.0"  # what tasks bind
     recheck_s: float = 5.0
+    start_timeout_s: float = START_TIMEOUT_S
     sample_s: float = 1.0
     module_prefix: str = "nodes."
     cgroup_parent: Path | None = None
@@ -285,7 +290,7 @@ class Captain:
         """Mark the task running once it answers ``/health``; record how it ends."""
         assert task.process is not None
         ended = asyncio.create_task(task.process.wait())
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.config.start_timeout_s
         while task.status == "starting" and not ended.done():
             try:
                 status, _ = await call_json(self.session, "GET", f"{task.url}/health",
@@ -295,7 +300,8 @@ class Captain:
             if status == 200 and task.status == "starting":
                 task.status, task.ready_at = "running", time.time()
             elif time.monotonic() > deadline:
-                self._fail(task, f"no answer to /health within {START_TIMEOUT_S:g} s")
+                self._fail(task, f"no answer to /health within "
+                                 f"{self.config.start_timeout_s:g} s")
             else:
                 await asyncio.wait({ended}, timeout=READY_POLL_S)
         code = await ended
@@ -529,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "or 127.0.0.1 when that is 0.0.0.0)")
     parser.add_argument("--task-host", default="0.0.0.0", help="address tasks bind")
     parser.add_argument("--recheck-s", type=float, default=5.0)
+    parser.add_argument("--start-timeout-s", type=float, default=START_TIMEOUT_S,
+                        help="a task not answering /health by then has failed")
     parser.add_argument("--sample-s", type=float, default=1.0)
     parser.add_argument("--module-prefix", default="nodes.")
     parser.add_argument("--cgroup-parent", type=Path)
@@ -536,8 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (-90 <= args.lat <= 90 and -180 <= args.lon <= 180):
         parser.error("--lat must be in [-90, 90] and --lon in [-180, 180]")
-    if args.cpu <= 0 or args.memory_mb < 1 or args.recheck_s <= 0 or args.sample_s <= 0:
-        parser.error("--cpu, --recheck-s and --sample-s must be > 0, --memory-mb >= 1")
+    if (args.cpu <= 0 or args.memory_mb < 1 or args.recheck_s <= 0 or args.sample_s <= 0
+            or args.start_timeout_s <= 0):
+        parser.error("--cpu, --recheck-s, --sample-s and --start-timeout-s must be > 0, "
+                     "--memory-mb >= 1")
     port = args.port or free_port()
     advertise = args.advertise_host or ("127.0.0.1" if args.host == "0.0.0.0" else args.host)
     config = CaptainConfig(
@@ -546,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_mb=args.memory_mb, node_type=args.node_type,
         tags=[t for t in args.tags.split(",") if t], advertise_host=advertise,
         task_host=args.task_host, recheck_s=args.recheck_s, sample_s=args.sample_s,
+        start_timeout_s=args.start_timeout_s,
         module_prefix=args.module_prefix, cgroup_parent=args.cgroup_parent,
         workdir=args.workdir / args.node_id,
     )

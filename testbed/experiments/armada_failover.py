@@ -75,7 +75,7 @@ SIZES = {"small": Size(duration_s=12.0, crash_after_s=5.0, fps=5.0),
 
 
 def failover_metrics(rows: Sequence[Mapping[str, Any]], crash_at: float,
-                     crashed: str) -> dict[str, Any]:
+                     crashed: str, ended_at: float | None = None) -> dict[str, Any]:
     """What one client's frames show about a crash of node ``crashed`` at ``crash_at``.
 
     ``rows`` are the client's frame rows (any order). Returns the frame and ok counts,
@@ -86,6 +86,9 @@ def failover_metrics(rows: Sequence[Mapping[str, Any]], crash_at: float,
     (from the last completion before that one to it: the silence the failover caused,
     one frame period when it cost nothing), the nodes serving
     before and after the crash, and latency medians before and after (ms).
+    ``served_after`` counts frames sent once the crashed node's replica had ended
+    (``ended_at``, default ``crash_at``): a frame already there when it died may still
+    have been answered.
     """
     ok = sorted((r for r in rows if r["outcome"] == "ok"), key=lambda r: r["response_wall"])
     lost = sorted(r["frame_index"] for r in rows if r["outcome"] != "ok")
@@ -107,7 +110,9 @@ def failover_metrics(rows: Sequence[Mapping[str, Any]], crash_at: float,
         "to_other_node_s": other[0]["response_wall"] - crash_at if other else None,
         "failover_gap_s": float(done[first] - done[first - 1]) if first > 0 else None,
         "served_before": sorted({r["target"] for r in before}),
-        "served_after": sorted({r["target"] for r in after}),
+        "served_after": sorted({r["target"] for r in ok
+                                if r["dispatch_wall"] >= (crash_at if ended_at is None
+                                                          else ended_at)}),
         "median_before_ms": median_ms(before), "median_after_ms": median_ms(after),
         "max_latency_ms": float(max(r["latency_s"] for r in ok) * 1e3) if ok else None,
     }
@@ -212,9 +217,20 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
                 mode)
         crash_after = start_at + plan.crash_after_s
 
+        # The comparison needs both clients on the crashed node: past crash_after, wait
+        # (up to a re-probe period, leaving the stream's last 4 s) until ua's latest frame
+        # was served where ub's was; then crash ua's node either way.
+        latest_by = crash_after + max(0.0, min(REPROBE_S[1] + 1.0,
+                                               plan.duration_s - plan.crash_after_s - 4.0))
+
         def due() -> list[dict[str, Any]] | None:
             mine = _ok_rows(rows_of["ua"])
-            return mine if time.time() >= crash_after and mine else None
+            if time.time() < crash_after or not mine:
+                return None
+            theirs = _ok_rows(rows_of["ub"])
+            node = max(mine, key=lambda r: r["response_wall"])["target"]
+            same = bool(theirs) and node == max(theirs, key=lambda r: r["response_wall"])["target"]
+            return mine if same or time.time() >= latest_by else None
 
         sdk_rows = _poll("the SDK user served no frame before the crash",
                          plan.crash_after_s + USER_TIMEOUT_S, due)
@@ -239,7 +255,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
     clients = {}
     for user, _, policy in CLIENTS:
         metrics = failover_metrics([r for r in rows if r["client"] == user], crash["at"],
-                                   victim)
+                                   victim, crash["at"] + crash["task_ended_after_s"])
         events = results[user]["events"]
         metrics.update(policy=policy, pick=(results[user]["pick"] or {}).get("node_id"),
                        switches=[e for e in events if e["kind"] in ("switch", "connect")])
@@ -315,7 +331,8 @@ def write_failover_report(run: Path, report: Path, command: str) -> Path:
     df = read_traces(run)
     for user in clients:  # recomputed from the traces, so the report follows the metrics
         clients[user].update(failover_metrics(df[df.client == user].to_dict("records"),
-                                              crash["at"], crash["node"]))
+                                              crash["at"], crash["node"],
+                                              crash["at"] + crash["task_ended_after_s"]))
     sdk, base = clients["ua"], clients["ub"]
     period = 1.0 / failover["fps"]
 

@@ -76,8 +76,9 @@ def test_every_frame_has_a_row_naming_its_node(failover_run: Path) -> None:
     assert (sdk.outcome == "ok").all()
     assert set(sdk.target) <= {"ea", "eb", "ec"}
     failover = json.loads((failover_run / "failover.json").read_text())
-    again = failover_metrics(sdk.to_dict("records"), failover["crash"]["at"],
-                             failover["crash"]["node"])
+    crash = failover["crash"]
+    again = failover_metrics(sdk.to_dict("records"), crash["at"], crash["node"],
+                             crash["at"] + crash["task_ended_after_s"])
     assert again["largest_gap_s"] == pytest.approx(failover["clients"]["ua"]["largest_gap_s"])
     meta = json.loads((failover_run / "metadata.json").read_text())
     assert meta["teardown_errors"] == []
@@ -85,7 +86,8 @@ def test_every_frame_has_a_row_naming_its_node(failover_run: Path) -> None:
 
 def test_failover_metrics_counts_gaps_and_losses() -> None:
     rows = [{"frame_index": i, "outcome": "ok", "target": "a" if i < 2 else "b",
-             "response_wall": 10.0 + 0.2 * i, "latency_s": 0.05} for i in range(4)]
+             "dispatch_wall": 9.95 + 0.2 * i, "response_wall": 10.0 + 0.2 * i,
+             "latency_s": 0.05} for i in range(4)]
     rows[2] = {"frame_index": 2, "outcome": "error", "target": "a"}
     found = failover_metrics(rows, crash_at=10.25, crashed="a")
     assert found["lost"] == 1 and found["lost_frames"] == [2]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nodes.armada.app_manager import ACTIVE
 from nodes.armada.geo import haversine_km
 from testbed.experiments.armada_fleets import (
     SELECTION_POLICIES,
@@ -105,6 +106,14 @@ def test_crashed_nodes_serve_nothing_afterwards(failures: Path) -> None:
         for crash in stream["applied"]:
             later = df[(df.dispatch_wall > crash["at"] + 0.5) & (df.outcome == "ok")]
             assert crash["target"] not in set(later.target), (policy, crash)
+        # The Spinner declared each crashed node dead: nothing active is left there, and
+        # replicas were placed anew on the surviving nodes.
+        fleet = _fleet(run)
+        displaced = {r["task_id"] for r in fleet["deployment"]["settled"]
+                     if r["node_id"] in result["order"]}
+        active = [r for r in stream["replicas_after"] if r["status"] in ACTIVE]
+        assert not {r["node_id"] for r in active} & set(result["order"]), active
+        assert displaced and displaced <= {r["task_id"] for r in active}, active
         found = result["policies"][policy]
         assert len(found) == len(result["order"]) + 1
         assert found[0]["users_at_edge"] == 10  # before any failure everyone is at the edge
