@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from testbed.errors import TestbedError
 from workloads.bursty_pareto import BurstyPareto
 from workloads.frame_stream import FrameStream
+from workloads.person_search import PersonSearch
 from workloads.trace import Task, read_trace, write_trace
 
 __all__ = ["GENERATORS", "Generator", "Task", "generate", "read_trace", "write_trace"]
@@ -50,7 +51,9 @@ class Generator(Protocol):
         ...
 
 
-GENERATORS: dict[str, Generator] = {g.name: g for g in (BurstyPareto(), FrameStream())}
+GENERATORS: dict[str, Generator] = {
+    g.name: g for g in (BurstyPareto(), FrameStream(), PersonSearch())
+}
 
 
 def generate(

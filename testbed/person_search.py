@@ -1,0 +1,710 @@
+"""Context-based person search on edge servers: policies, Algorithm 1, the response model.
+
+Pure (numpy only): shared by a discrete-event simulator and an emulated coordinator.
+The world and the item metadata (:class:`~workloads.person_search.Items`) come from the
+``person-search`` workload. Times are slot times (``T_j = j``) for items and model seconds
+for analyses.
+
+Pieces:
+
+* :class:`Search` is Algorithm 1 of one search as a state machine: it asks a policy for
+  the next item, takes the answer (target present or not), moves the last discovery
+  point and stops when the item at the required time ``T_R`` containing the target is
+  found. One item at a time.
+* The policies (:data:`SEARCH_POLICIES`) share :class:`SearchPolicy`: ``priority``
+  (Eq. 1, :class:`PriorityPolicy`), ``random`` and ``load-balance`` (the paper's
+  baselines). They see a search's state and the number of analyses running on every
+  server now (``load``), nothing of the ground truth.
+* :func:`priority_matrix` computes Eq. 1 for many searches at once (numpy);
+  :func:`priority_loop` is the plain per-item reference it is tested against.
+* :class:`AnalysisServer` is the response model of one edge server.
+
+Gaps in the paper's text, and how they are closed here (each also in the docstring
+where it applies):
+
+1. ``k_i`` is the number of analyses running on item i's server. A literal ``k_i = 0``
+   on an idle server would give every item there priority 0 whatever its probability,
+   so Eq. 1 uses ``k_i + 1``: the analysis being chosen counts itself, which is also the
+   number of analyses the server would run and the factor of the response model.
+2. ``sigma_i = alpha (T_i - T_L) + sigma_D`` is zero or negative for items more than
+   ``sigma_D / alpha`` before ``T_L`` (a density is undefined there). The distance in
+   time is taken as ``|T_i - T_L|``: uncertainty about where the target was grows with
+   time in both directions (the movement models are reversible), and ``sigma_i >=
+   sigma_D > 0`` always. For ``T_i >= T_L`` this is Eq. 3 exactly.
+3. Algorithm 1 removes an item from ``I`` only when it contains the target; an analysed
+   item without the target would stay and could be chosen again forever. Here every
+   dispatched item leaves the candidate set (its answer is known or pending). Option
+   ``candidates="after-discovery"`` also leaves out items at or before ``T_L``: given
+   the discovery at ``T_L`` they say nothing new about ``T_R`` under Markov movement, and
+   the other items of slot ``T_L`` cannot contain the target.
+4. Eq. 7-8 define ``Tc'_i = Tc_i l_i``, ``l_i = 2 (T_i - T_L) - 1``, in the description
+   of the one-dimensional simulator, as the response time that stands for a search area
+   growing in two dimensions. Read literally it is the response-time accounting of the
+   simulator (see :class:`AnalysisServer`, ``factor``); the alternative reading puts it
+   into Eq. 1's ``Tc_i``, offered as ``compensation="response-time"``
+   (``"none"``, Eq. 1 as written, is the default). ``l_i`` is ``2 |T_i - T_L| - 1``
+   limited below by 1: the literal value is -1 at ``T_i = T_L`` (a negative time) and
+   equals 1 at one slot away (no compensation), so 1 is its floor.
+5. On the two-dimensional grid ``E_i`` is the product of two normal densities (x and y)
+   with the same ``sigma_i``, i.e. an isotropic 2-D normal around ``mu_L``.
+6. ``V_i = 1 - |T_R - t_i| / T_s`` with ``T_s`` the span of the stored slots
+   (``max T - min T``, 4 for ``T_1 .. T_5``), so ``V`` runs from 1 at ``T_R`` down to 0
+   at the oldest slot; ``V`` is limited below by 0 if ``T_s`` is set smaller. An item
+   whose ``E_i + w V_i`` is 0 (underflow far away and ``V_i = 0``) has priority +inf.
+7. Ties in P (exact, e.g. two servers at the same distance) go to the lowest item id;
+   a search whose remaining candidates are all +inf takes its lowest candidate id.
+8. The last discovery point moves only for a discovery later than ``T_L`` (a target
+   found at an older time says less about ``T_R``). It starts at the target's ``T_0``
+   server (``workloads.person_search``).
+9. Total response time of a run is the sum over requests of each request's response
+   time: from its arrival (0) to the end of the analysis that found its ``T_R`` item.
+   Servers enter only through how long each analysis took on them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from workloads.person_search import Items, SearchWorld
+
+COMPENSATIONS = ("none", "response-time")
+CANDIDATE_RULES = ("unanalysed", "after-discovery")
+SHARING_MODES = ("paper", "processor-sharing")
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+# --- the formula -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PriorityParams:
+    """Parameters of Eq. 1 (defaults are the paper's).
+
+    ``alpha`` and ``sigma_d`` give ``sigma_i = alpha |T_i - T_L| + sigma_d``; ``w`` weighs
+    the value of data; ``tc`` is the default response time Tc (model seconds, the same on
+    every server as in the paper); ``t_s`` is ``T_s`` (None: the span of the stored
+    slots); ``compensation`` is ``"none"`` or ``"response-time"`` (Tc -> Tc l_i in Eq. 1);
+    ``candidates`` is ``"unanalysed"`` or ``"after-discovery"`` (see the module notes).
+    """
+
+    alpha: float = 0.5
+    sigma_d: float = 0.5
+    w: float = 0.001
+    tc: float = 10.0
+    t_s: float | None = None
+    compensation: str = "none"
+    candidates: str = "unanalysed"
+
+    def __post_init__(self) -> None:
+        """Refuse values for which Eq. 1 is undefined."""
+        checks = (("alpha", self.alpha, 0.0, True), ("sigma_d", self.sigma_d, 0.0, False),
+                  ("w", self.w, 0.0, True), ("tc", self.tc, 0.0, False))
+        for name, value, low, closed in checks:
+            ok = math.isfinite(value) and (value >= low if closed else value > low)
+            if not ok:
+                bound = ">=" if closed else ">"
+                raise ValueError(f"{name}: expected a finite number {bound} {low:g}, "
+                                 f"found {value!r}")
+        if self.t_s is not None and not (math.isfinite(self.t_s) and self.t_s > 0):
+            raise ValueError(f"t_s: expected a finite number > 0 or None, found {self.t_s!r}")
+        if self.compensation not in COMPENSATIONS:
+            raise ValueError(f"compensation: expected one of {', '.join(COMPENSATIONS)}, "
+                             f"found {self.compensation!r}")
+        if self.candidates not in CANDIDATE_RULES:
+            raise ValueError(f"candidates: expected one of {', '.join(CANDIDATE_RULES)}, "
+                             f"found {self.candidates!r}")
+
+
+DEFAULT_PRIORITY = PriorityParams()
+
+
+def slot_span(items: Items) -> float:
+    """``T_s`` by default: ``max T - min T`` of the stored items (1 if a single slot)."""
+    span = float(items.time.max() - items.time.min()) if items.size else 0.0
+    return span if span > 0 else 1.0
+
+
+def sigma_of(t_i: float, t_l: float, alpha: float = 0.5, sigma_d: float = 0.5) -> float:
+    """Eq. 3 with ``|T_i - T_L|``: ``alpha |T_i - T_L| + sigma_d``."""
+    return alpha * abs(t_i - t_l) + sigma_d
+
+
+def compensation_factor(t_i: float, t_l: float) -> float:
+    """Eq. 8 with ``|T_i - T_L|``, limited below by 1: ``max(1, 2 |T_i - T_L| - 1)``."""
+    return max(1.0, 2.0 * abs(t_i - t_l) - 1.0)
+
+
+def normal_density(d: float, sigma: float) -> float:
+    """Eq. 2 for one axis: the normal density at distance ``d`` with std ``sigma``."""
+    return math.exp(-(d * d) / (2.0 * sigma * sigma)) / (_SQRT_2PI * sigma)
+
+
+def data_value(t_i: float, t_r: float, t_s: float) -> float:
+    """Eq. 4: ``1 - |T_R - t_i| / T_s``, limited below by 0."""
+    return max(0.0, 1.0 - abs(t_r - t_i) / t_s)
+
+
+def _as_rows(values: Any, rows: int, width: int) -> np.ndarray:
+    """``values`` as a float array of shape ``(rows, width)`` (broadcasting a scalar/row)."""
+    array = np.asarray(values, dtype=float)
+    return np.broadcast_to(array.reshape(-1, width) if array.ndim else array, (rows, width))
+
+
+def unit_priority(items: Items, mu_l: Any, t_l: Any, t_r: Any,
+                  params: PriorityParams = DEFAULT_PRIORITY,
+                  candidates: np.ndarray | None = None) -> np.ndarray:
+    """Eq. 1 per unit of ``k_i + 1``: ``Tc_i (l_i) / (E_i + w V_i)``, shape ``(S, I)``.
+
+    ``mu_l`` is ``(S, 2)`` (or one ``(x, y)``), ``t_l`` and ``t_r`` ``(S,)`` or scalars.
+    Entries that are not candidates (``candidates`` false, or at or before ``T_L`` under
+    ``candidates="after-discovery"``) and entries with a zero denominator are +inf.
+    Multiplying column i by ``k_i + 1`` gives :func:`priority_matrix`.
+
+    How it is vectorised: everything that depends on time only (``sigma_i``, the
+    normalisation, ``w V_i``, ``Tc_i l_i``) is computed per search and distinct slot time
+    (``S x U``), the squared distances per search and server; the full ``S x I`` work is
+    then five passes (scale, add the log-normalisation, exp, add ``w V``, divide). Items
+    laid out as :meth:`Items.for_layout` makes them (server-major, the same slots on every
+    server) are broadcast as ``S x N x U`` without any gather.
+    """
+    mu = np.asarray(mu_l, dtype=float).reshape(-1, 2)
+    rows = mu.shape[0]
+    tl = _as_rows(t_l, rows, 1)
+    tr = _as_rows(t_r, rows, 1)
+    regular = items.regular
+    if regular:
+        times = items.time[: items.slots]
+        inverse = None
+    else:
+        times, inverse = np.unique(items.time, return_inverse=True)
+    gap = np.abs(times[None, :] - tl)  # S x U
+    sigma = params.alpha * gap + params.sigma_d
+    coef = -0.5 / (sigma * sigma)
+    log_norm = -float(items.dims) * np.log(_SQRT_2PI * sigma)
+    t_s = params.t_s if params.t_s is not None else slot_span(items)
+    weighted_value = params.w * np.maximum(0.0, 1.0 - np.abs(tr - times[None, :]) / t_s)
+    tc = np.full(gap.shape, params.tc)
+    if params.compensation == "response-time":
+        tc *= np.maximum(1.0, 2.0 * gap - 1.0)
+    if regular:
+        step = items.slots
+        dx = items.x[::step][None, :] - mu[:, 0:1]  # S x N
+        d2 = dx * dx
+        if items.dims == 2:
+            dy = items.y[::step][None, :] - mu[:, 1:2]
+            d2 += dy * dy
+        work = d2[:, :, None] * coef[:, None, :]  # S x N x U
+        work += log_norm[:, None, :]
+        np.exp(work, out=work)
+        work += weighted_value[:, None, :]
+        with np.errstate(divide="ignore", over="ignore"):  # tiny or zero denominators: +inf
+            np.divide(tc[:, None, :], work, out=work)
+        out = work.reshape(rows, items.size)
+    else:
+        dx = items.x[None, :] - mu[:, 0:1]
+        d2 = dx * dx
+        if items.dims == 2:
+            dy = items.y[None, :] - mu[:, 1:2]
+            d2 += dy * dy
+        d2 *= coef[:, inverse]
+        d2 += log_norm[:, inverse]
+        np.exp(d2, out=d2)
+        d2 += weighted_value[:, inverse]
+        with np.errstate(divide="ignore", over="ignore"):
+            out = np.divide(tc[:, inverse], d2, out=d2)
+    if candidates is not None or params.candidates != "unanalysed":
+        keep = effective_candidates(items, candidates, tl, params, rows)
+        np.copyto(out, np.inf, where=~keep)
+    return out
+
+
+def effective_candidates(items: Items, candidates: np.ndarray | None, t_l: Any,
+                         params: PriorityParams = DEFAULT_PRIORITY,
+                         rows: int | None = None) -> np.ndarray:
+    """The items Eq. 1 ranks, ``(S, I)`` bool: ``candidates`` (all items if None),
+    minus the items at or before ``T_L`` under ``candidates="after-discovery"``."""
+    tl = np.asarray(t_l, dtype=float).reshape(-1, 1)
+    rows = tl.shape[0] if rows is None else rows
+    keep = np.ones((rows, items.size), dtype=bool) if candidates is None else \
+        np.broadcast_to(np.asarray(candidates, dtype=bool).reshape(-1, items.size),
+                        (rows, items.size))
+    if params.candidates == "after-discovery":
+        keep = keep & (items.time[None, :] > tl)
+    return keep
+
+
+def priority_matrix(items: Items, mu_l: Any, t_l: Any, t_r: Any, load: Any,
+                    params: PriorityParams = DEFAULT_PRIORITY,
+                    candidates: np.ndarray | None = None) -> np.ndarray:
+    """Eq. 1 for ``S`` searches and all ``I`` items at once: ``P``, shape ``(S, I)``.
+
+    ``P_i = Tc_i (k_i + 1) / (E_i + w V_i)`` (``Tc_i l_i`` with
+    ``compensation="response-time"``), ``load[s]`` being the analyses running on server
+    ``s`` (``k``). Non-candidates are +inf. Vectorised with numpy; :func:`priority_loop`
+    is the reference.
+    """
+    factor = np.asarray(load, dtype=float)[items.server] + 1.0
+    unit = unit_priority(items, mu_l, t_l, t_r, params, candidates)
+    with np.errstate(over="ignore"):  # huge finite priorities may round to +inf
+        unit *= factor[None, :]
+    return unit
+
+
+def priority_loop(items: Items, mu_l: Sequence[Sequence[float]], t_l: Sequence[float],
+                  t_r: Sequence[float], load: Sequence[int],
+                  params: PriorityParams = DEFAULT_PRIORITY,
+                  candidates: Sequence[Sequence[bool]] | None = None) -> list[list[float]]:
+    """The reference: Eq. 1 item by item in plain Python (lists in, lists out).
+
+    Same conventions as :func:`priority_matrix` (``S`` searches, +inf for items that are
+    not candidates or have a zero denominator).
+    """
+    server = items.server.tolist()
+    xs, ys, times = items.x.tolist(), items.y.tolist(), items.time.tolist()
+    t_s = params.t_s if params.t_s is not None else slot_span(items)
+    out: list[list[float]] = []
+    for s, (mx, my) in enumerate(mu_l):
+        row: list[float] = []
+        for i in range(len(server)):
+            if candidates is not None and not candidates[s][i]:
+                row.append(math.inf)
+                continue
+            if params.candidates == "after-discovery" and times[i] <= t_l[s]:
+                row.append(math.inf)
+                continue
+            sigma = sigma_of(times[i], t_l[s], params.alpha, params.sigma_d)
+            existence = normal_density(xs[i] - mx, sigma)
+            if items.dims == 2:
+                existence *= normal_density(ys[i] - my, sigma)
+            value = data_value(times[i], t_r[s], t_s)
+            tc = params.tc
+            if params.compensation == "response-time":
+                tc *= compensation_factor(times[i], t_l[s])
+            denominator = existence + params.w * value
+            k = load[server[i]] + 1
+            row.append(tc * k / denominator if denominator > 0 else math.inf)
+        out.append(row)
+    return out
+
+
+def select(priorities: np.ndarray, candidates: np.ndarray | None = None) -> np.ndarray:
+    """The chosen item per row: smallest P, ties to the lowest id; -1 without candidates.
+
+    A row whose candidates are all +inf takes its lowest candidate (``candidates``
+    defaults to the finite entries).
+    """
+    p = np.atleast_2d(priorities)
+    cand = np.isfinite(p) if candidates is None else \
+        np.broadcast_to(np.atleast_2d(np.asarray(candidates, dtype=bool)), p.shape)
+    best = np.argmin(np.where(cand, p, np.inf), axis=1)
+    rows = np.arange(p.shape[0])
+    fallback = ~cand[rows, best]
+    best = np.where(fallback, np.argmax(cand, axis=1), best)
+    return np.where(cand.any(axis=1), best, -1)
+
+
+def select_loop(priorities: Sequence[Sequence[float]],
+                candidates: Sequence[Sequence[bool]] | None = None) -> list[int]:
+    """The reference of :func:`select` in plain Python."""
+    out = []
+    for s, row in enumerate(priorities):
+        allowed = [i for i, p in enumerate(row)
+                   if (candidates[s][i] if candidates is not None else math.isfinite(p))]
+        if not allowed:
+            out.append(-1)
+            continue
+        best = allowed[0]
+        for i in allowed[1:]:
+            if row[i] < row[best]:
+                best = i
+        out.append(best)
+    return out
+
+
+# --- policies ------------------------------------------------------------------------------
+
+
+class SearchState(Protocol):
+    """What a policy may read of a search (a :class:`Search` provides it)."""
+
+    search_id: int
+    mu_l: tuple[float, float]
+    t_l: float
+    t_r: float
+    candidates: np.ndarray  # bool per item: not yet dispatched by this search
+
+
+class SearchPolicy(ABC):
+    """Chooses the next item of a search. Pure; randomness is seeded per search.
+
+    ``load`` is the number of analyses running on each server now (``k``), an int array
+    of length ``items.n_servers``. A policy never sees the ground truth.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, items: Items, seed: int = 0) -> None:
+        """Bind the item metadata; ``seed`` seeds every search's random stream."""
+        self.items = items
+        self.seed = seed
+        self._streams: dict[int, np.random.Generator] = {}
+
+    def rng(self, search_id: int) -> np.random.Generator:
+        """Search ``search_id``'s own stream, ``SeedSequence(seed, spawn_key=(id,))``.
+
+        Per-search streams keep a search's draws independent of how the searches'
+        decisions interleave (which differs between the simulator and the emulation).
+        """
+        stream = self._streams.get(search_id)
+        if stream is None:
+            stream = np.random.default_rng(np.random.SeedSequence(self.seed,
+                                                                  spawn_key=(search_id,)))
+            self._streams[search_id] = stream
+        return stream
+
+    @abstractmethod
+    def choose(self, search: SearchState, load: np.ndarray) -> int:
+        """The item ``search`` analyses next (a candidate); raises if none is left."""
+
+    def choose_many(self, searches: Sequence[SearchState], load: np.ndarray, *,
+                    sequential: bool = True) -> list[int]:
+        """The next item of each of ``searches``, decided in order.
+
+        With ``sequential`` each choice counts as running on its server for the later
+        ones (the paper's simulator selected for the requests one after the other);
+        without it every search sees ``load`` as given. ``load`` is not modified.
+        """
+        k = np.array(load, dtype=np.int64)
+        picks = []
+        for search in searches:
+            item = self.choose(search, k)
+            picks.append(item)
+            if sequential:
+                k[self.items.server[item]] += 1
+        return picks
+
+    def _t_r_candidates(self, search: SearchState) -> np.ndarray:
+        """Ids of the search's remaining items at the required time ``T_R``."""
+        ids = np.flatnonzero(search.candidates & (self.items.time == search.t_r))
+        if ids.size == 0:
+            raise ValueError(f"search {search.search_id}: no item at T_R = {search.t_r:g} left")
+        return ids
+
+
+class PriorityPolicy(SearchPolicy):
+    """``priority``: the item with the smallest Eq. 1 priority (see the module notes).
+
+    ``P_i = Tc_i (k_i + 1) / (E_i + w V_i)`` over the search's remaining candidates,
+    ties to the lowest item id. Deterministic; ``seed`` is unused.
+    """
+
+    name = "priority"
+
+    def __init__(self, items: Items, seed: int = 0,
+                 params: PriorityParams | None = None, **options: Any) -> None:
+        """``params`` or keyword options (``alpha``, ``w``, ...) of :class:`PriorityParams`."""
+        super().__init__(items, seed)
+        if params is not None and options:
+            raise ValueError("give either params or keyword options, not both")
+        self.params = params if params is not None else PriorityParams(**options)
+
+    def priorities(self, search: SearchState, load: np.ndarray) -> np.ndarray:
+        """The search's P over all items (+inf for non-candidates), shape ``(I,)``."""
+        return priority_matrix(self.items, search.mu_l, search.t_l, search.t_r, load,
+                               self.params, search.candidates)[0]
+
+    def choose(self, search: SearchState, load: np.ndarray) -> int:
+        """The remaining item with the smallest P."""
+        allowed = effective_candidates(self.items, search.candidates, search.t_l, self.params)
+        item = int(select(self.priorities(search, load), allowed)[0])
+        if item < 0:
+            raise ValueError(f"search {search.search_id}: no candidate item left")
+        return item
+
+    def choose_many(self, searches: Sequence[SearchState], load: np.ndarray, *,
+                    sequential: bool = True) -> list[int]:
+        """Vectorised over the searches: one :func:`unit_priority` matrix for all.
+
+        Without ``sequential`` it is one matrix product and one row-wise argmin; with it
+        the rows are scaled by the load as it grows with each choice (one row at a time,
+        each a numpy operation over the items). Same choices as :meth:`choose` in turn.
+        """
+        if not searches:
+            return []
+        mu = np.array([s.mu_l for s in searches], dtype=float)
+        t_l = np.array([s.t_l for s in searches], dtype=float)
+        t_r = np.array([s.t_r for s in searches], dtype=float)
+        cand = effective_candidates(self.items, np.stack([s.candidates for s in searches]),
+                                    t_l, self.params)
+        unit = unit_priority(self.items, mu, t_l, t_r, self.params, cand)
+        k = np.array(load, dtype=np.int64)
+        if not sequential:
+            with np.errstate(over="ignore"):
+                scaled = unit * (k[self.items.server] + 1.0)[None, :]
+            picks = select(scaled, cand)
+            if (picks < 0).any():
+                raise ValueError("a search has no candidate item left")
+            return [int(p) for p in picks]
+        out = []
+        for row in range(len(searches)):
+            with np.errstate(over="ignore"):
+                scaled = unit[row] * (k[self.items.server] + 1.0)
+            item = int(select(scaled, cand[row])[0])
+            if item < 0:
+                raise ValueError(f"search {searches[row].search_id}: no candidate item left")
+            out.append(item)
+            k[self.items.server[item]] += 1
+        return out
+
+
+class RandomPolicy(SearchPolicy):
+    """``random``: a uniformly random remaining item at ``T_R``, per-search seeded stream.
+
+    Dispatched items leave the search's candidates, so the draws are without replacement
+    and at most one per server before the target is found.
+    """
+
+    name = "random"
+
+    def choose(self, search: SearchState, load: np.ndarray) -> int:
+        """A random remaining ``T_R`` item (``load`` is ignored)."""
+        ids = self._t_r_candidates(search)
+        return int(ids[self.rng(search.search_id).integers(ids.size)])
+
+
+class LoadBalancePolicy(SearchPolicy):
+    """``load-balance``: the remaining ``T_R`` item on the server with the fewest analyses
+    running now; ties broken uniformly at random with the search's seeded stream (no draw
+    when there is no tie)."""
+
+    name = "load-balance"
+
+    def choose(self, search: SearchState, load: np.ndarray) -> int:
+        """The least-loaded server's ``T_R`` item."""
+        ids = self._t_r_candidates(search)
+        k = np.asarray(load)[self.items.server[ids]]
+        best = ids[k == k.min()]
+        if best.size == 1:
+            return int(best[0])
+        return int(best[self.rng(search.search_id).integers(best.size)])
+
+
+SEARCH_POLICIES: dict[str, type[SearchPolicy]] = {
+    p.name: p for p in (PriorityPolicy, RandomPolicy, LoadBalancePolicy)
+}
+
+
+def make_search_policy(name: str, items: Items, seed: int = 0, **options: Any) -> SearchPolicy:
+    """A fresh policy ``name`` over ``items``; options go to :class:`PriorityParams`."""
+    cls = SEARCH_POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown search policy {name!r}; known: "
+                         f"{', '.join(sorted(SEARCH_POLICIES))}")
+    if options and cls is not PriorityPolicy:
+        raise ValueError(f"search policy {name!r} takes no options, found {sorted(options)}")
+    return cls(items, seed, **options)
+
+
+# --- Algorithm 1 -----------------------------------------------------------------------------
+
+
+class Search:
+    """Algorithm 1 for one search request, as a state machine (one item at a time).
+
+    State: the last discovery point ``(mu_l, t_l)``, the required time ``t_r``, the
+    ``candidates`` not yet dispatched, the ``pending`` item (dispatched, no answer yet),
+    the ``analysed`` items in order, ``discoveries`` (analysed items that contained the
+    target) and ``found`` (the ``T_R`` item with the target, which ends the search).
+
+    Use :meth:`next_item` (or :meth:`dispatch` with a choice made elsewhere, e.g. by
+    :meth:`SearchPolicy.choose_many`), send the item to its server, then :meth:`answer`.
+    """
+
+    def __init__(self, search_id: int, items: Items, mu_l: tuple[float, float],
+                 t_l: float = 0.0, t_r: float | None = None) -> None:
+        """A search starting from ``(mu_l, t_l)`` for the target at ``t_r`` (latest slot)."""
+        self.search_id = search_id
+        self.items = items
+        self.mu_l = (float(mu_l[0]), float(mu_l[1]))
+        self.t_l = float(t_l)
+        self.t_r = float(items.time.max()) if t_r is None else float(t_r)
+        self.candidates = np.ones(items.size, dtype=bool)
+        self.pending: int | None = None
+        self.analysed: list[int] = []
+        self.discoveries: list[int] = []
+        self.found: int | None = None
+
+    @classmethod
+    def for_target(cls, world: SearchWorld, target: int) -> Search:
+        """The search for ``target`` of ``world``: ``mu_L`` its ``T_0`` server, ``T_L = 0``."""
+        return cls(target, world.items, world.start_point(target), 0.0, float(world.slots))
+
+    @property
+    def done(self) -> bool:
+        """Whether the required item has been found."""
+        return self.found is not None
+
+    def next_item(self, policy: SearchPolicy, load: np.ndarray) -> int:
+        """Ask ``policy`` for the next item and dispatch it (Algorithm 1, lines 3-11)."""
+        self._check_ready()
+        return self.dispatch(policy.choose(self, load))
+
+    def dispatch(self, item: int) -> int:
+        """Mark ``item`` as sent for analysis: pending, and no longer a candidate."""
+        self._check_ready()
+        if not self.candidates[item]:
+            raise ValueError(f"search {self.search_id}: item {item} is not a candidate")
+        self.candidates[item] = False
+        self.pending = item
+        return item
+
+    def answer(self, item: int, present: bool) -> bool:
+        """Take the analysis result of ``item``; return whether the search is done.
+
+        Lines 12-18: the ``T_R`` item with the target ends the search; an item with the
+        target at a time later than ``T_L`` moves the last discovery point to it (its
+        server's position and time); anything else only leaves the candidate set.
+        """
+        if item != self.pending:
+            raise ValueError(f"search {self.search_id}: answer for item {item}, but "
+                             f"{self.pending} is pending")
+        self.pending = None
+        self.analysed.append(item)
+        if present:
+            self.discoveries.append(item)
+            t_i = float(self.items.time[item])
+            if t_i == self.t_r:
+                self.found = item
+            elif t_i > self.t_l:
+                self.mu_l = self.items.position(item)
+                self.t_l = t_i
+        return self.done
+
+    def run(self, policy: SearchPolicy, contains: Callable[[int], bool],
+            load: np.ndarray | None = None) -> list[int]:
+        """Run the search alone to the end with ``contains`` answering; the analysed ids.
+
+        ``load`` (default: all servers idle) is the same for every choice. Raises if the
+        candidates run out before the required item is found (inconsistent answers).
+        """
+        k = np.zeros(self.items.n_servers, dtype=np.int64) if load is None else load
+        while not self.done:
+            if not self.candidates.any():
+                raise ValueError(f"search {self.search_id}: no candidates left, not found")
+            item = self.next_item(policy, k)
+            self.answer(item, bool(contains(item)))
+        return list(self.analysed)
+
+    def _check_ready(self) -> None:
+        if self.done:
+            raise ValueError(f"search {self.search_id} is already done")
+        if self.pending is not None:
+            raise ValueError(f"search {self.search_id}: item {self.pending} is still pending")
+
+
+# --- response model --------------------------------------------------------------------------
+
+
+class AnalysisServer:
+    """The analyses running on one edge server, in model time.
+
+    The paper: an analysis takes ``Tc`` times the number of analyses running on the
+    server. In a discrete-event setting that has two readings (``sharing``):
+
+    * ``"paper"`` (default): when an analysis starts and the server then runs ``n``
+      analyses (itself included), its duration is fixed at ``Tc * factor * n``; later
+      arrivals and departures do not change it. This is the paper's simple rule.
+    * ``"processor-sharing"``: every analysis needs ``Tc * factor`` of work and all ``n``
+      running analyses progress at rate ``1 / n`` each; completion instants move whenever
+      an analysis starts or ends. This is what a server sharing its CPU among concurrent
+      requests (the emulated edge server) does.
+
+    ``factor`` is 1 normally, or :func:`compensation_factor` to account Eq. 7's
+    compensated response time ``Tc'_i = Tc l_i`` in the simulation. The simulator asks
+    :meth:`next_completion` after every event and calls :meth:`complete` at that instant.
+    """
+
+    def __init__(self, tc: float = 10.0, sharing: str = "paper") -> None:
+        """A server whose analyses take ``tc`` model seconds alone."""
+        if not (math.isfinite(tc) and tc > 0):
+            raise ValueError(f"tc: expected a finite number > 0, found {tc!r}")
+        if sharing not in SHARING_MODES:
+            raise ValueError(f"sharing: expected one of {', '.join(SHARING_MODES)}, "
+                             f"found {sharing!r}")
+        self.tc = float(tc)
+        self.sharing = sharing
+        self._ends: list[tuple[float, int, Hashable]] = []  # paper: (end, order, job)
+        self._work: dict[Hashable, float] = {}  # processor sharing: remaining work
+        self._order: dict[Hashable, int] = {}
+        self._clock = 0.0
+        self._admitted = 0
+
+    @property
+    def running(self) -> int:
+        """Analyses running now (``k`` as the policies see it)."""
+        return len(self._ends) if self.sharing == "paper" else len(self._work)
+
+    def admit(self, now: float, job: Hashable, factor: float = 1.0) -> float:
+        """Start ``job`` at ``now``; return its completion instant as known now.
+
+        Under ``"paper"`` that instant is final; under processor sharing it is the instant
+        if no further analysis started (later arrivals move it): with remaining works
+        ``r_m``, job j ends after ``sum_m min(r_m, r_j)``.
+        """
+        self._admitted += 1
+        if self.sharing == "paper":
+            end = now + self.tc * factor * (len(self._ends) + 1)
+            heapq.heappush(self._ends, (end, self._admitted, job))
+            return end
+        if job in self._work:
+            raise ValueError(f"job {job!r} is already running")
+        self._advance(now)
+        work = self.tc * factor
+        self._work[job] = work
+        self._order[job] = self._admitted
+        return now + sum(min(r, work) for r in self._work.values())
+
+    def next_completion(self) -> tuple[float, Hashable] | None:
+        """``(instant, job)`` of the next analysis to end, or None when idle."""
+        if self.sharing == "paper":
+            if not self._ends:
+                return None
+            end, _, job = self._ends[0]
+            return end, job
+        if not self._work:
+            return None
+        job = min(self._work, key=lambda j: (self._work[j], self._order[j]))
+        return self._clock + self._work[job] * len(self._work), job
+
+    def complete(self, now: float) -> Hashable:
+        """End the analysis that :meth:`next_completion` names, at ``now``; return it."""
+        nxt = self.next_completion()
+        if nxt is None:
+            raise ValueError("no analysis is running")
+        end, job = nxt
+        if now < end - 1e-9 * max(1.0, abs(end)):
+            raise ValueError(f"job {job!r} ends at {end!r}, not at {now!r}")
+        if self.sharing == "paper":
+            heapq.heappop(self._ends)
+            return job
+        self._advance(now)
+        del self._work[job]
+        del self._order[job]
+        return job
+
+    def _advance(self, now: float) -> None:
+        """Processor sharing: serve every running analysis up to ``now``."""
+        if now < self._clock - 1e-9 * max(1.0, abs(self._clock)):
+            raise ValueError(f"time goes back from {self._clock!r} to {now!r}")
+        if self._work:
+            served = (now - self._clock) / len(self._work)
+            for job in self._work:
+                self._work[job] = max(0.0, self._work[job] - served)
+        self._clock = max(self._clock, now)
