@@ -65,7 +65,10 @@ SETTLE_QUIET_S = 6.0
 SETTLE_TIMEOUT_S = 150.0
 MIN_REPLICAS = 3
 TOKEN = "armada-fleet"
-POLICIES = ("armada", "geo-nearest", "random", "edge-to-cloud")
+POLICIES = ("armada", "armada-light", "geo-nearest", "random", "edge-to-cloud")
+#: ``armada-light`` is the SDK probing with a small request (one 64x128 HOG window as a
+#: JPEG of about 2 KB) instead of a whole frame.
+SDK_POLICIES = ("armada", "armada-light")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,7 +435,8 @@ def _stream(topo: Any, fleet: Fleet, plan: StreamPlan, k: int, run: str, beacon_
                   "seed": seed * 1000 + k * 100 + i, "policy": plan.policy,
                   "cloud_nodes": ["cloud"] if fleet.cloud else [],
                   "out": str(topo.workdir / f"result-{tag}-{user}.json"),
-                  "mode": "stream" if plan.policy == "armada" else "baseline"}
+                  "mode": "stream" if plan.policy in SDK_POLICIES else "baseline",
+                  "probe": "small" if plan.policy == "armada-light" else "frame"}
         pids[user] = _run_user(topo, user, config, tag)
     applied = _apply_actions(topo, plan, start_at, rows_of)
     _wait_users(topo, pids, tag, start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
@@ -447,6 +451,22 @@ def _stream(topo: Any, fleet: Fleet, plan: StreamPlan, k: int, run: str, beacon_
             "picks": {u: (r["pick"] or {}).get("node_id") for u, r in results.items()},
             "switches": {u: sum(e["kind"] == "switch" for e in r["events"])
                          for u, r in results.items()}}
+
+
+def write_small_probe(frames_dir: Path) -> Path:
+    """The ``armada-light`` probe: a 64x128 crop (one HOG window) of the first frame."""
+    import cv2
+
+    from testbed.experiments.armada_user import SMALL_PROBE
+
+    first = min(frames_dir.glob("*.jpg"))
+    image = cv2.imdecode(np.frombuffer(first.read_bytes(), dtype=np.uint8), cv2.IMREAD_COLOR)
+    ok, data = cv2.imencode(".jpg", image[:128, :64])
+    if not ok:
+        raise EmulationError(f"could not encode the small probe from {first}")
+    path = frames_dir / SMALL_PROBE
+    path.write_bytes(data.tobytes())
+    return path
 
 
 def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
@@ -482,6 +502,7 @@ def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
         ctl = topo.net.hosts[beacon.node]
         local = f"http://127.0.0.1:{beacon.port}"
         beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
+        write_small_probe(frames_dir)
         with HostMonitor(interval_s=0.5) as monitor:
             deployed = _deploy(topo, fleet, beacon, token, servers)
             progress(f"{APP}: {MIN_REPLICAS} replicas serving {deployed['all_min_running_s']:.1f}"

@@ -40,7 +40,7 @@ from testbed.experiments.armada_fleet import (
     run_fleet,
 )
 
-SELECTION_POLICIES = ("armada", "geo-nearest", "random")
+SELECTION_POLICIES = ("armada", "armada-light", "geo-nearest", "random")
 #: Edge nodes of the small sizes (CI): a replica starts in 10-20 s on them. On 0.05 cores
 #: it takes about a minute here, so the tiny nodes are kept for the full sizes.
 SMALL_NODES = (0.1, 0.12, 0.15)
@@ -226,16 +226,19 @@ def write_scalability_report(out: Path, report: Path, command: str) -> Path:
                     "per user; the three policies stream one after the other on the same "
                     "deployment and frame trace.")
     lines += [fleet_setup(first), "",
+              ("Policies: `armada` (the SDK, probing with a frame), `armada-light` (the SDK, "
+               "probing with a small request), `geo-nearest` and `random` (no probes; they "
+               "list the running replicas every 5-7 s)."), "",
               "## Mean end-to-end latency (ms) per policy", "",
               "| edge nodes | users | replicas | " + " | ".join(SELECTION_POLICIES)
-              + " | frames lost (armada / geo / random) |",
+              + " | frames lost (" + " / ".join(SELECTION_POLICIES) + ") |",
               "|---|---|---|" + "---|" * len(SELECTION_POLICIES) + "---|"]
     wins = 0
     for p in points:
         pol = p["policies"]
         means = [pol[k]["mean_ms"] for k in SELECTION_POLICIES]
         best = min((m for m in means if m is not None), default=None)
-        wins += means[0] is not None and means[0] == best
+        wins += best is not None and best in means[:2]  # either SDK variant
         cells = [("-" if m is None else (f"**{m:.0f}**" if m == best else f"{m:.0f}"))
                  for m in means]
         lost = " / ".join(str(pol[k]["lost"]) for k in SELECTION_POLICIES)
@@ -255,13 +258,18 @@ def write_scalability_report(out: Path, report: Path, command: str) -> Path:
               _host_line({p["run"]: p["host"] for p in points}), "",
               "## The paper's claim beside ours", "",
               "| paper (seed, Fig. 9) | this run |", "|---|---|",
-              (f"| {SCALE_CLAIM} | Armada had the lowest mean at {wins} of {len(points)} "
-               "points (bold: lowest per row). |"), "",
+              (f"| {SCALE_CLAIM} | the SDK (either probe) had the lowest mean at {wins} of "
+               f"{len(points)} points (bold: lowest per row). |"), "",
               ("The seed gives no numbers for Fig. 9, so only the qualitative claim is "
-               "compared. The SDK's probes are real frames: 3 candidates probed every 5-7 s "
-               "add about half the detection work of a 1 fps stream, which the "
-               "baselines do not pay; that overhead is part of what Armada's users see."),
-              ""]
+               "compared. `armada` probes with a real frame: 3 candidates probed every 5-7 s "
+               "add about half the detection work of a 1 fps stream, which the baselines do "
+               "not pay, and on nodes of a few hundredths of a core (whose CPU quota "
+               "serves a frame at full speed until the period's quota is spent, then makes "
+               "it wait for the next 100 ms period) that extra work costs far more than its "
+               "share. `armada-light` is the same SDK probing with a small request (a "
+               "64x128 crop, one HOG window, about 2 KB), as the issue's 'timing a real "
+               "small request' reads: it still measures the network and the queue, not "
+               "the full processing time."), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     return report

@@ -9,7 +9,9 @@ emulated network: ``python -m testbed.experiments.armada_user CONFIG.json``. The
   node_id, url}]``), one at a time, round-robin over the replicas so a passing load burst
   hits every column alike: one warm-up frame each, then ``samples`` timed ones. Writes
   ``{"user", "samples": {node: [{"latency_ms", "processing_ms", "queue_ms"}]}}`` to ``out``.
-* ``stream``: at ``probe_at`` (wall epoch) start the SDK (query through the Beacon, probe
+* ``stream``: at ``probe_at`` (wall epoch) start the SDK (probing with the first frame,
+  or with a small JPEG when ``probe`` is ``small``; rows labelled ``policy``, default
+  ``armada``) (query through the Beacon, probe
   every candidate), record what it picked, then stream this user's frames of the trace
   (``trace``) from ``start_at`` through the SDK's sender, one row per frame appended to
   ``rows``. Writes ``{"user", "pick", "probe_ms", "candidates", "events"}`` to ``out``.
@@ -51,6 +53,19 @@ from workloads.trace import read_trace
 JPEG = {"Content-Type": "image/jpeg"}
 
 
+#: The small probe of ``probe: small``: written by the driver next to the frames (not a
+#: ``.jpg``, so it is not one of the stream's frames).
+SMALL_PROBE = "probe-small.jpeg"
+
+
+def probe_payload(config: dict[str, Any], frames: list[bytes]) -> bytes:
+    """What the SDK probes with: the stream's first frame (``probe: frame``, default) or
+    the small JPEG ``SMALL_PROBE`` of ``frames_dir`` (``probe: small``)."""
+    if config.get("probe", "frame") == "small":
+        return (Path(config["frames_dir"]) / SMALL_PROBE).read_bytes()
+    return frames[0]
+
+
 def read_frames(folder: Path) -> list[bytes]:
     """The driver's frames, in file-name order."""
     return [path.read_bytes() for path in sorted(folder.glob("*.jpg"))]
@@ -90,7 +105,8 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
     await sleep_until(config["probe_at"] + asyncio.get_running_loop().time() - time.time())
     client = ArmadaClient(
         config["beacon"], config["app"], config["lat"], config["lon"],
-        probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
+        probe_payload=probe_payload(config, frames), user=config["user"],
+        content_type="image/jpeg",
         reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config.get("request_timeout_s", config["timeout_s"]),
         seed=config["seed"])
     async with client:
@@ -104,7 +120,8 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
             "probe_ms": first.detail["latency_ms"],
         }
         tasks, _ = read_trace(Path(config["trace"]))
-        stream = StreamConfig(run=config["run"], policy="armada", client=config["user"],
+        stream = StreamConfig(run=config["run"], policy=config.get("policy", "armada"),
+                              client=config["user"],
                               stream=f"cam-{config['user']}", timeout_s=config["timeout_s"],
                               start_at=config["start_at"],
                               repetition=int(config.get("repetition", 0)))
