@@ -62,7 +62,7 @@ REPROBE_S = (5.0, 7.0)
 USER_TIMEOUT_S = 90.0
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.05-core node starts in about a minute
 SETTLE_QUIET_S = 6.0
-SETTLE_TIMEOUT_S = 150.0
+SETTLE_TIMEOUT_S = 240.0
 MIN_REPLICAS = 3
 TOKEN = "armada-fleet"
 POLICIES = ("armada", "armada-light", "geo-nearest", "random", "edge-to-cloud")
@@ -340,16 +340,20 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
                 raise EmulationError(f"query for {body['user']} refused: {answer}")
 
     history: list[tuple[float, int, int]] = []
+    registered = [-math.inf]
 
     def settled() -> dict[str, Any] | None:
-        if not history or time.time() - history[-1][0] >= 5.0:
+        now = time.time()
+        if now - registered[0] >= 5.0:
             register()  # users are remembered for user_ttl_s: keep them fresh
+            registered[0] = now
         status = app_status(local, APP)
         active = [r for r in status["replicas"] if r["status"] in ACTIVE]
         running = sum(r["status"] == "running" for r in active)
-        history.append((time.time(), len(active), running))
-        quiet = [h for h in history if h[0] >= time.time() - SETTLE_QUIET_S]
-        stable = (history[0][0] <= time.time() - SETTLE_QUIET_S
+        history.append((now, len(active), running))
+        quiet = [h for h in history if h[0] >= now - SETTLE_QUIET_S]
+        last_scaled = max((e["t"] for e in status.get("scaling", [])), default=-math.inf)
+        stable = (history[0][0] <= now - SETTLE_QUIET_S and last_scaled <= now - SETTLE_QUIET_S
                   and all(h[1] == len(active) and h[2] == running == len(active)
                           for h in quiet))
         return status if stable else None
