@@ -311,12 +311,17 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
     return out
 
 
+def size_plan(size: str, sizes: Mapping[str, Any]) -> Any:
+    """The plan of ``size``, or the CLI's error naming the sizes an experiment has."""
+    if size not in sizes:
+        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
+    return sizes[size]
+
+
 def run_selection(size: str, out: Path, progress: Progress = print,
                   ledger_root: Path | None = None) -> Path:
     """Run ``armada-selection`` at ``size`` and write its results folder ``out``."""
-    if size not in SIZES:
-        raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size!r}")
-    plan = SIZES[size]
+    plan = size_plan(size, SIZES)
 
     def measure(topo: Any, run: str, scenario: Scenario, frames_dir: Path) -> dict[str, Any]:
         beacon, token = _beacon(scenario)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.errors import EmulationError, TestbedError
+from testbed.errors import EmulationError
 from testbed.experiments.armada import (
     APP,
     Progress,
@@ -44,6 +44,7 @@ from testbed.experiments.armada import (
     _wait_users,
     deploy_everywhere,
     run_frames_experiment,
+    size_plan,
 )
 
 SCENARIO = "armada-failover"
@@ -124,9 +125,7 @@ def failover_metrics(rows: Sequence[Mapping[str, Any]], crash_at: float,
 def run_failover(size: str, out: Path, progress: Progress = print,
                  ledger_root: Path | None = None) -> Path:
     """Run ``armada-failover`` at ``size`` and write its results folder ``out``."""
-    if size not in SIZES:
-        raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size!r}")
-    plan = SIZES[size]
+    plan = size_plan(size, SIZES)
 
     def measure(topo: Any, run: str, _scenario: Any, frames_dir: Path) -> dict[str, Any]:
         return _measure(topo, run, plan, out, frames_dir, progress)

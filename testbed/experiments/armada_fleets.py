@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from testbed.experiments.armada import Progress
+from testbed.experiments.armada import Progress, size_plan
 from testbed.experiments.armada_fleet import (
     Action,
     Fleet,
@@ -45,12 +45,6 @@ SELECTION_POLICIES = ("armada", "armada-light", "geo-nearest", "random")
 #: it takes about a minute here, so the tiny nodes are kept for the full sizes.
 SMALL_NODES = (0.1, 0.12, 0.15)
 TINY_NODES = (0.05, 0.06, 0.07)
-
-
-def _check(size: str, sizes: Mapping[str, Any]) -> Any:
-    if size not in sizes:
-        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
-    return sizes[size]
 
 
 def _rows(run: Path) -> list[dict[str, Any]]:
@@ -80,6 +74,17 @@ def _host_line(hosts: Mapping[str, Mapping[str, Any]]) -> str:
             + (f"**saturated** in {', '.join(saturated)}: contention the scenario did not ask "
                "for is in those numbers." if saturated else
                "no run was saturated (threshold 10 % idle)."))
+
+
+def _save(fig: Any, png: Path) -> Path:
+    """Lay out, write and close a report figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
 
 
 def _startup_rows(runs: Mapping[str, Path]) -> list[str]:
@@ -147,7 +152,7 @@ def run_scalability(size: str, out: Path, progress: Progress = print,
                     ledger_root: Path | None = None) -> Path:
     """Every (nodes, users) point of ``size``: one bring-up, the three selection policies
     streaming in turn; results in ``out/n{nodes}-u{users}``, the table in ``scalability.json``."""
-    plan = _check(size, SCALE_SIZES)
+    plan = size_plan(size, SCALE_SIZES)
     out.mkdir(parents=True, exist_ok=True)
     points = []
     for nodes, users in plan.points():
@@ -202,11 +207,7 @@ def _plot_scalability(table: Mapping[str, Any], png: Path) -> Path:
         ax.set_ylabel("mean end-to-end latency (ms)")
         ax.set_title(f"{plan[fixed_key]} {other_name}", fontsize=10)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(fig, png)
 
 
 SCALE_CLAIM = ("Armada scales: as users and edge nodes increase, users keep a low average "
@@ -306,7 +307,7 @@ def run_failures(size: str, out: Path, progress: Progress = print,
                  ledger_root: Path | None = None) -> Path:
     """Ten static users, edge nodes crashed one by one every ``interval_s``; one bring-up
     per policy (the SDK and Edge-to-Cloud), the same failure order and trace."""
-    plan = _check(size, FAIL_SIZES)
+    plan = size_plan(size, FAIL_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
                   node_cores=FAIL_NODE_CORES, replica_cpu=0.06)
     order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
@@ -349,7 +350,7 @@ def _plot_failures(result: Mapping[str, Any], png: Path) -> Path:
         ax.plot(xs, ys, "o-", label=policy)
         for x, y, e in zip(xs, ys, found, strict=True):
             if not math.isnan(y):
-                ax.annotate(f"{e['users_at_edge']}/{len(result.get('users', [])) or 10}",
+                ax.annotate(f"{e['users_at_edge']}/{result['plan']['users']}",
                             (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
                             fontsize=8)
     ax.set_xticks(range(len(result["order"]) + 1))
@@ -358,11 +359,7 @@ def _plot_failures(result: Mapping[str, Any], png: Path) -> Path:
     ax.set_ylabel("mean end-to-end latency (ms)")
     ax.set_title("labels: users served at the edge", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(fig, png)
 
 
 FAIL_CLAIM = ("As edge nodes fail one by one, Armada keeps most users served at the edge "
@@ -374,7 +371,6 @@ def write_failures_report(out: Path, report: Path, command: str) -> Path:
     """The Markdown report of a ``run_failures`` folder, with its plot."""
     result = json.loads((out / "failures.json").read_text())
     plan = result["plan"]
-    result["users"] = [f"u{j + 1:02d}" for j in range(plan["users"])]
     png = _plot_failures(result, report.with_name("failures.png"))
     lines = _header("Armada experiment 3, part 2: edge nodes failing one by one "
                     "(`armada-failures`)", command, out / FAIL_POLICIES[0],
@@ -472,7 +468,7 @@ def churn_schedule(nodes: Sequence[str], volunteers: Sequence[str], duration_s: 
 def run_churn(size: str, out: Path, progress: Progress = print,
               ledger_root: Path | None = None) -> Path:
     """Volunteer churn during one SDK stream (module docstring)."""
-    plan = _check(size, CHURN_SIZES)
+    plan = size_plan(size, CHURN_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, volunteer_share=0.67,
                   node_cores=plan.node_cores)
     from testbed.experiments.armada_fleet import fleet_layout
@@ -601,7 +597,7 @@ def load_schedule(episodes: int, episode_s: float, duration_s: float, seed: int,
 def run_load(size: str, out: Path, progress: Progress = print,
              ledger_root: Path | None = None) -> Path:
     """Background load on u01's serving node during one SDK stream (module docstring)."""
-    plan = _check(size, LOAD_SIZES)
+    plan = size_plan(size, LOAD_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, node_cores=plan.node_cores)
     actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
                             plan.cpu)

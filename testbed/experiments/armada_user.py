@@ -100,30 +100,34 @@ async def measure_matrix(config: dict[str, Any], frames: list[bytes]) -> dict[st
 
 async def select_and_stream(config: dict[str, Any], frames: list[bytes],
                             out: IO[str]) -> dict[str, Any]:
-    """Start the SDK at ``probe_at``, record its pick, stream from ``start_at`` (rows to
-    ``out``)."""
+    """Start the client at ``probe_at``, record its pick, stream from ``start_at`` (rows to
+    ``out``): the SDK (mode ``stream``) or a :class:`BaselineClient` (mode ``baseline``)."""
     await sleep_until(config["probe_at"] + asyncio.get_running_loop().time() - time.time())
-    client = ArmadaClient(
-        config["beacon"], config["app"], config["lat"], config["lon"],
-        probe_payload=probe_payload(config, frames), user=config["user"],
-        content_type="image/jpeg",
-        reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config.get("request_timeout_s", config["timeout_s"]),
-        seed=config["seed"])
+    common = {"probe_payload": probe_payload(config, frames), "user": config["user"],
+              "content_type": "image/jpeg", "reprobe_s": tuple(config["reprobe_s"]),
+              "request_timeout_s": config.get("request_timeout_s", config["timeout_s"]),
+              "seed": config["seed"]}
+    where = (config["beacon"], config["app"], config["lat"], config["lon"])
+    if config["mode"] == "baseline":
+        client: ArmadaClient = BaselineClient(*where, policy=config["policy"],
+                                              cloud_nodes=config.get("cloud_nodes", ()),
+                                              **common)
+    else:
+        client = ArmadaClient(*where, **common)
     async with client:
-        first = next(e for e in client.events if e.kind == "probe")
+        probes = [e for e in client.events if e.kind == "probe"]  # none for a baseline
         pick = client.current
         result: dict[str, Any] = {
             "user": config["user"],
             "pick": None if pick is None else {"task_id": pick.task_id, "node_id": pick.node_id},
             "candidates": [{"task_id": c.task_id, "node_id": c.node_id, "reason": c.reason}
                            for c in client.candidates],
-            "probe_ms": first.detail["latency_ms"],
+            "probe_ms": probes[0].detail["latency_ms"] if probes else {},
         }
         tasks, _ = read_trace(Path(config["trace"]))
         stream = StreamConfig(run=config["run"], policy=config.get("policy", "armada"),
-                              client=config["user"],
-                              stream=f"cam-{config['user']}", timeout_s=config["timeout_s"],
-                              start_at=config["start_at"],
+                              client=config["user"], stream=f"cam-{config['user']}",
+                              timeout_s=config["timeout_s"], start_at=config["start_at"],
                               repetition=int(config.get("repetition", 0)))
         await stream_frames(stream, tasks, frames, frame_sender(client, config["tiers"]),
                             out=out)
@@ -364,35 +368,6 @@ class BaselineClient(ArmadaClient):
         return super().failed(candidate, error)
 
 
-async def baseline_and_stream(config: dict[str, Any], frames: list[bytes],
-                              out: IO[str]) -> dict[str, Any]:
-    """Like ``stream`` with a :class:`BaselineClient` of ``config["policy"]``."""
-    await sleep_until(config["probe_at"] + asyncio.get_running_loop().time() - time.time())
-    client = BaselineClient(
-        config["beacon"], config["app"], config["lat"], config["lon"],
-        probe_payload=frames[0], user=config["user"], content_type="image/jpeg",
-        reprobe_s=tuple(config["reprobe_s"]), request_timeout_s=config.get("request_timeout_s", config["timeout_s"]),
-        seed=config["seed"], policy=config["policy"], cloud_nodes=config.get("cloud_nodes", ()))
-    async with client:
-        pick = client.current
-        result: dict[str, Any] = {
-            "user": config["user"],
-            "pick": None if pick is None else {"task_id": pick.task_id, "node_id": pick.node_id},
-            "candidates": [{"task_id": c.task_id, "node_id": c.node_id, "reason": c.reason}
-                           for c in client.candidates],
-            "probe_ms": {},
-        }
-        tasks, _ = read_trace(Path(config["trace"]))
-        stream = StreamConfig(run=config["run"], policy=config["policy"], client=config["user"],
-                              stream=f"cam-{config['user']}", timeout_s=config["timeout_s"],
-                              start_at=config["start_at"],
-                              repetition=int(config.get("repetition", 0)))
-        await stream_frames(stream, tasks, frames, frame_sender(client, config["tiers"]),
-                            out=out)
-    result["events"] = [asdict(e) for e in client.events]
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the mode of the config file given as the only argument."""
     args = sys.argv[1:] if argv is None else argv
@@ -406,9 +381,6 @@ def main(argv: list[str] | None = None) -> int:
     elif config["mode"] == "reconnect":
         with Path(config["rows"]).open("a") as out:
             result = asyncio.run(reconnect_and_stream(config, frames, out))
-    elif config["mode"] == "baseline":
-        with Path(config["rows"]).open("a") as out:
-            result = asyncio.run(baseline_and_stream(config, frames, out))
     else:
         with Path(config["rows"]).open("a") as out:
             result = asyncio.run(select_and_stream(config, frames, out))
