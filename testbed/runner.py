@@ -46,6 +46,11 @@ def materialise(scenario: Scenario, folder: Path) -> Path:
                                 "params": dict(scenario.workload.params),
                                 "seed": scenario.workload.seed, "clients": clients,
                                 "duration": scenario.duration})
+    if scenario.workload.generator == "person-search":
+        from workloads.person_search import write_ground_truth
+
+        # the trace schema has no room for where the targets are: the executor's truth
+        write_ground_truth(folder, scenario.workload.params, scenario.workload.seed)
     return folder
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import EmulationError, TestbedError
+from testbed.experiments.emulated import run_emulated_experiment
 from testbed.scenario import Scenario, load_scenario
 from testbed.scenario.loader import ARMADA_BEACON
 
@@ -244,71 +244,38 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
                           ledger_root: Path | None = None) -> Path:
     """Run one Armada frame experiment on the emulated network; write its results folder.
 
-    Shared by every Armada experiment: checks, the materialised frame trace (workload
-    ``params`` override the scenario's), bring-up under a ledger with teardown on every
-    exit, then ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows``
-    (kind ``frame``) and ``result_key`` (the experiment's own results, also written as
-    ``<result_key>.json``). Writes traces, summary and metadata like ``testbed run``.
+    Shared by every Armada experiment: the materialised frame trace (workload ``params``
+    override the scenario's) and the frames themselves, then
+    :func:`~testbed.experiments.emulated.run_emulated_experiment` with
+    ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows`` (kind
+    ``frame``) and ``result_key``.
     """
-    from testbed import traces
-    from testbed.emulation.executor import bring_up, stop_on_signals
-    from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import stop_network
-    from testbed.runner import _git_commit, _versions, machine_details, new_run_id
     from workloads import generate
     from workloads.frames import FrameSpec, load_frames
     from workloads.trace import write_trace
 
-    if os.geteuid() != 0:
-        raise TestbedError("emulation needs root (network namespaces, tc, cgroups): run as root")
     base = load_scenario(name) if isinstance(name, str) else name
-    run = new_run_id(base)
     if out.exists() and any(out.iterdir()):
         raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    workdir = out / "work"
-    workdir.mkdir(parents=True)
-    scenario = _with_captain_workdir(base, workdir / "captains")
-    started = time.time()
-
+    scenario = _with_captain_workdir(base, out / "work" / "captains")
     params = {**scenario.workload.params, **params}
-    frames_dir = workdir / "frames"
-    frames_dir.mkdir()
-    for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
-        (frames_dir / f"{k:04d}.jpg").write_bytes(frame)
-    users = [n.name for n in scenario.clients()]
-    tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
-                     scenario.workload.seed)
-    write_trace(tasks, out / "trace", {"generator": scenario.workload.generator,
-                                       "params": params, "seed": scenario.workload.seed,
-                                       "clients": users, "duration": plan.duration_s})
-    progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
 
-    ledger = Ledger(run, root=ledger_root)
-    details: dict[str, Any] = {"ledger": str(ledger.path)}
-    with stop_on_signals():
-        try:
-            topo = bring_up(scenario, ledger, workdir, f"tb{run[-4:]}", progress)
-            try:
-                details.update(measure(topo, run, scenario, frames_dir))
-            finally:
-                stop_network(topo.net)
-        finally:
-            errors = ledger.teardown()
-            if errors:
-                progress("teardown left errors: " + "; ".join(errors))
-    rows = details.pop("rows")
-    result = details.pop(result_key)
-    df = traces.rows_to_frame(rows)
-    traces.write_traces(df, out)
-    traces.write_summary({**traces.summarize(df), result_key: result}, out)
-    meta = {"run": run, "experiment": base.name, "size": size, "plan": dataclasses.asdict(plan),
-            "scenario": base.resolved(), "source": base.source, "executor": "emulation",
-            "versions": _versions(), "git_commit": _git_commit(), "machine": machine_details(),
-            "started": started, "wall_s": time.time() - started, "teardown_errors": errors,
-            **details}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
-    (out / f"{result_key}.json").write_text(json.dumps(result, indent=2))
-    return out
+    def prepare(run: str, workdir: Path) -> Path:
+        frames_dir = workdir / "frames"
+        frames_dir.mkdir()
+        for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
+            (frames_dir / f"{k:04d}.jpg").write_bytes(frame)
+        users = [n.name for n in scenario.clients()]
+        tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
+                         scenario.workload.seed)
+        write_trace(tasks, out / "trace", {"generator": scenario.workload.generator,
+                                           "params": params, "seed": scenario.workload.seed,
+                                           "clients": users, "duration": plan.duration_s})
+        progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
+        return frames_dir
+
+    return run_emulated_experiment(scenario, plan, size, out, prepare, measure, result_key,
+                                   progress, ledger_root)
 
 
 def size_plan(size: str, sizes: Mapping[str, Any]) -> Any:

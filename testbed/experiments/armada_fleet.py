@@ -303,7 +303,7 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
             servers: list[str]) -> dict[str, Any]:
     """Steps 1 and 2 of the module docstring; returns what they measured."""
     from testbed.armada_sdk import app_status, deploy
-    from testbed.emulation.probe import http_json, in_netns
+    from testbed.emulation.probe import in_netns
 
     ctl = topo.net.hosts[beacon.node]
     local = f"http://127.0.0.1:{beacon.port}"
@@ -330,6 +330,21 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
                 "startup_s": status["first_running_at"] - status["created_at"],
                 "all_min_running_s": time.time() - asked,
                 "replicas": _replica_view(status)}
+    began = time.time()
+    status = settle(ctl, local, fleet)
+    deployed.update(settle_s=time.time() - began, settled=_replica_view(status),
+                    scaling=status.get("scaling", []))
+    return deployed
+
+
+def settle(ctl: Any, local: str, fleet: Fleet) -> dict[str, Any]:
+    """Register every user (again every 5 s: the Application Manager forgets a user after
+    its TTL) and wait until the replica set is quiet: no replica added, removed or pending
+    and no scaling decision for ``SETTLE_QUIET_S``. Returns the settled app status."""
+    from testbed.armada_sdk import app_status
+    from testbed.emulation.probe import http_json, in_netns
+
+    lay = fleet_layout(fleet)
     users = [{"user": u, "lat": lat, "lon": lon, "app": APP}
              for u, (_, lat, lon) in zip(fleet.user_names, lay["users"], strict=True)]
 
@@ -345,7 +360,7 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
     def settled() -> dict[str, Any] | None:
         now = time.time()
         if now - registered[0] >= 5.0:
-            register()  # users are remembered for user_ttl_s: keep them fresh
+            register()
             registered[0] = now
         status = app_status(local, APP)
         active = [r for r in status["replicas"] if r["status"] in ACTIVE]
@@ -358,12 +373,8 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
                           for h in quiet))
         return status if stable else None
 
-    began = time.time()
-    status = in_netns(ctl.pid, lambda: _poll("the replica set did not settle",
-                                             SETTLE_TIMEOUT_S, settled))
-    deployed.update(settle_s=time.time() - began, settled=_replica_view(status),
-                    scaling=status.get("scaling", []))
-    return deployed
+    return in_netns(ctl.pid, lambda: _poll("the replica set did not settle",
+                                           SETTLE_TIMEOUT_S, settled))
 
 
 def _serving(rows_file: Path) -> str | None:
@@ -515,6 +526,10 @@ def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
                      f"{len(deployed['settled'])} replicas for {fleet.users} users")
             streams, rows = [], []
             for k, plan in enumerate(plans):
+                # every policy starts from a quiet replica set (the previous stream's load
+                # may have scaled it up)
+                before = (deployed["settled"] if k == 0 else
+                          _replica_view(settle(ctl, local, fleet)))
                 done = _stream(topo, fleet, plan, k, run, beacon_url, frames_dir, out,
                                scen.seed)
                 after = in_netns(ctl.pid, lambda: app_status(local, APP))
@@ -523,7 +538,11 @@ def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
                 streams.append({"policy": plan.policy, "duration_s": plan.duration_s,
                                 "start_at": done["start_at"], "applied": done["applied"],
                                 "picks": done["picks"], "switches": done["switches"],
+                                "replicas_before": before,
                                 "replicas_after": _replica_view(after),
+                                "scaling_during": [
+                                    e for e in after.get("scaling", [])
+                                    if e["t"] >= done["start_at"] - 1.0],
                                 "scaling_after": after.get("scaling", []), **stats})
                 mean = "-" if stats["mean_ms"] is None else f"{stats['mean_ms']:.0f}"
                 progress(f"  {plan.policy}: {stats['ok']}/{stats['frames']} frames ok, mean "

@@ -155,16 +155,24 @@ def run_scalability(size: str, out: Path, progress: Progress = print,
     plan = size_plan(size, SCALE_SIZES)
     out.mkdir(parents=True, exist_ok=True)
     points = []
-    for nodes, users in plan.points():
-        progress(f"== {nodes} edge nodes, {users} users")
+    for i, (nodes, users) in enumerate(plan.points()):
+        order = rotated(SELECTION_POLICIES, i)
+        progress(f"== {nodes} edge nodes, {users} users; order {', '.join(order)}")
         run = out / f"n{nodes:02d}-u{users:02d}"
         run_fleet(Fleet(nodes=nodes, users=users, fps=plan.fps, node_cores=plan.node_cores),
-                  [StreamPlan(p, plan.duration_s) for p in SELECTION_POLICIES], run,
+                  [StreamPlan(p, plan.duration_s) for p in order], run,
                   "armada-scalability", size, progress, ledger_root)
         points.append(scalability_point(run))
     table = {"size": size, "plan": dataclasses.asdict(plan), "points": points}
     (out / "scalability.json").write_text(json.dumps(table, indent=1))
     return out
+
+
+def rotated(items: Sequence[str], shift: int) -> tuple[str, ...]:
+    """``items`` rotated left by ``shift``: point ``i`` of a sweep streams the policies in
+    this order, so no policy is always first on a fresh deployment."""
+    k = shift % len(items)
+    return (*items[k:], *items[:k])
 
 
 def scalability_point(run: Path) -> dict[str, Any]:
@@ -175,12 +183,18 @@ def scalability_point(run: Path) -> dict[str, Any]:
     for k, stream in enumerate(fleet["streams"]):
         mine = [r for r in rows if r["repetition"] == k]
         by_policy[stream["policy"]] = {
-            **latency_stats(mine),
-            "replicas": sum(r["status"] == "running" for r in stream["replicas_after"])}
+            **latency_stats(mine), "order": k,
+            "replicas": sum(r["status"] == "running" for r in stream["replicas_after"]),
+            "scaled_during": [e.get("action") for e in stream.get("scaling_during", [])]}
     return {"run": run.name, "nodes": fleet["fleet"]["nodes"], "users": fleet["fleet"]["users"],
             "policies": by_policy, "host": fleet["host"],
             "startup_s": fleet["deployment"]["startup_s"],
             "replicas_settled": len(fleet["deployment"]["settled"])}
+
+
+def _scale_summary(actions: Sequence[str]) -> str:
+    """``['up', 'up', 'down']`` -> ``'2 up, 1 down'``."""
+    return ", ".join(f"{actions.count(a)} {a}" for a in dict.fromkeys(actions))
 
 
 def _plot_scalability(table: Mapping[str, Any], png: Path) -> Path:
@@ -224,16 +238,18 @@ def write_scalability_report(out: Path, report: Path, command: str) -> Path:
     plan = table["plan"]
     lines = _header("Armada experiment 2: scalability (`armada-scalability`)", command, first,
                     f"{plan['duration_s']:g} s of streaming per policy at {plan['fps']:g} fps "
-                    "per user; the three policies stream one after the other on the same "
-                    "deployment and frame trace.")
+                    "per user; the four policies stream one after the other on the same "
+                    "deployment and frame trace, each from a settled replica set (the users "
+                    "registered, no scaling for 6 s), in an order rotated from point to point.")
     lines += [fleet_setup(first), "",
               ("Policies: `armada` (the SDK, probing with a frame), `armada-light` (the SDK, "
                "probing with a small request), `geo-nearest` and `random` (no probes; they "
                "list the running replicas every 5-7 s)."), "",
               "## Mean end-to-end latency (ms) per policy", "",
               "| edge nodes | users | replicas | " + " | ".join(SELECTION_POLICIES)
-              + " | frames lost (" + " / ".join(SELECTION_POLICIES) + ") |",
-              "|---|---|---|" + "---|" * len(SELECTION_POLICIES) + "---|"]
+              + " | frames lost (" + " / ".join(SELECTION_POLICIES) + ") "
+              + "| scaling during the stream | order |",
+              "|---|---|---|" + "---|" * len(SELECTION_POLICIES) + "---|---|---|"]
     wins = 0
     for p in points:
         pol = p["policies"]
@@ -243,8 +259,11 @@ def write_scalability_report(out: Path, report: Path, command: str) -> Path:
         cells = [("-" if m is None else (f"**{m:.0f}**" if m == best else f"{m:.0f}"))
                  for m in means]
         lost = " / ".join(str(pol[k]["lost"]) for k in SELECTION_POLICIES)
+        scaled = "; ".join(f"{k} {_scale_summary(pol[k].get('scaled_during', []))}"
+                           for k in SELECTION_POLICIES if pol[k].get("scaled_during")) or "none"
+        order = " > ".join(sorted(SELECTION_POLICIES, key=lambda k: pol[k].get("order", 0)))
         lines.append(f"| {p['nodes']} | {p['users']} | {pol['armada']['replicas']} | "
-                     + " | ".join(cells) + f" | {lost} |")
+                     + " | ".join(cells) + f" | {lost} | {scaled} | {order} |")
     lines += ["", f"![mean latency against users and nodes]({png.name})", "",
               "p95 (ms): " + "; ".join(
                   f"{p['nodes']}n/{p['users']}u " + ", ".join(

@@ -21,9 +21,12 @@ from testbed.experiments.armada_fleet import (
 )
 from testbed.experiments.armada_fleets import (
     SCALE_SIZES,
+    SELECTION_POLICIES,
+    _scale_summary,
     churn_schedule,
     failure_order,
     load_schedule,
+    rotated,
 )
 from testbed.experiments.armada_user import BaselineClient
 
@@ -171,3 +174,15 @@ def test_random_draws_among_working_candidates_and_is_seeded() -> None:
 
 def test_action_params_default_to_empty() -> None:
     assert Action(1.0, "crash", "e01").params == {}
+
+
+def test_policy_order_rotates_so_each_policy_goes_first_once_in_four_points() -> None:
+    orders = [rotated(SELECTION_POLICIES, i) for i in range(len(SELECTION_POLICIES))]
+    assert [o[0] for o in orders] == list(SELECTION_POLICIES)
+    assert all(sorted(o) == sorted(SELECTION_POLICIES) for o in orders)
+    assert rotated(SELECTION_POLICIES, len(SELECTION_POLICIES)) == tuple(SELECTION_POLICIES)
+
+
+def test_scaling_summary_counts_each_action() -> None:
+    assert _scale_summary(["up", "up", "down", "up"]) == "3 up, 1 down"
+    assert _scale_summary([]) == ""
