@@ -234,6 +234,7 @@ async def serve_async(
     *,
     logger: logging.Logger = _log,
     shutdown_timeout: float = 10.0,
+    backlog: int = 128,
 ) -> None:
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -241,7 +242,8 @@ async def serve_async(
     ``shutdown_timeout`` seconds to finish, then run the app's cleanup hooks. A handler
     whose client disconnects is cancelled (as under aiohttp's test server, so tests see
     the production behaviour). The access log is off (one line per request would drown
-    the emulation host's logs).
+    the emulation host's logs). ``backlog`` is the listen backlog (a service that takes
+    a thousand connections at once needs more than the default 128).
     """
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True
@@ -252,7 +254,7 @@ async def serve_async(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, backlog=backlog).start()
         bound_port = runner.addresses[0][1] if runner.addresses else port
         logger.info("listening on %s:%s", host, bound_port)
         await stop.wait()
@@ -262,6 +264,7 @@ async def serve_async(
         await runner.cleanup()
 
 
-def serve(app: web.Application, host: str, port: int, *, logger: logging.Logger = _log) -> None:
+def serve(app: web.Application, host: str, port: int, *, logger: logging.Logger = _log,
+          backlog: int = 128) -> None:
     """Blocking form of :func:`serve_async`, for a service's ``main``."""
-    asyncio.run(serve_async(app, host, port, logger=logger))
+    asyncio.run(serve_async(app, host, port, logger=logger, backlog=backlog))

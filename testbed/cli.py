@@ -64,6 +64,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.name.startswith("armada-"):
         return _armada_experiment(args)
+    if args.name == "person-search":
+        return _person_search_experiment(args)
 
     from testbed.experiments.claims import write_report
     from testbed.experiments.offloading import run_experiment
@@ -114,6 +116,43 @@ def _armada_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _person_search_experiment(args: argparse.Namespace) -> int:
+    """Person search: the simulator's experiments (Fig. 3, Fig. 4, the 2-D grid) and the
+    emulated comparison, each with its report in the same folder."""
+    import shlex
+    import time
+
+    from testbed.experiments import person_search, person_search_report
+    from testbed.runner import RESULTS_ROOT
+
+    executors = [e for e in args.executors.split(",") if e]
+    unknown = sorted(set(executors) - {"sim", "emulation"})
+    if unknown or not executors:
+        raise TestbedError(f"--executors: expected sim, emulation or both, found "
+                           f"{args.executors!r}")
+    if args.size not in ("small", "full"):
+        raise TestbedError(f"--size: person-search has small and full, found {args.size!r}")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"person-search-{args.size}-{stamp}"
+    report_dir = Path(args.report or "docs/results/person-search")
+    progress = lambda line: print(line, flush=True)
+    reports = []
+    for executor in executors:
+        command = "testbed experiment person-search " + shlex.join(
+            ["--size", args.size, "--executors", executor, "--report", str(report_dir)])
+        if executor == "sim":
+            folder = person_search_report.run_simulation(out / "sim", args.size,
+                                                         progress=progress)
+            reports.append(person_search_report.write_simulation_report(
+                folder, report_dir / "simulation.md", command))
+        else:
+            folder = person_search.run_person_search(args.size, out / "emulation", progress)
+            reports.append(person_search.write_emulation_report(
+                folder, report_dir / "emulation.md", command))
+    print(f"results: {out}\nreports: {', '.join(map(str, reports))}")
+    return 0
+
+
 def _cmd_clean(_args: argparse.Namespace) -> int:
     from testbed.emulation.ledger import clean_stale
 
@@ -159,16 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
     exp.add_argument("name", choices=("offloading", "armada-selection", "armada-failover",
                                       "armada-scalability", "armada-failures",
-                                      "armada-churn", "armada-load"))
+                                      "armada-churn", "armada-load", "person-search"))
     exp.add_argument("--size", choices=("small", "medium", "full"), default="small",
                      help="offloading and armada-selection also have medium; the other "
-                          "Armada experiments small and full")
+                          "Armada experiments and person-search small and full")
     exp.add_argument("--executors", default="sim,emulation",
-                     help="comma-separated: sim, emulation or both (default)")
+                     help="comma-separated: sim, emulation or both (default; offloading "
+                          "and person-search)")
     exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")
     exp.add_argument("--report", default=None,
                      help="folder of the generated report (default: docs/results/offloading, "
-                          "docs/results/armada)")
+                          "docs/results/armada, docs/results/person-search)")
     exp.set_defaults(fn=_cmd_experiment)
 
     sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \

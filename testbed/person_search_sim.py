@@ -2,7 +2,10 @@
 
 :func:`simulate` runs every search of a ``person-search`` world concurrently against its
 ``N`` edge servers in model time and returns a :class:`SearchRun`; :func:`fig3_table` and
-:func:`fig4_table` are the paper's two experiments on top of it. The pieces it drives
+:func:`fig4_table` are the paper's two experiments on top of it, :func:`grid_table` the
+2-D grid against the 1-D line with Eq. 7-8's compensation. :func:`run_stats` breaks a
+run's analyses down (before ``T_R`` or at it, with or without the target) and
+:func:`isolated_analyses` runs each search alone on idle servers. The pieces it drives
 (policies, :class:`~testbed.person_search.Search`, the response model
 :class:`~testbed.person_search.AnalysisServer`) live in :mod:`testbed.person_search`; the
 world and its ground truth in :mod:`workloads.person_search`.
@@ -66,7 +69,7 @@ import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,6 +87,7 @@ from workloads.person_search import DEFAULTS, PersonSearch, SearchWorld, build_w
 ACCOUNTINGS = ("plain", "compensated")
 FIG3_POLICIES = ("priority", "random", "load-balance")
 FIG4_WS = (0.001, 0.01, 0.1, 0.3, 1.0)
+GRID_SIDES = (3, 5, 7, 10)
 SERVER_PREFIX = "edge-"
 DEFAULT_CLIENT = "coordinator"
 _POLICY_DOMAIN = 0x5EA4C4  # mixed into the policy seed's entropy (see policy_seed_for)
@@ -423,6 +427,57 @@ def analysis_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
     return rows
 
 
+# --- what a run did ---------------------------------------------------------------------------
+
+
+def run_stats(run: SearchRun, world: SearchWorld) -> dict[str, Any]:
+    """What ``run``'s analyses were, per search on average (JSON-ready).
+
+    ``mean_past``: analyses of items before the required time ``T_R``;
+    ``mean_past_misses``: those of them whose item did not contain the target;
+    ``mean_tr_misses``: analyses at ``T_R`` without the target (each search ends with
+    exactly one analysis at ``T_R`` with it). Per analysis: ``mean_factor``, the Eq. 7
+    factor applied (1 under ``accounting="plain"``), ``factor_one_share``, the share of
+    analyses whose factor was 1 (under ``"compensated"``: items at most one slot from
+    ``T_L``; all of them under ``"plain"``), and ``mean_concurrency``, the
+    analyses running on its server once it was admitted, itself included (its duration
+    in units of ``Tc x factor`` under the paper rule). Per run: ``total_analyses`` and
+    ``makespan_s`` (the last completion). ``world`` must be the run's world.
+    """
+    items = world.items
+    slot = items.time[run.a_item].astype(np.int64)
+    hit = world.holder[run.a_search, slot] == items.server[run.a_item]
+    past = slot < world.slots
+    n = max(run.requests, 1)
+    return {"mean_past": float(past.sum()) / n,
+            "mean_past_misses": float((past & ~hit).sum()) / n,
+            "mean_tr_misses": float((~past & ~hit).sum()) / n,
+            "mean_factor": float(run.a_factor.mean()) if run.a_factor.size else 1.0,
+            "factor_one_share": float((run.a_factor == 1.0).mean()) if run.a_factor.size
+            else 1.0,
+            "mean_concurrency": float((run.a_queue + 1).mean()) if run.a_queue.size else 0.0,
+            "total_analyses": run.total_analyses, "makespan_s": run.makespan}
+
+
+def isolated_analyses(world: SearchWorld, policy_name: str, seed: int = 0, *,
+                      policy_seed: int | None = None, **policy_params: Any) -> np.ndarray:
+    """Analyses each search of ``world`` needs when it runs alone on idle servers.
+
+    Every search is Algorithm 1 with ``k = 0`` on every server at every choice, answered
+    from the ground truth (:meth:`Search.run`); the policy is seeded as in
+    :func:`simulate` (``policy_seed_for(seed)`` unless ``policy_seed`` is given).
+    Compared with a :func:`simulate` run it shows what contention changed in the
+    choices. Returns an int array, one entry per search.
+    """
+    pseed = policy_seed_for(seed) if policy_seed is None else int(policy_seed)
+    policy = make_search_policy(policy_name, world.items, pseed, **policy_params)
+    out = np.zeros(world.targets, dtype=np.int64)
+    for k in range(world.targets):
+        search = Search.for_target(world, k)
+        out[k] = len(search.run(policy, lambda item, k=k: world.contains(k, item)))
+    return out
+
+
 # --- the paper's experiments ------------------------------------------------------------------
 
 
@@ -445,8 +500,9 @@ def fig3_table(servers: Iterable[int] = (10, 50, 100),
     policy, so the policies face the same targets. ``options`` go to :func:`simulate`
     (``sharing``, ``accounting``, priority parameters such as ``w``: only the priority
     policy takes the latter). One row per run: ``movement``, ``servers``, ``policy``,
-    ``total_response_s``, ``mean_analyses``, ``reduction_vs_random`` (``1 - total /
-    total of random`` on the same world; None without a random run) and ``wall_s``.
+    ``total_response_s``, ``mean_analyses``, the fields of :func:`run_stats`,
+    ``reduction_vs_random`` (``1 - total / total of random`` on the same world; None
+    without a random run) and ``wall_s``.
     """
     priority_keys = set(PriorityParams.__dataclass_fields__) | {"params"}
     rows: list[dict[str, Any]] = []
@@ -465,6 +521,7 @@ def fig3_table(servers: Iterable[int] = (10, 50, 100),
                 block.append({"movement": movement, "servers": n, "policy": name,
                               "total_response_s": run.total_response,
                               "mean_analyses": run.mean_analyses,
+                              **run_stats(run, the_world),
                               "wall_s": time.perf_counter() - began})
             random_total = next((r["total_response_s"] for r in block
                                  if r["policy"] == "random"), None)
@@ -486,7 +543,8 @@ def fig4_table(ws: Sequence[float] = FIG4_WS, servers: Iterable[int] = (10, 50, 
     ``ws``; ``normalised`` is the total divided by the total at ``w = reference`` (which
     must be in ``ws``; the paper normalises to 0.001). ``options`` go to
     :func:`simulate` (not ``w``). One row per run: ``movement``, ``servers``, ``w``,
-    ``total_response_s``, ``mean_analyses``, ``normalised``, ``wall_s``.
+    ``total_response_s``, ``mean_analyses``, the fields of :func:`run_stats`,
+    ``normalised``, ``wall_s``.
     """
     ws = [float(w) for w in ws]
     if reference not in ws:
@@ -507,9 +565,109 @@ def fig4_table(ws: Sequence[float] = FIG4_WS, servers: Iterable[int] = (10, 50, 
                 block.append({"movement": movement, "servers": n, "w": w,
                               "total_response_s": run.total_response,
                               "mean_analyses": run.mean_analyses,
+                              **run_stats(run, the_world),
                               "wall_s": time.perf_counter() - began})
             base = next(r["total_response_s"] for r in block if r["w"] == reference)
             for r in block:
                 r["normalised"] = r["total_response_s"] / base
             rows += block
+    return rows
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One setting of :func:`grid_table`: a server ``layout`` (``grid`` or ``line``), an
+    ``accounting`` (``plain`` or ``compensated``) and options of the priority policy
+    (``priority``, e.g. ``{"compensation": "response-time"}``), named ``label``."""
+
+    label: str
+    layout: str
+    accounting: str = "plain"
+    priority: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The grid as generated (2-D servers, 2-D movement) and the line of the same ``N`` with
+#: plain accounting, with Eq. 7-8 in the accounting, and with Eq. 7-8 in Eq. 1.
+GRID_READINGS = (
+    Reading("grid", "grid"),
+    Reading("line", "line"),
+    Reading("line-compensated", "line", "compensated"),
+    Reading("line-response-time", "line", priority={"compensation": "response-time"}),
+)
+
+
+def _frozen(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in options.items()))
+
+
+def grid_table(sides: Iterable[int] = GRID_SIDES,
+               movements: Iterable[str] = ("normal", "straight"),
+               policies: Sequence[str] = FIG3_POLICIES, targets: int = 1000, seed: int = 0,
+               *, readings: Sequence[Reading] = GRID_READINGS,
+               world: Mapping[str, Any] | None = None,
+               **options: Any) -> list[dict[str, Any]]:
+    """The 2-D grid, where the search area really grows in two dimensions, beside the 1-D
+    line of the same ``N`` with and without Eq. 7-8's ``l_i`` compensation.
+
+    For each movement and grid side ``side`` (``N = side^2`` servers), every reading of
+    ``readings`` runs every policy on the world of its layout: ``layout: grid``
+    (``side x side`` servers, 2-D normal movement, ``straight`` = +x) or ``layout: line``
+    (``N`` servers in a row). The worlds of one (movement, N) are built with ``seed``, so
+    the readings of one layout share their targets. ``options`` go to :func:`simulate`
+    for every reading (priority parameters only to the priority policy; a reading's own
+    ``priority`` options override them; ``accounting`` is the reading's). A run that two
+    readings share (a baseline, which takes no priority options) is simulated once.
+
+    One row per (movement, N, reading): ``movement``, ``servers``, ``side``, ``reading``
+    (its label), ``layout``, ``accounting``, ``priority_options``, per policy
+    ``total_response_s``, ``mean_analyses`` and ``reduction_vs_random`` (dicts keyed by
+    policy name; the reduction is ``1 - total / total of random`` of the same row, None
+    without a random run), ``end_share`` (share of targets whose ``T_R`` server is in the
+    last column along x, where a straight mover stops) and ``wall_s`` (the runs made for
+    the row).
+    """
+    if "accounting" in options:
+        raise ValueError("grid_table takes the accounting from each reading")
+    priority_keys = set(PriorityParams.__dataclass_fields__) | {"params"}
+    rows: list[dict[str, Any]] = []
+    for movement in movements:
+        for side in sides:
+            n = int(side) * int(side)
+            worlds: dict[str, tuple[SearchWorld, float]] = {}
+            done: dict[tuple[Any, ...], tuple[float, float]] = {}
+            for reading in readings:
+                if reading.layout not in worlds:
+                    params = {**_world_params(n, movement, targets, world),
+                              "layout": reading.layout}
+                    PersonSearch().validate(params)
+                    worlds[reading.layout] = (build_world(params, seed),
+                                              float(params.get("tc_s", DEFAULTS["tc_s"])))
+                the_world, tc = worlds[reading.layout]
+                totals: dict[str, float] = {}
+                analyses: dict[str, float] = {}
+                wall = 0.0
+                for name in policies:
+                    own = {**options, **reading.priority} if name == "priority" else \
+                        {k: v for k, v in options.items() if k not in priority_keys}
+                    key = (reading.layout, reading.accounting, name, _frozen(own))
+                    if key not in done:
+                        began = time.perf_counter()
+                        run = simulate(the_world, name, seed, **{
+                            "tc": tc, **own, "accounting": reading.accounting})
+                        wall += time.perf_counter() - began
+                        done[key] = (run.total_response, run.mean_analyses)
+                    totals[name], analyses[name] = done[key]
+                random_total = totals.get("random")
+                layout = the_world.layout
+                last = the_world.holder[:, the_world.slots] % layout.side == layout.side - 1
+                rows.append({
+                    "movement": movement, "servers": n, "side": int(side),
+                    "reading": reading.label, "layout": reading.layout,
+                    "accounting": reading.accounting,
+                    "priority_options": dict(reading.priority),
+                    "total_response_s": totals, "mean_analyses": analyses,
+                    "reduction_vs_random": {
+                        k: None if random_total is None else 1.0 - v / random_total
+                        for k, v in totals.items()},
+                    "end_share": float(last.mean()), "wall_s": wall})
     return rows

@@ -51,6 +51,11 @@ SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63}){0,3}")
 #: The Armada entry point: clients of a scenario running it find their servers through it.
 ARMADA_BEACON = "armada.beacon"
+#: The person-search coordinator: it drives its own edge data servers (no tier servers).
+PERSON_SEARCH_COORDINATOR = "person_search.coordinator"
+#: Programs that bring their own servers: a scenario running one needs no tier_server
+#: for its clients and no dispatch policies.
+SELF_CONTAINED = (ARMADA_BEACON, PERSON_SEARCH_COORDINATOR)
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _GENERATOR_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
@@ -494,8 +499,8 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     topology = _topology_ref(c, data["topology"], base_dir)
     services = _services(c, data["services"], topology)
     workload, generator = _workload(c, data["workload"], seed)
-    armada = any(s.program == ARMADA_BEACON for s in services)
-    policies = _policies(c, data["policies"], nonempty=not armada)
+    contained = any(s.program in SELF_CONTAINED for s in services)
+    policies = _policies(c, data["policies"], nonempty=not contained)
     repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
     duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
     time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
@@ -579,7 +584,7 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
     scenario_clients = [n for n in topology.nodes if n.role == "client"]
     if not scenario_clients:
         c.fail("topology", "a topology with at least one client node", "<no client>")
-    if any(s.program == ARMADA_BEACON for s in services):
+    if any(s.program in SELF_CONTAINED for s in services):
         return tuple(services)
     for client in scenario_clients:
         if not any(

@@ -3,6 +3,9 @@ interval metrics and the baseline clients' choices."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from nodes.armada.geo import haversine_km
@@ -24,9 +27,11 @@ from testbed.experiments.armada_fleets import (
     SELECTION_POLICIES,
     _scale_summary,
     churn_schedule,
+    co_switches,
     failure_order,
     load_schedule,
     rotated,
+    spread,
 )
 from testbed.experiments.armada_user import BaselineClient
 
@@ -186,3 +191,31 @@ def test_policy_order_rotates_so_each_policy_goes_first_once_in_four_points() ->
 def test_scaling_summary_counts_each_action() -> None:
     assert _scale_summary(["up", "up", "down", "up"]) == "3 up, 1 down"
     assert _scale_summary([]) == ""
+
+
+def test_spread_counts_the_busiest_node_and_switches_per_user() -> None:
+    rows = [{"outcome": "ok", "target": t} for t in ("e1", "e1", "e1", "e2")]
+    rows.append({"outcome": "timeout", "target": "e3"})
+    got = spread(rows, {"switches": {"u1": 1, "u2": 3}})
+    assert got == {"busiest_share": 0.75, "nodes_used": 2, "switches_per_user": 2.0}
+
+
+def test_co_switches_counts_other_users_moving_to_the_same_replica(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def switch(t: float, target: str, reason: str = "probe", source: str | None = "a") -> dict:
+        return {"t": t, "kind": "switch",
+                "detail": {"target": target, "reason": reason, "source": source}}
+
+    logs = {"u1": [switch(0.0, "x", source=None), switch(10.0, "r1"), switch(20.0, "r2")],
+            "u2": [switch(10.5, "r1"), switch(15.0, "r2", reason="failover")],
+            "u3": [switch(30.0, "r1")]}
+    for user, events in logs.items():
+        (work / f"result-0-armada-{user}.json").write_text(json.dumps({"events": events}))
+    got = co_switches(tmp_path, 0, "armada")
+    # re-probe switches: u1 r1@10, u1 r2@20, u2 r1@10.5, u3 r1@30; only the two at 10 s pair
+    assert got["reprobe_switches"] == 4
+    assert got["co_switches"] == pytest.approx(2 / 4)
+    # 3 others x (2 x 2 s / 20 s span) / 2 replicas
+    assert got["co_switches_chance"] == pytest.approx(3 * 0.2 / 2)

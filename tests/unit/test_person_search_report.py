@@ -1,0 +1,204 @@
+"""Tests of the 2-D grid table, the run statistics and the simulation report of person search.
+
+Tiny worlds for the tables; one ``small`` run of the report (a few seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from testbed.errors import TestbedError
+from testbed.experiments.person_search_report import (
+    REPORT_READINGS,
+    RESULT_NAME,
+    run_simulation,
+    write_simulation_report,
+)
+from testbed.person_search_sim import (
+    FIG3_POLICIES,
+    GRID_READINGS,
+    Reading,
+    grid_table,
+    isolated_analyses,
+    run_stats,
+    simulate,
+)
+from workloads.person_search import Layout, SearchWorld, build_world
+
+
+def _without_wall(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+# --- grid_table ------------------------------------------------------------------------------
+
+
+def test_grid_table_shape_and_order() -> None:
+    rows = grid_table(sides=(2, 3), targets=12, seed=1)
+    labels = [r.label for r in GRID_READINGS]
+    assert [(r["movement"], r["servers"], r["reading"]) for r in rows] == \
+        [(m, s * s, label) for m in ("normal", "straight") for s in (2, 3) for label in labels]
+    for r in rows:
+        assert r["side"] ** 2 == r["servers"]
+        assert set(r["total_response_s"]) == set(FIG3_POLICIES)
+        assert set(r["mean_analyses"]) == set(FIG3_POLICIES)
+        assert 0.0 <= r["end_share"] <= 1.0
+    by = {r["reading"]: r for r in rows[:len(labels)]}
+    assert (by["grid"]["layout"], by["grid"]["accounting"]) == ("grid", "plain")
+    assert (by["line-compensated"]["layout"], by["line-compensated"]["accounting"]) == \
+        ("line", "compensated")
+    assert by["line-response-time"]["priority_options"] == {"compensation": "response-time"}
+
+
+def test_grid_table_is_deterministic() -> None:
+    one = grid_table(sides=(3,), movements=("normal",), targets=15, seed=4)
+    two = grid_table(sides=(3,), movements=("normal",), targets=15, seed=4)
+    assert _without_wall(one) == _without_wall(two)
+    other = grid_table(sides=(3,), movements=("normal",), targets=15, seed=5)
+    assert _without_wall(one) != _without_wall(other)
+
+
+def test_grid_table_reductions_come_from_the_totals() -> None:
+    for r in grid_table(sides=(2, 3), targets=10, seed=2):
+        totals = r["total_response_s"]
+        for policy, reduction in r["reduction_vs_random"].items():
+            assert reduction == pytest.approx(1.0 - totals[policy] / totals["random"])
+        assert r["reduction_vs_random"]["random"] == 0.0
+
+
+def test_grid_table_runs_are_the_simulator_runs() -> None:
+    rows = {r["reading"]: r for r in grid_table(sides=(3,), movements=("normal",),
+                                                targets=12, seed=3)}
+    grid_world = build_world({"servers": 9, "layout": "grid", "targets": 12}, 3)
+    line_world = build_world({"servers": 9, "layout": "line", "targets": 12}, 3)
+    for policy in FIG3_POLICIES:
+        assert rows["grid"]["total_response_s"][policy] == \
+            simulate(grid_world, policy, 3).total_response
+        assert rows["line"]["total_response_s"][policy] == \
+            simulate(line_world, policy, 3).total_response
+    assert rows["line-response-time"]["total_response_s"]["priority"] == \
+        simulate(line_world, "priority", 3, compensation="response-time").total_response
+    # the baselines take no priority options: the same runs as on the plain line
+    for policy in ("random", "load-balance"):
+        assert rows["line-response-time"]["total_response_s"][policy] == \
+            rows["line"]["total_response_s"][policy]
+        # they analyse only T_5 items from T_L = 0: every analysis costs l = 9 Tc, and the
+        # whole schedule scales by 9
+        assert rows["line-compensated"]["total_response_s"][policy] == \
+            pytest.approx(9.0 * rows["line"]["total_response_s"][policy])
+
+
+def test_grid_table_options_and_readings() -> None:
+    rows = grid_table(sides=(2,), movements=("straight",), policies=("priority",), targets=5,
+                      readings=(Reading("g", "grid", priority={"w": 0.3}),), w=0.01)
+    assert len(rows) == 1
+    assert rows[0]["reduction_vs_random"] == {"priority": None}
+    world = build_world({"servers": 4, "layout": "grid", "targets": 5,
+                         "movement": "straight"}, 0)
+    assert rows[0]["total_response_s"]["priority"] == \
+        simulate(world, "priority", 0, w=0.3).total_response
+    with pytest.raises(ValueError, match="accounting"):
+        grid_table(sides=(2,), targets=5, accounting="compensated")
+
+
+def test_end_share_of_straight_movers() -> None:
+    # 5 steps to the right on a 3x3 grid: every target ends in the last column
+    rows = grid_table(sides=(3,), movements=("straight",), targets=20,
+                      readings=(Reading("grid", "grid"),))
+    assert rows[0]["end_share"] == 1.0
+
+
+# --- run_stats and isolated_analyses ---------------------------------------------------------
+
+
+def static_world(servers: int, where: list[int], slots: int = 5) -> SearchWorld:
+    """A line of ``servers`` where target k stays on server ``where[k]`` at every slot."""
+    holder = np.array([[s] * (slots + 1) for s in where], dtype=np.int64)
+    start = np.array([[float(s), 0.0] for s in where])
+    return SearchWorld(layout=Layout("line", servers), slots=slots, start=start, holder=holder)
+
+
+def test_run_stats_static_target() -> None:
+    # The static priority search walks T1..T5 on its own server: 4 past hits, 1 T_R hit.
+    world = static_world(3, [1])
+    stats = run_stats(simulate(world, "priority", 0, accounting="compensated"), world)
+    assert stats == {"mean_past": 4.0, "mean_past_misses": 0.0, "mean_tr_misses": 0.0,
+                     "mean_factor": 1.0, "factor_one_share": 1.0, "mean_concurrency": 1.0,
+                     "total_analyses": 5, "makespan_s": 50.0}
+    random = run_stats(simulate(world, "random", 0, accounting="compensated"), world)
+    assert random["mean_past"] == 0.0 and random["mean_factor"] == 9.0
+    assert random["factor_one_share"] == 0.0
+
+
+@pytest.mark.parametrize("policy", FIG3_POLICIES)
+def test_run_stats_add_up(policy: str) -> None:
+    params = {"servers": 10, "targets": 40, "movement": "straight"}
+    world = build_world(params, 6)
+    run = simulate(world, policy, 6)
+    stats = run_stats(run, world)
+    # every search ends with exactly one T_R analysis that contains its target
+    assert run.mean_analyses == pytest.approx(stats["mean_past"] + stats["mean_tr_misses"] + 1)
+    assert stats["mean_past_misses"] <= stats["mean_past"]
+    assert stats["mean_concurrency"] == pytest.approx(float((run.a_queue + 1).mean()))
+    assert stats["total_analyses"] == run.total_analyses
+
+
+def test_isolated_analyses() -> None:
+    assert isolated_analyses(static_world(3, [1, 1, 0]), "priority").tolist() == [5, 5, 5]
+    # random ignores the load and draws from per-search streams: alone or not, the same
+    world = build_world({"servers": 20, "targets": 30}, 2)
+    assert isolated_analyses(world, "random", 2).tolist() == \
+        simulate(world, "random", 2).analyses.tolist()
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+def test_simulation_report_small(tmp_path: Path) -> None:
+    out = run_simulation(tmp_path / "sim", "small", progress=lambda _line: None)
+    assert out == tmp_path / "sim"
+    doc = json.loads((out / RESULT_NAME).read_text())
+    params = doc["params"]
+    assert doc["size"] == "small" and params["targets"] == 100
+    assert params["servers"] == [10, 50] and params["priority"]["w"] == 0.001
+    assert len(doc["fig3"]) == 2 * 2 * 2 * len(FIG3_POLICIES)  # accountings x movements x N
+    assert len(doc["fig4"]) == 2 * 2 * 2 * len(params["ws"])
+    assert len(doc["grid"]) == 2 * len(params["grid_sides"]) * len(REPORT_READINGS)
+    assert {r["accounting"] for r in doc["fig3"]} == {"plain", "compensated"}
+    assert len(doc["alone"]) == 2 * 2
+    for r in doc["fig4"]:
+        if r["w"] == 0.001:
+            assert r["normalised"] == 1.0
+
+    report = write_simulation_report(out, tmp_path / "docs" / "simulation.md",
+                                     "testbed experiment person-search --size small")
+    text = report.read_text()
+    for png in ("simulation-fig3.png", "simulation-fig4.png", "simulation-grid.png"):
+        assert (report.parent / png).stat().st_size > 1000
+        assert f"]({png})" in text
+    for needle in ("## Fig. 3", "## Fig. 4", "## 2-D grid", "95 %", "6 %", "1.6x", "7.7x",
+                   "| 0.3 |", "none was tuned",
+                   "`testbed experiment person-search --size small`", "k_i + 1",
+                   "What leaves the candidate set", "two readings"):
+        assert needle in text, needle
+    assert "nan" not in text.lower().split()
+
+
+def test_unknown_size(tmp_path: Path) -> None:
+    with pytest.raises(TestbedError, match="--size"):
+        run_simulation(tmp_path, "medium")
+
+
+def test_module_is_pure() -> None:
+    code = ("import sys, testbed.experiments.person_search_report as m; "
+            "bad = [k for k in ('mininet', 'aiohttp', 'docker', 'matplotlib') "
+            "if k in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
