@@ -49,14 +49,27 @@ class SearchSize:
 
     servers: tuple[int, ...]
     targets: int
-    time_scale: float  # model seconds per wall second
+    #: model seconds per wall second, one per entry of ``servers``: more servers run more
+    #: analyses at once, so a larger N gets a gentler compression to keep the request
+    #: rate the coordinator (one Python process) must sustain in the hundreds per second
+    time_scales: tuple[float, ...]
     movements: tuple[str, ...] = ("normal", "straight")
     policies: tuple[str, ...] = FIG3_POLICIES
     seed: int = 0
 
 
-SIZES = {"small": SearchSize(servers=(10,), targets=100, time_scale=200.0),
-         "full": SearchSize(servers=(10, 50), targets=1000, time_scale=500.0)}
+    def __post_init__(self) -> None:
+        if len(self.time_scales) != len(self.servers):
+            raise ValueError(f"time_scales: expected one per entry of servers "
+                             f"{self.servers}, found {self.time_scales}")
+
+    def time_scale(self, servers: int) -> float:
+        """The compression used with ``servers`` edge servers."""
+        return self.time_scales[self.servers.index(servers)]
+
+
+SIZES = {"small": SearchSize(servers=(10,), targets=100, time_scales=(200.0,)),
+         "full": SearchSize(servers=(10, 50), targets=1000, time_scales=(500.0, 100.0))}
 
 
 def search_scenario(servers: int, targets: int = 1000, movement: str = "normal",
@@ -210,7 +223,8 @@ def run_emulated_search(n: int, plan: SearchSize, size: str, out: Path,
     from testbed.runner import materialise
     from workloads.person_search import read_ground_truth
 
-    scenario = search_scenario(n, plan.targets, plan.movements[0], plan.time_scale, plan.seed)
+    time_scale = plan.time_scale(n)
+    scenario = search_scenario(n, plan.targets, plan.movements[0], time_scale, plan.seed)
 
     def prepare(run: str, workdir: Path) -> dict[str, Path]:
         folders = {}
@@ -243,7 +257,7 @@ def run_emulated_search(n: int, plan: SearchSize, size: str, out: Path,
                     pseed = policy_seed_for(plan.seed)
                     body = {"servers": urls, "layout": "line", "slots": world.slots,
                             "starts": starts, "policy": policy, "policy_seed": pseed,
-                            "tc": 10.0, "time_scale": plan.time_scale,
+                            "tc": 10.0, "time_scale": time_scale,
                             "accounting": "plain"}
                     code, answer = in_netns(cloud.pid, lambda body=body: http_json(
                         f"{coordinator}/runs", "POST", body, timeout=RUN_TIMEOUT_S))
@@ -252,12 +266,13 @@ def run_emulated_search(n: int, plan: SearchSize, size: str, out: Path,
                                              f"({code}): {answer.get('error', answer)}")
                     rep = len(results)
                     rows += run_rows(answer, run, policy, rep, answer["started_wall"],
-                                     plan.time_scale, 10.0)
+                                     time_scale, 10.0)
                     sim = simulate(world, policy, plan.seed, tc=10.0, policy_seed=pseed)
                     emu_total = float(sum(r["response_model_s"] for r in answer["requests"]))
                     found_ok = all(int(r["found_item"]) == world.required_item(int(r["search"]))
                                    for r in answer["requests"])
                     entry = {"servers": n, "movement": movement, "policy": policy,
+                             "time_scale": time_scale,
                              "repetition": rep, "targets": len(answer["requests"]),
                              "emulated_total_s": emu_total,
                              "simulated_total_s": float(sim.total_response),
@@ -267,7 +282,7 @@ def run_emulated_search(n: int, plan: SearchSize, size: str, out: Path,
                              "emulated_makespan_s": float(answer["model_makespan_s"]),
                              "simulated_makespan_s": float(sim.makespan),
                              "wall_s": float(answer["wall_s"]), "all_found": found_ok,
-                             **overheads(answer, 10.0 / plan.time_scale)}
+                             **overheads(answer, 10.0 / time_scale)}
                     results.append(entry)
                     progress(f"  {movement}/{policy}: total {emu_total:.0f} s emulated, "
                              f"{sim.total_response:.0f} s simulated "
@@ -276,7 +291,7 @@ def run_emulated_search(n: int, plan: SearchSize, size: str, out: Path,
         progress(f"host CPU idle {host['idle_share']:.0%}"
                  + (" - SATURATED" if host["saturated"] else ""))
         return {"rows": rows, "shaping_backend": topo.net.backend,
-                "person_search": {"servers": n, "time_scale": plan.time_scale,
+                "person_search": {"servers": n, "time_scale": time_scale,
                                   "targets": plan.targets, "results": results, "host": host,
                                   "run": run}}
 
@@ -353,7 +368,8 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
     png = _plot_emulation(results, report.with_name("emulation.png"))
     emu_red = reductions(results, "emulated_total_s")
     sim_red = reductions(results, "simulated_total_s")
-    tc_wall_ms = 10.0 / plan["time_scale"] * 1e3
+    scales = "; ".join(f"N = {p['servers']}: time_scale {p['time_scale']:g}, Tc = "
+                       f"{10.0 / p['time_scale'] * 1e3:g} ms of wall time" for p in points)
     lines = report_header(
         "Person search in emulation (`person-search`, emulation executor)", command, first,
         f"{plan['targets']} searches per run, N = {', '.join(map(str, plan['servers']))}.")
@@ -365,9 +381,10 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
          "paper's Algorithm 1 for each, one item in flight per search, over real HTTP. The "
          "edge servers realise the paper's response model (an analysis takes Tc times the "
          "analyses running on the server, itself included) with real concurrent requests, "
-         f"Tc = 10 model s compressed by time_scale {plan['time_scale']:g} to "
-         f"{tc_wall_ms:g} ms of wall time. The same world, policy and policy seed run through "
-         "the discrepancy's other side, the discrete-event simulator, in the same command."),
+         f"Tc = 10 model s compressed ({scales}; a larger N runs more analyses at once "
+         "and gets a gentler compression). The same world, policy and policy seed also run "
+         "through the discrete-event simulator in the same command: the other side of "
+         "every comparison below."),
         "", f"![emulated and simulated totals]({png.name})", "",
         "## Total response time (model seconds, summed over the searches)", "",
         ("Reduction: 1 - total / random's total on the same world (negative: longer than "
@@ -415,8 +432,8 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
             f"time per analysis (the configured link delays alone make a round trip of "
             f"{2 * (CLOUD_DELAY_MS + EDGE_DELAY_MS[0]):g}-{2 * (CLOUD_DELAY_MS + EDGE_DELAY_MS[1]):g}"
             f" ms), against a mean analysis of {min(served):.0f}-{max(served):.0f} ms "
-            f"(Tc = {tc_wall_ms:g} ms times the analyses running), and it is counted into "
-            "the response time; " if trips and served else "")
+            "(Tc times the analyses running), and it is counted into the response time; "
+            if trips and served else "")
          + "(2) analyses that end at the same model instant in the simulator (the paper's rule "
            "makes durations multiples of Tc) answer at slightly different wall instants "
            "here, so the next choices are made in smaller batches and see other loads "

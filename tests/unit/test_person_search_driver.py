@@ -93,3 +93,4 @@ def test_reductions_are_relative_to_random_of_the_same_point() -> None:
 def test_sizes_cover_the_issue() -> None:
     assert set(SIZES["full"].servers) >= {10, 50}
     assert SIZES["full"].targets == 1000
+    assert SIZES["full"].time_scale(50) < SIZES["full"].time_scale(10)
