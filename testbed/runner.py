@@ -51,6 +51,11 @@ def materialise(scenario: Scenario, folder: Path) -> Path:
 
         # the trace schema has no room for where the targets are: the executor's truth
         write_ground_truth(folder, scenario.workload.params, scenario.workload.seed)
+    elif scenario.workload.generator == "face-recognition":
+        from workloads.faces import write_plan
+
+        # who each frame shows: the stand-in for a face-embedding model, beside the trace
+        write_plan(folder, scenario.workload.params, scenario.workload.seed)
     return folder
 
 

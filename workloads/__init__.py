@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from testbed.errors import TestbedError
 from workloads.bursty_pareto import BurstyPareto
+from workloads.faces import FaceRecognition
 from workloads.frame_stream import FrameStream
 from workloads.person_search import PersonSearch
 from workloads.trace import Task, read_trace, write_trace
@@ -52,7 +53,7 @@ class Generator(Protocol):
 
 
 GENERATORS: dict[str, Generator] = {
-    g.name: g for g in (BurstyPareto(), FrameStream(), PersonSearch())
+    g.name: g for g in (BurstyPareto(), FaceRecognition(), FrameStream(), PersonSearch())
 }
 
 

@@ -3,12 +3,13 @@
 Deployers deploy and inspect applications, users query for service access points, and
 resource contributors register nodes, all here. The Beacon checks bearer tokens on the
 requests that change the system (deploy, remove, register, leave) before reading their
-bodies, then forwards the request unchanged to its owner (the Application Manager or the
-Spinner) and passes the answer back, so validation errors come from the service that
-owns the data. The contract is ``docs/armada.md``.
+bodies, then forwards the request unchanged to its owner (the Application Manager, the
+Spinner, or for storage nodes the Cargo Manager) and passes the answer back, so
+validation errors come from the service that owns the data. The contract is
+``docs/armada.md``.
 
 Run it as ``python -m nodes.armada.beacon --host H --port P --app-manager URL --spinner
-URL (--token T ... | --tokens FILE) [--timeout-s 10]``.
+URL [--cargo-manager URL] (--token T ... | --tokens FILE) [--timeout-s 10]``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from nodes.armada.auth import TokenChecker, load_tokens
-from nodes.armada.openapi import add_openapi, beacon_spec
+from nodes.armada.openapi import add_openapi, beacon_spec, beacon_storage_paths
 from nodes.common import client_error, configure_logging, make_base_app, serve
 
 _log = logging.getLogger("nodes.armada.beacon")
@@ -34,9 +35,11 @@ class Beacon:
     """Token checks and forwarding."""
 
     def __init__(self, app_manager: str, spinner: str, tokens: Iterable[str],
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, cargo_manager: str | None = None) -> None:
         self.upstreams = {"application manager": app_manager.rstrip("/"),
                           "spinner": spinner.rstrip("/")}
+        if cargo_manager:
+            self.upstreams["cargo manager"] = cargo_manager.rstrip("/")
         self.tokens = TokenChecker(tokens)
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
@@ -87,9 +90,12 @@ class Beacon:
 
 
 def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
-             timeout_s: float = 10.0) -> web.Application:
-    """Build the Beacon application; raises ValueError without any token."""
-    beacon = Beacon(app_manager, spinner, tokens, timeout_s)
+             timeout_s: float = 10.0, cargo_manager: str | None = None) -> web.Application:
+    """Build the Beacon application; raises ValueError without any token.
+
+    With ``cargo_manager`` it also forwards Cargo registration (``/cargos``) there.
+    """
+    beacon = Beacon(app_manager, spinner, tokens, timeout_s, cargo_manager)
     app = make_base_app()
     am, sp = "application manager", "spinner"
     app.router.add_post("/apps", beacon.route(am, secured=True))
@@ -100,8 +106,15 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
     app.router.add_post("/nodes", beacon.route(sp, secured=True))
     app.router.add_get("/nodes", beacon.route(sp, secured=False))
     app.router.add_delete("/nodes/{node_id}", beacon.route(sp, secured=True))
+    spec = beacon_spec()
+    if cargo_manager:
+        cm = "cargo manager"
+        app.router.add_post("/cargos", beacon.route(cm, secured=True))
+        app.router.add_get("/cargos", beacon.route(cm, secured=False))
+        app.router.add_delete("/cargos/{cargo_id}", beacon.route(cm, secured=True))
+        spec["paths"].update(beacon_storage_paths())
     app.router.add_get("/health", beacon.handle_health)
-    add_openapi(app, beacon_spec())
+    add_openapi(app, spec)
     app.on_startup.append(beacon.start)
     app.on_cleanup.append(beacon.stop)
     return app
@@ -116,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--app-manager", required=True, help="http://host:port")
     parser.add_argument("--spinner", required=True, help="http://host:port")
+    parser.add_argument("--cargo-manager", help="http://host:port (storage layer)")
     parser.add_argument("--token", action="append", default=[], help="repeatable")
     parser.add_argument("--tokens", help="file with one token per line")
     parser.add_argument("--timeout-s", type=float, default=10.0)
@@ -129,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not tokens:
         parser.error("at least one token is required (--token or --tokens)")
     configure_logging()
-    app = make_app(args.app_manager, args.spinner, tokens, args.timeout_s)
+    app = make_app(args.app_manager, args.spinner, tokens, args.timeout_s, args.cargo_manager)
     serve(app, args.host, args.port, logger=_log)
     return 0
 

@@ -275,6 +275,7 @@ class Captain:
             task.process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True, preexec_fn=_die_with_captain,
+                env=task_environment(spec["app"], task_id, cfg),
             )
         finally:
             os.close(log)
@@ -513,6 +514,14 @@ def make_app(config: CaptainConfig) -> web.Application:
     app.on_startup.append(captain.start)
     app.on_cleanup.append(captain.stop)
     return app
+
+
+def task_environment(app: str, task_id: str, cfg: Any) -> dict[str, str]:
+    """What a task learns from its Captain besides its arguments: its app, its id, and
+    the node it runs on (a task that needs storage locates its nearest Cargo with it)."""
+    return {**os.environ, "ARMADA_APP": app, "ARMADA_TASK_ID": task_id,
+            "ARMADA_NODE_ID": cfg.node_id, "ARMADA_NODE_LAT": repr(cfg.lat),
+            "ARMADA_NODE_LON": repr(cfg.lon)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -132,3 +132,108 @@ def args_to_argv(args: dict[str, Any]) -> list[str]:
         elif value is not False:
             argv += [flag, str(value)]
     return argv
+
+
+# ------------------------------------------------------------------ storage layer
+
+CONSISTENCIES = ("strong", "eventual")
+STRATEGIES = ("nearest", "random")
+SOURCE_KINDS = ("inline", "url", "file", "replicas")
+MAX_RECORD_ID = 2**63 - 1  # an 8-byte signed integer, non-negative
+MAX_DIM = 4096
+
+
+def _is_vector(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 0 < len(value) <= MAX_DIM
+        and all(_number_in(x, -math.inf, math.inf) for x in value)
+    )
+
+
+def _is_record_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RECORD_ID
+
+
+def vector_field() -> Field:
+    """A descriptor: a non-empty array of finite numbers (float64 once stored)."""
+    return Field(f"array of 1 to {MAX_DIM} finite numbers", _is_vector)
+
+
+def _is_record(value: Any, versioned: bool) -> bool:
+    if not isinstance(value, dict):
+        return False
+    keys = {"id", "vector", "ts", "origin"} if versioned else {"id", "vector"}
+    if set(value) != keys or not _is_record_id(value["id"]) or not _is_vector(value["vector"]):
+        return False
+    if versioned:
+        return _is_record_id(value["ts"]) and isinstance(value["origin"], str)
+    return True
+
+
+def records_field(versioned: bool = False, max_records: int = 100_000) -> Field:
+    """A non-empty array of records ``{"id", "vector"}`` (plus ``ts`` and ``origin``, the
+    version, when ``versioned``: what Cargos send each other)."""
+    shape = '{"id", "vector", "ts", "origin"}' if versioned else '{"id", "vector"}'
+    return Field(
+        f"array of 1 to {max_records} records {shape} (id: integer in [0, 2**63 - 1], "
+        "vector: array of finite numbers)",
+        lambda v: isinstance(v, list) and 0 < len(v) <= max_records
+        and all(_is_record(r, versioned) for r in v),
+    )
+
+
+def urls_field(required: bool = True) -> Field:
+    """An array of ``http://host:port`` URLs (possibly empty)."""
+    return Field(
+        "array of http://host:port URLs",
+        lambda v: isinstance(v, list) and len(v) <= 100 and all(map(_is_http_url, v)),
+        required,
+    )
+
+
+def _is_data_url(value: Any) -> bool:
+    """``http://host[:port]/path``: where a data set is served."""
+    if not isinstance(value, str):
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        return False
+    return parts.scheme == "http" and bool(parts.hostname)
+
+
+def _is_source(value: Any) -> bool:
+    if not isinstance(value, dict) or value.get("kind") not in SOURCE_KINDS:
+        return False
+    kind = value["kind"]
+    if kind == "inline":
+        return set(value) == {"kind", "records"} and records_field().accepts(value["records"])
+    if kind == "url":
+        return set(value) == {"kind", "url"} and _is_data_url(value["url"])
+    if kind == "file":
+        path = value.get("path")
+        return set(value) == {"kind", "path"} and isinstance(path, str) and path != ""
+    return (set(value) == {"kind", "urls"} and isinstance(value["urls"], list)
+            and 0 < len(value["urls"]) <= 100 and all(map(_is_http_url, value["urls"])))
+
+
+def source_field(kinds: Iterable[str] = SOURCE_KINDS) -> Field:
+    """Where an application's initial data set comes from (optional).
+
+    ``{"kind": "inline", "records": [...]}``, ``{"kind": "url", "url": "http://..."}``,
+    ``{"kind": "file", "path": "/..."}`` or ``{"kind": "replicas", "urls": [...]}``.
+    """
+    allowed = tuple(kinds)
+    shapes = {
+        "inline": '{"kind": "inline", "records": [{"id", "vector"}, ...]}',
+        "url": '{"kind": "url", "url": "http://host[:port]/path"}',
+        "file": '{"kind": "file", "path": "/path"}',
+        "replicas": '{"kind": "replicas", "urls": ["http://host:port", ...]}',
+    }
+    return Field(
+        " or ".join(shapes[k] for k in allowed),
+        lambda v: _is_source(v) and v["kind"] in allowed,
+        required=False,
+    )

@@ -251,3 +251,188 @@ def add_openapi(app: web.Application, spec: dict[str, Any]) -> None:
         return web.json_response(spec)
 
     app.router.add_get("/openapi.json", handler)
+
+
+# ------------------------------------------------------------------ storage layer
+
+STORAGE_REASONS = {
+    413: "body too large",
+    503: "not acknowledged in time, or the application is still syncing here",
+    507: "insufficient storage (capacity or quota)",
+}
+RECORD: Schema = {
+    "type": "object",
+    "required": ["id", "vector"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+        "vector": {"type": "array", "items": NUMBER, "minItems": 1, "maxItems": 4096},
+    },
+}
+VERSIONED_RECORD: Schema = {
+    **RECORD,
+    "required": ["id", "vector", "ts", "origin"],
+    "properties": {**RECORD["properties"], "ts": {"type": "integer", "minimum": 0},
+                   "origin": STRING},
+}
+RECORDS: Schema = {"type": "array", "items": RECORD, "minItems": 1}
+URLS: Schema = {"type": "array", "items": STRING}
+CONSISTENCY: Schema = {"type": "string", "enum": ["strong", "eventual"]}
+SOURCE: Schema = {
+    "type": "object",
+    "required": ["kind"],
+    "properties": {
+        "kind": {"type": "string", "enum": ["inline", "url", "file", "replicas"]},
+        "records": RECORDS,
+        "url": STRING,
+        "path": STRING,
+        "urls": URLS,
+    },
+}
+CARGO_REGISTER = body(
+    {
+        "cargo_id": STRING,
+        "url": STRING,
+        "lat": LOCATION["properties"]["lat"],
+        "lon": LOCATION["properties"]["lon"],
+        "capacity_bytes": {"type": "integer", "minimum": 1},
+        "node_type": {"type": "string", "enum": ["dedicated", "volunteer"]},
+        "tags": TAGS,
+        "apps": {"type": "array", "items": STRING},
+    },
+    ["cargo_id", "url", "lat", "lon", "capacity_bytes"],
+)
+STORAGE_REQUEST = body(
+    {
+        "app": DEPLOY["properties"]["name"],
+        "locations": {"type": "array", "items": LOCATION, "minItems": 1},
+        "replication": {"type": "integer", "minimum": 1, "maximum": 10},
+        "consistency": CONSISTENCY,
+        "strategy": {"type": "string", "enum": ["nearest", "random"]},
+        "quota_bytes": {"type": "integer", "minimum": 1},
+        "dim": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "source": SOURCE,
+    },
+    ["app", "locations"],
+)
+
+
+def storage_op(
+    summary: str,
+    ok: int = 200,
+    request: Schema | None = None,
+    errors: tuple[int, ...] = (),
+    secured: bool = False,
+) -> dict[str, Any]:
+    """:func:`op` that also knows the storage layer's statuses (413, 503, 507)."""
+    extra = [code for code in errors if code in STORAGE_REASONS]
+    operation = op(summary, ok, request, tuple(c for c in errors if c not in extra), secured)
+    for code in extra:
+        operation["responses"][str(code)] = {"description": STORAGE_REASONS[code],
+                                             "content": _json(ERROR)}
+    return operation
+
+
+def beacon_storage_paths() -> dict[str, dict[str, Any]]:
+    """The Beacon's paths forwarded to the Cargo Manager (when it has one)."""
+    fwd = (502, 504)
+    return {
+        "/cargos": {
+            "post": op("register a storage node (Cargo)", 200, CARGO_REGISTER, (400, *fwd),
+                       True),
+            "get": op("list Cargos", errors=fwd),
+        },
+        "/cargos/{cargo_id}": {
+            "delete": op("a Cargo leaves", errors=(404, *fwd), secured=True),
+        },
+    }
+
+
+def cargo_manager_spec() -> dict[str, Any]:
+    """The Cargo Manager."""
+    return document(
+        "Armada Cargo Manager",
+        "Storage nodes (registration, health checks), allocation of replicated storage, "
+        "re-replication and data access point queries.",
+        {
+            "/cargos": {
+                "post": op("register or refresh a Cargo", 200, CARGO_REGISTER, (400,)),
+                "get": op("list Cargos"),
+            },
+            "/cargos/{cargo_id}": {
+                "get": op("one Cargo", errors=(404,)),
+                "delete": op("a Cargo leaves; its data is re-replicated", errors=(404,)),
+            },
+            "/storage": {
+                "post": storage_op("allocate storage for an application (200 if it exists)",
+                                   201, STORAGE_REQUEST, (400, 409, 502, 507)),
+                "get": op("list allocations"),
+            },
+            "/storage/{app}": {
+                "get": op("one allocation", errors=(404,)),
+                "delete": op("release an allocation and delete its data", errors=(404,)),
+            },
+            "/query": {
+                "post": op("data access points for a task, nearest first", 200, body(
+                    {"app": STRING, "lat": LOCATION["properties"]["lat"],
+                     "lon": LOCATION["properties"]["lon"],
+                     "topn": {"type": "integer", "minimum": 1, "maximum": 10}},
+                    ["app", "lat", "lon"]), (400, 404)),
+            },
+        },
+    )
+
+
+def cargo_spec() -> dict[str, Any]:
+    """The Cargo."""
+    app_errors = (404,)
+    return document(
+        "Armada Cargo",
+        "Storage node: durable per-application record stores, replication, matching.",
+        {
+            "/status": {"get": op("node, capacity and applications (the health check)")},
+            "/stats": {"get": op("counters and replication lag per application "
+                                 "(?samples=1 adds every lag sample)")},
+            "/apps": {
+                "post": storage_op("allocate an application and load its data set", 201,
+                                   body({"app": STRING, "quota_bytes": {"type": "integer",
+                                                                        "minimum": 1},
+                                         "dim": {"type": "integer", "minimum": 1,
+                                                 "maximum": 4096},
+                                         "consistency": CONSISTENCY, "peers": URLS,
+                                         "source": SOURCE}, ["app", "quota_bytes"]),
+                                   (400, 409, 413, 422, 502, 507)),
+                "get": op("list applications"),
+            },
+            "/apps/{app}": {
+                "get": op("one application", errors=app_errors),
+                "delete": op("release it and delete its data", errors=app_errors),
+            },
+            "/apps/{app}/peers": {
+                "put": op("set the other replicas", 200, body({"peers": URLS}, ["peers"]),
+                          (400, 404)),
+            },
+            "/apps/{app}/records": {
+                "post": storage_op("insert or replace records", 200,
+                                   body({"records": RECORDS}, ["records"]),
+                                   (400, 404, 413, 503, 507)),
+                "get": op("records with versions by id (?after=ID&limit=N)",
+                          errors=(400, 404)),
+            },
+            "/apps/{app}/records/{id}": {
+                "get": storage_op("one record", errors=(400, 404, 503)),
+            },
+            "/apps/{app}/match": {
+                "post": storage_op("nearest record to a vector, within a threshold", 200,
+                                   body({"vector": RECORD["properties"]["vector"],
+                                         "threshold": {"type": "number", "minimum": 0}},
+                                        ["vector"]), (400, 404, 503)),
+            },
+            "/apps/{app}/replicate": {
+                "post": storage_op("records a peer originated (last writer wins)", 200,
+                                   body({"origin": STRING,
+                                         "records": {"type": "array",
+                                                     "items": VERSIONED_RECORD}},
+                                        ["origin", "records"]), (400, 404, 413)),
+            },
+        },
+    )

@@ -1,0 +1,1183 @@
+"""The Cargo: Armada's storage node, one per storage-contributing edge node.
+
+It keeps the data of the applications the Cargo Manager allocated here, serves their
+tasks' reads and writes, and replicates writes to the application's other replicas.
+The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
+
+* **Data model.** Per application a key/record store: a record is an ``id`` (8-byte
+  integer, non-negative) and a float64 ``vector`` of the application's dimension ``dim``
+  (128 for face descriptors). A write inserts or replaces records; ``match`` returns the
+  record nearest to a query vector (Euclidean distance, computed here with numpy) and
+  whether it is within ``threshold``. There is no delete of single records.
+* **Durability.** One SQLite file per Cargo (``<data dir>/cargo.sqlite3``) in WAL mode with
+  ``synchronous=FULL``: a commit returns once the write-ahead log is fsynced, and a write
+  is acknowledged only after its commit returned. A process killed at any point (even by
+  SIGKILL) loses no acknowledged write; an application whose initial load or copy had not
+  finished (state ``syncing``) is dropped at restart, as the Cargo Manager has not
+  counted that copy. All SQLite calls run in one dedicated thread, in submission order.
+* **Capacity.** A record counts ``8 + 8 * dim`` bytes (the paper's ``<ID, vector>``; the
+  store's own overhead, such as the version columns and index pages, is not counted,
+  ``GET /status`` shows the real file sizes as ``disk_bytes``). An allocation reserves
+  ``quota_bytes`` of the Cargo's declared capacity (2 GiB by default, the paper's 2 GB);
+  the sum of quotas never exceeds it (**507** otherwise). A client write that would take
+  an application past its quota is refused whole with **507**. Writes arriving from peers
+  are applied without the quota check (their origin checked it), so concurrent writes to
+  different replicas can exceed a quota by the records in flight.
+* **Replication** is primary-less. The Cargo that receives a client write commits it with
+  a version ``(ts, origin)`` (its wall clock in ns, kept increasing, and its id) and a
+  local sequence number; for every peer (the other replicas, as the manager last set
+  them) a sender ships the records this Cargo originated in sequence order and remembers
+  (durably) the last sequence the peer applied, so a peer that was down, or this Cargo
+  after a restart, catches up. Peers apply records last-writer-wins on the version, so
+  replicas converge whatever the order of delivery.
+* **Consistency** per application. ``strong``: a write is acknowledged after every
+  replica in the current peer list applied it (all live replicas: the manager removes a
+  dead Cargo from the peer lists as soon as it declares it dead, so a failure delays
+  strong writes by the detection time; after ``write_timeout_s`` the write is answered
+  **503**, and it may then still be applied on some replicas: writes are idempotent, a
+  retry is safe). ``eventual``: acknowledged after the local commit, shipped in the
+  background; per write the lag from the acknowledgement to the last peer's answer is
+  recorded (``GET /stats``). The lag is bounded: while the oldest write not yet on every
+  peer is older than ``max_lag_s``, new writes wait (and get **503** after
+  ``write_timeout_s``).
+* **Initial data set.** An allocation may name a source, pulled before the Cargo answers:
+  records inline, a URL or a file (JSON ``{"records": [...]}`` or the binary format of
+  :func:`pack_records`), or the application's live replicas (the manager's copy when it
+  restores the replication factor; every listed replica is copied and merged).
+
+Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import math
+import socket
+import sqlite3
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiohttp import web
+
+from nodes.armada.client import PeerError, call_json, error_of
+from nodes.armada.fields import (
+    CONSISTENCIES,
+    MAX_DIM,
+    NAME_RE,
+    NODE_TYPES,
+    enum_field,
+    pattern_field,
+    records_field,
+    source_field,
+    str_field,
+    urls_field,
+    vector_field,
+)
+from nodes.armada.openapi import add_openapi, cargo_spec
+from nodes.common import (
+    Field,
+    client_error,
+    configure_logging,
+    int_field,
+    json_errors,
+    read_json_object,
+    serve,
+)
+
+_log = logging.getLogger("nodes.armada.cargo")
+
+DEFAULT_CAPACITY_BYTES = 2 * 1024**3
+DEFAULT_DIM = 128
+ID_BYTES = 8
+#: Request bodies a Cargo accepts (batches of records, replication, inline sources).
+MAX_BODY_BYTES = 16 * 1024 * 1024
+PAGE_LIMIT = 1000
+REPLICATE_BATCH = 256
+SOURCE_TIMEOUT_S = 60.0
+BACKOFF_S = (0.02, 0.5)  # retry delays of a failing peer, doubling
+LAG_SAMPLES = 100_000
+
+ALLOCATE_FIELDS = {
+    "app": pattern_field(NAME_RE, "name of 1-40 characters a-z, 0-9, '-'"),
+    "quota_bytes": int_field(1),
+    "dim": int_field(1, MAX_DIM, required=False),
+    "consistency": enum_field(CONSISTENCIES, required=False),
+    "peers": urls_field(required=False),
+    "source": source_field(),
+}
+PEERS_FIELDS = {"peers": urls_field()}
+WRITE_FIELDS = {"records": records_field()}
+REPLICATE_FIELDS = {"origin": str_field(), "records": records_field(versioned=True)}
+MATCH_FIELDS = {
+    "vector": vector_field(),
+    "threshold": Field("finite number >= 0",
+                       lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and math.isfinite(v) and v >= 0, required=False),
+}
+
+Row = tuple[int, bytes, int, str]  # id, float64 little-endian vector, ts, origin
+
+
+def record_bytes(dim: int) -> int:
+    """What one record of dimension ``dim`` counts against a quota."""
+    return ID_BYTES + 8 * dim
+
+
+#: Largest record id: ids are stored as SQLite integers (signed 64-bit).
+MAX_RECORD_ID = 2**63 - 1
+
+
+def _record_dtype(dim: int) -> np.dtype:
+    """The face workload's record (``workloads.faces.encode_record``): the id as 8 bytes
+    big-endian unsigned, then the vector as ``dim`` float64 little-endian."""
+    return np.dtype([("id", ">u8"), ("vector", "<f8", (dim,))])
+
+
+def pack_records(ids: Sequence[int], vectors: Any) -> bytes:
+    """The binary data-set format: per record the id (uint64 big-endian) then the vector
+    (float64 little-endian), as ``workloads.faces.encode_records`` writes them."""
+    matrix = np.asarray(vectors, dtype=np.float64)
+    if matrix.ndim != 2 or len(matrix) != len(ids):
+        raise ValueError("expected one vector per id, all of one dimension")
+    if any(not 0 <= int(i) <= MAX_RECORD_ID for i in ids):
+        raise ValueError(f"ids must be integers in 0 .. {MAX_RECORD_ID}")
+    packed = np.empty(len(ids), dtype=_record_dtype(matrix.shape[1]))
+    packed["id"], packed["vector"] = ids, matrix
+    return packed.tobytes()
+
+
+def unpack_records(raw: bytes, dim: int) -> list[tuple[int, bytes]]:
+    """Records of the binary format; raises ValueError for malformed data."""
+    size = record_bytes(dim)
+    if len(raw) % size:
+        raise ValueError(f"{len(raw)} bytes is not a whole number of {size}-byte records "
+                         f"(dim {dim})")
+    packed = np.frombuffer(raw, dtype=_record_dtype(dim))
+    if (packed["id"] > MAX_RECORD_ID).any():
+        raise ValueError(f"ids must be at most {MAX_RECORD_ID}")
+    if not np.isfinite(packed["vector"]).all():
+        raise ValueError("vectors must be finite")
+    return [(int(i), v.astype("<f8").tobytes()) for i, v in zip(packed["id"], packed["vector"],
+                                                                 strict=True)]
+
+
+class QuotaExceededError(Exception):
+    """A client write or a data set does not fit in the application's quota."""
+
+
+class Store:
+    """The embedded store: one SQLite database, used from a single thread."""
+
+    SCHEMA = """
+    CREATE TABLE IF NOT EXISTS apps (
+        app TEXT PRIMARY KEY, quota_bytes INTEGER NOT NULL, dim INTEGER NOT NULL,
+        consistency TEXT NOT NULL, peers TEXT NOT NULL, created_at REAL NOT NULL,
+        state TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS records (
+        app TEXT NOT NULL, id INTEGER NOT NULL, vector BLOB NOT NULL, ts INTEGER NOT NULL,
+        origin TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (app, id)) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS records_outbox ON records (app, origin, seq);
+    CREATE TABLE IF NOT EXISTS acked (
+        app TEXT NOT NULL, peer TEXT NOT NULL, seq INTEGER NOT NULL,
+        PRIMARY KEY (app, peer));
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise RuntimeError(f"{path}: cannot use WAL mode (got {mode})")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(self.SCHEMA)
+        #: Highest committed sequence number (read by the event loop thread).
+        self.seq: int = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()[0]
+        self.counts: dict[str, int] = dict(
+            self.db.execute("SELECT app, COUNT(*) FROM records GROUP BY app")
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        db = self.db
+
+        @contextlib.contextmanager
+        def txn() -> Any:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+        return txn()
+
+    def apps(self) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT app, quota_bytes, dim, consistency, peers, created_at, state FROM apps"
+        ).fetchall()
+        names = ("app", "quota_bytes", "dim", "consistency", "peers", "created_at", "state")
+        apps = [dict(zip(names, row, strict=True)) for row in rows]
+        for app in apps:
+            app["peers"] = json.loads(app["peers"])
+        return apps
+
+    def acked(self, app: str) -> dict[str, int]:
+        return dict(self.db.execute("SELECT peer, seq FROM acked WHERE app = ?", (app,)))
+
+    def create(self, app: str, quota_bytes: int, dim: int, consistency: str,
+               peers: list[str], created_at: float) -> None:
+        with self._transaction():
+            self.db.execute("INSERT INTO apps VALUES (?, ?, ?, ?, ?, ?, 'syncing')",
+                            (app, quota_bytes, dim, consistency, json.dumps(peers), created_at))
+            self.db.executemany("INSERT OR REPLACE INTO acked VALUES (?, ?, ?)",
+                                [(app, peer, self.seq) for peer in peers])
+
+    def set_state(self, app: str, state: str) -> None:
+        with self._transaction():
+            self.db.execute("UPDATE apps SET state = ? WHERE app = ?", (state, app))
+
+    def drop(self, app: str) -> None:
+        with self._transaction():
+            self.db.execute("DELETE FROM records WHERE app = ?", (app,))
+            self.db.execute("DELETE FROM acked WHERE app = ?", (app,))
+            self.db.execute("DELETE FROM apps WHERE app = ?", (app,))
+        self.counts.pop(app, None)
+
+    def set_peers(self, app: str, peers: list[str], acked: dict[str, int]) -> None:
+        """New peer list; the position of a removed peer is kept (it may come back)."""
+        with self._transaction():
+            self.db.execute("UPDATE apps SET peers = ? WHERE app = ?", (json.dumps(peers), app))
+            self.db.executemany("INSERT OR IGNORE INTO acked VALUES (?, ?, ?)",
+                                [(app, peer, acked[peer]) for peer in peers])
+
+    def set_acked(self, app: str, peer: str, seq: int) -> None:
+        with self._transaction():
+            self.db.execute("UPDATE acked SET seq = MAX(seq, ?) WHERE app = ? AND peer = ?",
+                            (seq, app, peer))
+
+    def write(self, app: str, rows: Iterable[Row], quota_records: int | None
+              ) -> tuple[list[Row], int]:
+        """Apply ``rows`` last-writer-wins in one transaction; the applied rows and the
+        last sequence number given (0 when nothing was applied).
+
+        With ``quota_records``, raises :class:`QuotaExceededError` (and writes nothing)
+        when the new ids would take the application past that many records.
+        """
+        newest: dict[int, Row] = {}
+        for row in rows:
+            old = newest.get(row[0])
+            if old is None or (row[2], row[3]) >= (old[2], old[3]):
+                newest[row[0]] = row
+        seq = self.seq
+        applied: list[Row] = []
+        new = 0
+        with self._transaction():
+            if self.db.execute("SELECT 1 FROM apps WHERE app = ?", (app,)).fetchone() is None:
+                raise KeyError(app)
+            for row in newest.values():
+                old = self.db.execute("SELECT ts, origin FROM records WHERE app = ? AND id = ?",
+                                      (app, row[0])).fetchone()
+                if old is None:
+                    new += 1
+                elif (row[2], row[3]) <= tuple(old):
+                    continue
+                applied.append(row)
+            count = self.counts.get(app, 0)
+            if quota_records is not None and new and count + new > quota_records:
+                raise QuotaExceededError(
+                    f"quota: {new} new records would make {count + new}, the quota holds "
+                    f"{quota_records}"
+                )
+            for rid, blob, ts, origin in applied:
+                seq += 1
+                self.db.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (app, id) DO "
+                    "UPDATE SET vector = excluded.vector, ts = excluded.ts, "
+                    "origin = excluded.origin, seq = excluded.seq",
+                    (app, rid, blob, ts, origin, seq),
+                )
+        self.seq = seq
+        self.counts[app] = count + new
+        return applied, seq if applied else 0
+
+    def page(self, app: str, after: int, limit: int) -> list[Row]:
+        return self.db.execute(
+            "SELECT id, vector, ts, origin FROM records WHERE app = ? AND id > ? "
+            "ORDER BY id LIMIT ?", (app, after, limit),
+        ).fetchall()
+
+    def outbox(self, app: str, origin: str, after: int, limit: int
+               ) -> list[tuple[int, bytes, int, str, int]]:
+        return self.db.execute(
+            "SELECT id, vector, ts, origin, seq FROM records WHERE app = ? AND origin = ? "
+            "AND seq > ? ORDER BY seq LIMIT ?", (app, origin, after, limit),
+        ).fetchall()
+
+    def scan(self, app: str) -> list[Row]:
+        return self.db.execute("SELECT id, vector, ts, origin FROM records WHERE app = ?",
+                               (app,)).fetchall()
+
+    def disk_bytes(self) -> int:
+        suffixes = ("", "-wal", "-shm")
+        paths = [self.path.with_name(self.path.name + s) for s in suffixes]
+        return sum(p.stat().st_size for p in paths if p.exists())
+
+
+class VectorIndex:
+    """The records of one application in memory, for reads and nearest-neighbour matches."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.ids = np.empty(0, dtype=np.int64)
+        self.vectors = np.empty((0, dim), dtype=np.float64)
+        self.size = 0
+        self.where: dict[int, int] = {}
+        self.versions: dict[int, tuple[int, str]] = {}
+
+    def put(self, rid: int, blob: bytes, ts: int, origin: str) -> None:
+        """Store a committed row (an older version than the one held is ignored)."""
+        version = (ts, origin)
+        held = self.versions.get(rid)
+        if held is not None and held > version:
+            return
+        pos = self.where.get(rid)
+        if pos is None:
+            if self.size == len(self.ids):
+                grown = max(64, 2 * self.size)
+                self.ids = np.resize(self.ids, grown)
+                vectors = np.empty((grown, self.dim), dtype=np.float64)
+                vectors[: self.size] = self.vectors[: self.size]
+                self.vectors = vectors
+            pos = self.size
+            self.size += 1
+            self.where[rid] = pos
+            self.ids[pos] = rid
+        self.vectors[pos] = np.frombuffer(blob, dtype="<f8")
+        self.versions[rid] = version
+
+    def get(self, rid: int) -> np.ndarray | None:
+        pos = self.where.get(rid)
+        return None if pos is None else self.vectors[pos]
+
+    def match(self, vector: np.ndarray) -> tuple[int, float] | None:
+        """The id of the record nearest to ``vector`` and its Euclidean distance."""
+        if not self.size:
+            return None
+        diff = self.vectors[: self.size] - vector
+        squared = np.einsum("ij,ij->i", diff, diff)
+        best = int(np.argmin(squared))
+        return int(self.ids[best]), float(math.sqrt(squared[best]))
+
+
+@dataclass
+class AppData:
+    """One application allocated on this Cargo."""
+
+    name: str
+    quota_bytes: int
+    dim: int
+    consistency: str
+    peers: list[str]
+    created_at: float
+    state: str = "syncing"  # syncing | ready | dropped
+    index: VectorIndex = field(init=False)
+    acked: dict[str, int] = field(default_factory=dict)
+    #: Sequence number -> wall time of the acknowledgement, eventual writes not yet on
+    #: every peer, oldest first.
+    unreplicated: collections.OrderedDict[int, float] = field(
+        default_factory=collections.OrderedDict)
+    lags: collections.deque[tuple[float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=LAG_SAMPLES))
+    counters: collections.Counter[str] = field(default_factory=collections.Counter)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    wake: dict[str, asyncio.Event] = field(default_factory=dict)
+    senders: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.index = VectorIndex(self.dim)
+
+    @property
+    def record_bytes(self) -> int:
+        return record_bytes(self.dim)
+
+    @property
+    def quota_records(self) -> int:
+        return self.quota_bytes // self.record_bytes
+
+    def lag_age(self, now: float) -> float:
+        """Seconds since the oldest eventual write still missing on some peer was acked."""
+        if not self.unreplicated:
+            return 0.0
+        return now - next(iter(self.unreplicated.values()))
+
+
+@dataclass
+class CargoConfig:
+    """Who this Cargo is and how it behaves (the command-line options)."""
+
+    cargo_id: str
+    url: str  # how others reach this Cargo
+    data_dir: Path
+    lat: float
+    lon: float
+    capacity_bytes: int = DEFAULT_CAPACITY_BYTES
+    node_type: str = "volunteer"
+    tags: list[str] = field(default_factory=list)
+    beacon: str | None = None  # register through it (with ``token``) when set
+    token: str | None = None
+    recheck_s: float = 5.0
+    write_timeout_s: float = 10.0
+    max_lag_s: float = 5.0
+    peer_timeout_s: float = 5.0
+
+
+def _summary(values: Sequence[float]) -> dict[str, Any]:
+    """Count, mean and percentiles in milliseconds."""
+    if not values:
+        return {"count": 0, "mean_ms": None, "p50_ms": None, "p95_ms": None, "p99_ms": None,
+                "max_ms": None}
+    ms = np.asarray(values) * 1e3
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+    return {"count": len(ms), "mean_ms": round(float(ms.mean()), 3),
+            "p50_ms": round(float(p50), 3), "p95_ms": round(float(p95), 3),
+            "p99_ms": round(float(p99), 3), "max_ms": round(float(ms.max()), 3)}
+
+
+class Cargo:
+    """Store, replication, registration agent and HTTP handlers of a Cargo."""
+
+    def __init__(self, config: CargoConfig) -> None:
+        self.config = config
+        self.url = config.url.rstrip("/")
+        self.apps: dict[str, AppData] = {}
+        self.store: Store | None = None
+        self.registrations = 0
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cargo-db")
+        self._session: aiohttp.ClientSession | None = None
+        self._checked = asyncio.Event()
+        self._agent: asyncio.Task[None] | None = None
+        self._last_ts = 0
+
+    # ------------------------------------------------------------------- plumbing
+
+    async def db(self, fn: Any, *args: Any) -> Any:
+        """Run a :class:`Store` call in the store's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """Client session for peers, data sources and the Beacon (while the app runs)."""
+        assert self._session is not None, "the Cargo app is not running"
+        return self._session
+
+    def _clock(self, n: int = 1) -> int:
+        """The first of ``n`` write versions: wall-clock nanoseconds, strictly increasing
+        on this Cargo across writes (a batch takes ``n`` consecutive values)."""
+        first = max(time.time_ns(), self._last_ts + 1)
+        self._last_ts = first + n - 1
+        return first
+
+    @property
+    def reserved_bytes(self) -> int:
+        return sum(a.quota_bytes for a in self.apps.values())
+
+    def used_bytes(self, app: AppData) -> int:
+        assert self.store is not None
+        return self.store.counts.get(app.name, 0) * app.record_bytes
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, app: web.Application) -> None:
+        """Startup hook: open the store, rebuild indexes, resume senders, register."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = await self.db(Store, self.config.data_dir / "cargo.sqlite3")
+        self._session = aiohttp.ClientSession()
+        for meta in await self.db(self.store.apps):
+            if meta["state"] != "ready":
+                _log.info("dropping %s: its initial load or copy did not finish", meta["app"])
+                await self.db(self.store.drop, meta["app"])
+                continue
+            data = AppData(meta["app"], meta["quota_bytes"], meta["dim"], meta["consistency"],
+                           meta["peers"], meta["created_at"], state="ready")
+            for row in await self.db(self.store.scan, data.name):
+                data.index.put(*row)
+            acked = await self.db(self.store.acked, data.name)
+            data.acked = {**acked, **{p: acked.get(p, 0) for p in data.peers}}
+            self.apps[data.name] = data
+            for peer in data.peers:
+                self._start_sender(data, peer)
+        if self.config.beacon:
+            self._agent = asyncio.create_task(self.agent_loop())
+
+    async def stop(self, app: web.Application) -> None:
+        """Cleanup hook (SIGTERM): deregister, stop senders, close the store."""
+        if self._agent is not None:
+            self._agent.cancel()
+            await asyncio.gather(self._agent, return_exceptions=True)
+        if self.config.beacon:
+            await self.deregister()
+        for data in self.apps.values():
+            await self._stop_senders(data, list(data.senders))
+        if self._session is not None:
+            await self._session.close()
+        if self.store is not None:
+            await self.db(self.store.close)
+        self._executor.shutdown(wait=False)
+
+    # ---------------------------------------------------------------- replication
+
+    def _start_sender(self, data: AppData, peer: str) -> None:
+        data.wake[peer] = asyncio.Event()
+        data.wake[peer].set()
+        data.senders[peer] = asyncio.create_task(self.sender(data, peer))
+
+    async def _stop_senders(self, data: AppData, peers: Iterable[str]) -> None:
+        tasks = [data.senders.pop(p) for p in list(peers) if p in data.senders]
+        for peer in peers:
+            data.wake.pop(peer, None)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def sender(self, data: AppData, peer: str) -> None:
+        """Ship the records this Cargo originated to ``peer``, in sequence order, forever."""
+        assert self.store is not None
+        wake = data.wake[peer]
+        backoff = BACKOFF_S[0]
+        failing = False
+        url = f"{peer}/apps/{data.name}/replicate"
+        while True:
+            wake.clear()
+            rows = await self.db(self.store.outbox, data.name, self.config.cargo_id,
+                                 data.acked.get(peer, 0), REPLICATE_BATCH)
+            if not rows:
+                await wake.wait()
+                continue
+            body = {"origin": self.config.cargo_id,
+                    "records": [{"id": r[0], "vector": np.frombuffer(r[1], "<f8").tolist(),
+                                 "ts": r[2], "origin": r[3]} for r in rows]}
+            try:
+                status, answer = await call_json(self.session, "POST", url, body,
+                                                 timeout_s=self.config.peer_timeout_s)
+            except PeerError as exc:
+                status, answer = 0, {"error": str(exc)}
+            if status != 200:
+                if not failing:
+                    _log.info("replication of %s to %s failing: %s", data.name, peer,
+                              error_of(status, answer))
+                failing = True
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, BACKOFF_S[1])
+                continue
+            failing, backoff = False, BACKOFF_S[0]
+            seq = rows[-1][4]
+            data.acked[peer] = max(seq, data.acked.get(peer, 0))
+            await self.db(self.store.set_acked, data.name, peer, seq)
+            await self._progress(data)
+
+    async def _progress(self, data: AppData) -> None:
+        """Peers moved on (or changed): record finished lags and wake waiting writes."""
+        floor = min((data.acked.get(p, 0) for p in data.peers), default=math.inf)
+        now = time.time()
+        while data.unreplicated:
+            seq, acked_at = next(iter(data.unreplicated.items()))
+            if seq > floor:
+                break
+            data.unreplicated.popitem(last=False)
+            data.lags.append((acked_at, max(0.0, now - acked_at)))
+        async with data.changed:
+            data.changed.notify_all()
+
+    async def _wait(self, data: AppData, done: Any, what: str) -> None:
+        """Wait until ``done()`` (re-checked at every replication progress); 503 on timeout."""
+        try:
+            async with data.changed:
+                await asyncio.wait_for(data.changed.wait_for(done),
+                                       self.config.write_timeout_s)
+        except TimeoutError:
+            raise client_error(web.HTTPServiceUnavailable, what()) from None
+        if data.state == "dropped":
+            raise client_error(web.HTTPNotFound, f"no such application here: {data.name}")
+
+    async def _replicated(self, data: AppData, seq: int) -> None:
+        """Strong writes: wait until every current peer applied ``seq``."""
+
+        def done() -> bool:
+            return data.state == "dropped" or all(data.acked.get(p, 0) >= seq
+                                                  for p in data.peers)
+
+        def what() -> str:
+            missing = [p for p in data.peers if data.acked.get(p, 0) < seq]
+            return (f"not acknowledged by every replica within "
+                    f"{self.config.write_timeout_s:g} s (missing: {', '.join(missing)}); "
+                    "it may be applied on some replicas, retrying is safe")
+
+        await self._wait(data, done, what)
+
+    async def _within_lag(self, data: AppData) -> None:
+        """Eventual writes: wait while the replicas lag more than ``max_lag_s`` behind."""
+
+        def done() -> bool:
+            return data.state == "dropped" or data.lag_age(time.time()) <= self.config.max_lag_s
+
+        def what() -> str:
+            return (f"replicas lag {data.lag_age(time.time()):.1f} s behind, more than the "
+                    f"bound of {self.config.max_lag_s:g} s, for {self.config.write_timeout_s:g} s")
+
+        if not done():
+            await self._wait(data, done, what)
+
+    async def set_peers(self, data: AppData, peers: list[str]) -> None:
+        """Replace the peer list.
+
+        A new peer is assumed to copy what is committed now; a peer that was one before
+        resumes where it stopped (a replica the manager re-adopts gets what it missed).
+        """
+        assert self.store is not None
+        peers = list(dict.fromkeys(p.rstrip("/") for p in peers if p.rstrip("/") != self.url))
+        removed = [p for p in data.peers if p not in peers]
+        acked = dict(data.acked)
+        for peer in peers:
+            acked.setdefault(peer, self.store.seq)
+        await self.db(self.store.set_peers, data.name, peers, acked)
+        await self._stop_senders(data, removed)
+        data.peers, data.acked = peers, acked
+        for peer in peers:
+            if peer not in data.senders:
+                self._start_sender(data, peer)
+        await self._progress(data)
+
+    # -------------------------------------------------------------- applications
+
+    async def allocate(self, body: dict[str, Any]) -> tuple[AppData, int, float]:
+        """Create an application here and load its initial data set; the new app, the
+        records loaded and the seconds loading took. Raises client errors."""
+        assert self.store is not None
+        name = body["app"]
+        if name in self.apps:
+            raise client_error(web.HTTPConflict, f"app: {name} is already allocated here")
+        dim = body.get("dim", DEFAULT_DIM)
+        quota = body["quota_bytes"]
+        if quota < record_bytes(dim):
+            raise client_error(web.HTTPBadRequest, f"quota_bytes: expected at least one record "
+                               f"({record_bytes(dim)} bytes at dim {dim}), found {quota}")
+        free = self.config.capacity_bytes - self.reserved_bytes
+        if quota > free:
+            raise client_error(web.HTTPInsufficientStorage,
+                               f"insufficient storage: {free} of {self.config.capacity_bytes} "
+                               f"bytes unreserved, {quota} asked")
+        peers = list(dict.fromkeys(p.rstrip("/") for p in body.get("peers", [])
+                                   if p.rstrip("/") != self.url))
+        data = AppData(name, quota, dim, body.get("consistency", "strong"), peers, time.time())
+        self.apps[name] = data  # reserved from now on
+        began = time.monotonic()
+        try:
+            await self.db(self.store.create, name, quota, dim, data.consistency, peers,
+                          data.created_at)
+            data.acked = await self.db(self.store.acked, name)
+            for peer in peers:
+                self._start_sender(data, peer)
+            loaded = await self._load(data, body.get("source"))
+            await self.db(self.store.set_state, name, "ready")
+        except KeyError:  # the store no longer has it
+            await self.drop(data)
+            raise client_error(web.HTTPConflict,
+                               f"app: {name} was released while loading") from None
+        except BaseException:
+            await self.drop(data)
+            raise
+        data.state = "ready"
+        return data, loaded, time.monotonic() - began
+
+    async def drop(self, data: AppData) -> None:
+        """Forget an application and its data."""
+        assert self.store is not None
+        self.apps.pop(data.name, None)
+        data.state = "dropped"
+        await self._stop_senders(data, list(data.senders))
+        await self.db(self.store.drop, data.name)
+        async with data.changed:
+            data.changed.notify_all()
+
+    async def _load(self, data: AppData, source: dict[str, Any] | None) -> int:
+        """Pull the initial data set; the number of records loaded."""
+        if source is None:
+            return 0
+        kind = source["kind"]
+        if kind == "replicas":
+            return await self._copy(data, source["urls"])
+        if kind == "inline":
+            rows = self._rows(data, source["records"], "source.records")
+        else:
+            raw, content_type = await self._fetch(source)
+            try:
+                if content_type == "application/json":
+                    rows = self._json_rows(data, raw)
+                else:
+                    rows = [(rid, blob, 0, "") for rid, blob in unpack_records(raw, data.dim)]
+            except ValueError as exc:
+                raise client_error(web.HTTPUnprocessableEntity, f"source: {exc}") from None
+        try:
+            applied, _ = await self.db(self.store.write, data.name, rows, data.quota_records)
+        except QuotaExceededError as exc:
+            raise client_error(web.HTTPInsufficientStorage, f"source: {exc}") from None
+        for row in applied:
+            data.index.put(*row)
+        return len(applied)
+
+    async def _fetch(self, source: dict[str, Any]) -> tuple[bytes, str]:
+        """The bytes of a URL or file source and whether they are JSON."""
+        if source["kind"] == "file":
+            path = Path(source["path"])
+            try:
+                raw = await asyncio.to_thread(path.read_bytes)
+            except OSError as exc:
+                raise client_error(web.HTTPUnprocessableEntity,
+                                   f"source: cannot read {path}: {exc.strerror}") from None
+            kind = "application/json" if path.suffix == ".json" else "application/octet-stream"
+            return raw, kind
+        url = source["url"]
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(
+                    total=SOURCE_TIMEOUT_S)) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise client_error(web.HTTPBadGateway,
+                                       f"source: {url} answered status {resp.status}")
+                return raw, resp.content_type
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise client_error(web.HTTPBadGateway, f"source: {url} unreachable: "
+                               f"{type(exc).__name__}: {exc}") from None
+
+    def _json_rows(self, data: AppData, raw: bytes) -> list[Row]:
+        try:
+            decoded = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"invalid JSON ({exc})") from None
+        records = decoded.get("records") if isinstance(decoded, dict) else decoded
+        if not records_field().accepts(records):
+            raise ValueError('expected {"records": [{"id", "vector"}, ...]} or an array of '
+                             "records")
+        return self._rows(data, records, "source.records")
+
+    def _rows(self, data: AppData, records: list[dict[str, Any]], where: str,
+              version: tuple[int, str] = (0, "")) -> list[Row]:
+        """Validated rows of decoded records (dimension checked); client 400 otherwise.
+
+        A record keeps its own version (``ts``, ``origin``) when it has one (from a peer);
+        otherwise record ``i`` gets ``(ts + i, origin)`` of ``version``, except for data
+        sets, whose records all get ``(0, "")``: every replica then holds identical
+        versions, older than any write.
+        """
+        ts, origin = version
+        rows = []
+        for i, record in enumerate(records):
+            vector = record["vector"]
+            if len(vector) != data.dim:
+                raise client_error(web.HTTPBadRequest, f"{where}[{i}].vector: expected "
+                                   f"{data.dim} numbers, found {len(vector)}")
+            blob = np.asarray(vector, dtype="<f8").tobytes()
+            if "ts" in record:
+                rows.append((record["id"], blob, record["ts"], record["origin"]))
+            else:
+                rows.append((record["id"], blob, ts + i if ts else 0, origin))
+        return rows
+
+    async def _copy(self, data: AppData, urls: list[str]) -> int:
+        """Copy and merge every record of the application from each replica in ``urls``."""
+        assert self.store is not None
+        copied, failures = 0, []
+        for base in urls:
+            after = -1
+            try:
+                while True:
+                    status, answer = await call_json(
+                        self.session, "GET",
+                        f"{base.rstrip('/')}/apps/{data.name}/records?after={after}"
+                        f"&limit={PAGE_LIMIT}", timeout_s=SOURCE_TIMEOUT_S,
+                    )
+                    if status != 200 or not isinstance(answer, dict):
+                        raise PeerError(f"{base}: {error_of(status, answer)}")
+                    records = answer.get("records", [])
+                    if records:
+                        if not records_field(versioned=True).accepts(records):
+                            raise PeerError(f"{base}: malformed records")
+                        rows = self._rows(data, records, "records")
+                        applied, _ = await self.db(self.store.write, data.name, rows, None)
+                        for row in applied:
+                            data.index.put(*row)
+                        copied += len(applied)
+                    if answer.get("next") is None:
+                        break
+                    after = answer["next"]
+            except PeerError as exc:
+                failures.append(str(exc))
+        if len(failures) == len(urls):
+            raise client_error(web.HTTPBadGateway,
+                               "source: no replica could be copied: " + "; ".join(failures))
+        return copied
+
+    # ------------------------------------------------------------------- writes
+
+    async def write(self, data: AppData, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """A client write, acknowledged as the application's consistency policy says."""
+        assert self.store is not None
+        version = (self._clock(len(records)), self.config.cargo_id)
+        rows = self._rows(data, records, "records", version)
+        if data.consistency == "eventual" and data.peers:
+            await self._within_lag(data)
+        try:
+            applied, seq = await self.db(self.store.write, data.name, rows, data.quota_records)
+        except QuotaExceededError as exc:
+            data.counters["refused"] += 1
+            raise client_error(web.HTTPInsufficientStorage, str(exc)) from None
+        except KeyError:
+            raise client_error(web.HTTPNotFound,
+                               f"no such application here: {data.name}") from None
+        for row in applied:
+            data.index.put(*row)
+        data.counters["writes"] += 1
+        data.counters["records_written"] += len(applied)
+        peers = list(data.peers)
+        if seq and peers:
+            if data.consistency == "eventual":
+                data.unreplicated[seq] = time.time()
+            for peer in peers:
+                if peer in data.wake:
+                    data.wake[peer].set()
+            if data.consistency == "strong":
+                await self._replicated(data, seq)
+        # Strong: every current peer has it (peers added meanwhile copy it).
+        acked_by = 1 + (len(data.peers) if data.consistency == "strong" else 0)
+        return {"app": data.name, "written": len(applied), "seq": seq,
+                "consistency": data.consistency, "replicas": acked_by}
+
+    # ------------------------------------------------------------------ views
+
+    def app_json(self, data: AppData) -> dict[str, Any]:
+        """An application as this Cargo shows it."""
+        assert self.store is not None
+        return {
+            "app": data.name, "state": data.state, "quota_bytes": data.quota_bytes,
+            "dim": data.dim, "record_bytes": data.record_bytes,
+            "records": self.store.counts.get(data.name, 0), "used_bytes": self.used_bytes(data),
+            "consistency": data.consistency, "peers": data.peers,
+            "acked": {p: data.acked.get(p, 0) for p in data.peers},
+            "unreplicated": len(data.unreplicated),
+            "lag_age_s": round(data.lag_age(time.time()), 6), "created_at": data.created_at,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """The node, its capacity and its applications (the manager's health check)."""
+        assert self.store is not None
+        cfg = self.config
+        return {
+            "cargo_id": cfg.cargo_id, "url": self.url, "lat": cfg.lat, "lon": cfg.lon,
+            "node_type": cfg.node_type, "tags": cfg.tags, "capacity_bytes": cfg.capacity_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "used_bytes": sum(self.used_bytes(a) for a in self.apps.values()),
+            "disk_bytes": self.store.disk_bytes(), "registrations": self.registrations,
+            "time": time.time(), "apps": [self.app_json(a) for a in self.apps.values()],
+        }
+
+    # -------------------------------------------------------------- registration
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.config.token}"}
+
+    async def register(self) -> bool:
+        """Register through the Beacon once; drop the applications re-replicated elsewhere."""
+        cfg = self.config
+        body = {"cargo_id": cfg.cargo_id, "url": self.url, "lat": cfg.lat, "lon": cfg.lon,
+                "capacity_bytes": cfg.capacity_bytes, "node_type": cfg.node_type,
+                "tags": cfg.tags, "apps": sorted(self.apps)}
+        try:
+            status, answer = await call_json(self.session, "POST", f"{cfg.beacon}/cargos", body,
+                                             headers=self._auth())
+        except PeerError as exc:
+            _log.info("registration failed: %s", exc)
+            return False
+        if status != 200 or not isinstance(answer, dict):
+            _log.info("registration refused: %s", error_of(status, answer))
+            return False
+        self.registrations += 1
+        for name in answer.get("drop", []):
+            data = self.apps.get(name)
+            if data is not None:
+                _log.info("dropping %s: the manager placed its replica elsewhere", name)
+                await self.drop(data)
+        return True
+
+    async def agent_loop(self) -> None:
+        """Register, then register again whenever health checks stop for ``recheck_s``."""
+        while True:
+            while not await self.register():
+                await asyncio.sleep(min(1.0, self.config.recheck_s))
+            while True:
+                self._checked.clear()
+                try:
+                    await asyncio.wait_for(self._checked.wait(), self.config.recheck_s)
+                except TimeoutError:
+                    _log.info("no health check for %g s: registering again",
+                              self.config.recheck_s)
+                    break
+
+    async def deregister(self) -> None:
+        """Tell the manager (through the Beacon) that this Cargo leaves; best effort."""
+        url = f"{self.config.beacon}/cargos/{self.config.cargo_id}"
+        with contextlib.suppress(PeerError):
+            await call_json(self.session, "DELETE", url, headers=self._auth(), timeout_s=1.0)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _app(self, request: web.Request, ready: bool = False) -> AppData:
+        name = request.match_info["app"]
+        data = self.apps.get(name)
+        if data is None:
+            raise client_error(web.HTTPNotFound, f"no such application here: {name}")
+        if ready and data.state != "ready":
+            raise client_error(web.HTTPServiceUnavailable,
+                               f"application {name} is still {data.state}")
+        return data
+
+    @staticmethod
+    async def _body(request: web.Request, fields: dict[str, Field]) -> dict[str, Any]:
+        try:
+            return await read_json_object(request, fields)
+        except web.HTTPRequestEntityTooLarge:
+            reason = f"body: expected at most {MAX_BODY_BYTES} bytes, found more"
+            raise web.HTTPRequestEntityTooLarge(
+                MAX_BODY_BYTES, request.content_length or 0,
+                text=json.dumps({"error": reason}), content_type="application/json",
+            ) from None
+
+    async def handle_status(self, request: web.Request) -> web.Response:
+        """``GET /status``: the manager's health check."""
+        self._checked.set()
+        return web.json_response(self.status())
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """``GET /health``."""
+        return web.json_response({"ok": True, "cargo_id": self.config.cargo_id})
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        """``GET /stats[?samples=1]``: counters and replication lag per application."""
+        samples = request.query.get("samples") in ("1", "true")
+        apps = {}
+        for data in self.apps.values():
+            stats: dict[str, Any] = {
+                "consistency": data.consistency, **{k: data.counters[k] for k in (
+                    "writes", "records_written", "refused", "reads", "matches",
+                    "replicated_in")},
+                "unreplicated": len(data.unreplicated),
+                "lag": _summary([lag for _, lag in data.lags]),
+            }
+            if samples:
+                stats["lag_samples"] = [[t, round(lag, 6)] for t, lag in data.lags]
+            apps[data.name] = stats
+        return web.json_response({"cargo_id": self.config.cargo_id, "time": time.time(),
+                                  "apps": apps})
+
+    async def handle_allocate(self, request: web.Request) -> web.Response:
+        """``POST /apps``: allocate an application here and load its data set (201)."""
+        body = await self._body(request, ALLOCATE_FIELDS)
+        data, loaded, seconds = await self.allocate(body)
+        return web.json_response({**self.app_json(data), "loaded": loaded,
+                                  "load_s": round(seconds, 6)}, status=201)
+
+    async def handle_apps(self, request: web.Request) -> web.Response:
+        """``GET /apps``."""
+        return web.json_response({"apps": [self.app_json(a) for a in self.apps.values()]})
+
+    async def handle_app(self, request: web.Request) -> web.Response:
+        """``GET /apps/{app}``."""
+        return web.json_response(self.app_json(self._app(request)))
+
+    async def handle_drop(self, request: web.Request) -> web.Response:
+        """``DELETE /apps/{app}``: release the allocation and delete its data."""
+        data = self._app(request)
+        view = self.app_json(data)
+        await self.drop(data)
+        return web.json_response({**view, "state": "dropped"})
+
+    async def handle_peers(self, request: web.Request) -> web.Response:
+        """``PUT /apps/{app}/peers``: the other replicas, as the manager decides them."""
+        data = self._app(request)
+        body = await self._body(request, PEERS_FIELDS)
+        await self.set_peers(data, body["peers"])
+        return web.json_response(self.app_json(data))
+
+    async def handle_write(self, request: web.Request) -> web.Response:
+        """``POST /apps/{app}/records``: insert or replace records."""
+        data = self._app(request, ready=True)
+        body = await self._body(request, WRITE_FIELDS)
+        return web.json_response(await self.write(data, body["records"]))
+
+    async def handle_replicate(self, request: web.Request) -> web.Response:
+        """``POST /apps/{app}/replicate``: records a peer originated (last writer wins)."""
+        assert self.store is not None
+        data = self._app(request)
+        body = await self._body(request, REPLICATE_FIELDS)
+        rows = self._rows(data, body["records"], "records")
+        try:
+            applied, _ = await self.db(self.store.write, data.name, rows, None)
+        except KeyError:
+            raise client_error(web.HTTPNotFound,
+                               f"no such application here: {data.name}") from None
+        for row in applied:
+            data.index.put(*row)
+        data.counters["replicated_in"] += len(applied)
+        return web.json_response({"app": data.name, "applied": len(applied),
+                                  "received": len(rows)})
+
+    async def handle_read(self, request: web.Request) -> web.Response:
+        """``GET /apps/{app}/records/{id}``."""
+        data = self._app(request, ready=True)
+        raw = request.match_info["id"]
+        try:
+            rid = int(raw)
+        except ValueError:
+            raise client_error(web.HTTPBadRequest,
+                               f"id: expected an integer, found {raw!r}") from None
+        data.counters["reads"] += 1
+        vector = data.index.get(rid)
+        if vector is None:
+            raise client_error(web.HTTPNotFound, f"no such record: {rid}")
+        return web.json_response({"app": data.name, "id": rid, "vector": vector.tolist()})
+
+    async def handle_list(self, request: web.Request) -> web.Response:
+        """``GET /apps/{app}/records?after=ID&limit=N``: records with versions, by id."""
+        assert self.store is not None
+        data = self._app(request)
+        try:
+            after = int(request.query.get("after", "-1"))
+            limit = int(request.query.get("limit", str(PAGE_LIMIT)))
+        except ValueError:
+            raise client_error(web.HTTPBadRequest,
+                               "after, limit: expected integers") from None
+        if not 1 <= limit <= PAGE_LIMIT:
+            raise client_error(web.HTTPBadRequest,
+                               f"limit: expected integer in [1, {PAGE_LIMIT}], found {limit}")
+        rows = await self.db(self.store.page, data.name, after, limit)
+        records = [{"id": r[0], "vector": np.frombuffer(r[1], "<f8").tolist(), "ts": r[2],
+                    "origin": r[3]} for r in rows]
+        following = rows[-1][0] if len(rows) == limit else None
+        return web.json_response({"app": data.name, "records": records, "next": following})
+
+    async def handle_match(self, request: web.Request) -> web.Response:
+        """``POST /apps/{app}/match``: the nearest record to a vector, within a threshold."""
+        data = self._app(request, ready=True)
+        body = await self._body(request, MATCH_FIELDS)
+        if len(body["vector"]) != data.dim:
+            raise client_error(web.HTTPBadRequest, f"vector: expected {data.dim} numbers, "
+                               f"found {len(body['vector'])}")
+        data.counters["matches"] += 1
+        best = data.index.match(np.asarray(body["vector"], dtype=np.float64))
+        threshold = body.get("threshold")
+        if best is None:
+            return web.json_response({"app": data.name, "match": False, "id": None,
+                                      "distance": None, "records": 0})
+        rid, distance = best
+        matched = threshold is None or distance <= threshold
+        return web.json_response({"app": data.name, "match": matched, "id": rid,
+                                  "distance": distance, "records": data.index.size})
+
+
+CARGO_KEY = web.AppKey("cargo", Cargo)
+
+
+def make_app(config: CargoConfig) -> web.Application:
+    """Build the Cargo application (its state is ``app[CARGO_KEY]``)."""
+    cargo = Cargo(config)
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
+    app[CARGO_KEY] = cargo
+    app.router.add_get("/status", cargo.handle_status)
+    app.router.add_get("/stats", cargo.handle_stats)
+    app.router.add_post("/apps", cargo.handle_allocate)
+    app.router.add_get("/apps", cargo.handle_apps)
+    app.router.add_get("/apps/{app}", cargo.handle_app)
+    app.router.add_delete("/apps/{app}", cargo.handle_drop)
+    app.router.add_put("/apps/{app}/peers", cargo.handle_peers)
+    app.router.add_post("/apps/{app}/records", cargo.handle_write)
+    app.router.add_get("/apps/{app}/records", cargo.handle_list)
+    app.router.add_get("/apps/{app}/records/{id}", cargo.handle_read)
+    app.router.add_post("/apps/{app}/match", cargo.handle_match)
+    app.router.add_post("/apps/{app}/replicate", cargo.handle_replicate)
+    app.router.add_get("/health", cargo.handle_health)
+    add_openapi(app, cargo_spec())
+    app.on_startup.append(cargo.start)
+    app.on_cleanup.append(cargo.stop)
+    return app
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nodes.armada.cargo", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=0, help="0: pick a free port")
+    parser.add_argument("--data-dir", type=Path, required=True, help="where the store lives")
+    parser.add_argument("--cargo-id", default=socket.gethostname())
+    parser.add_argument("--lat", type=float, required=True)
+    parser.add_argument("--lon", type=float, required=True)
+    parser.add_argument("--capacity-gb", type=float, default=DEFAULT_CAPACITY_BYTES / 1024**3,
+                        help="declared persistent capacity in GiB (default 2)")
+    parser.add_argument("--node-type", choices=NODE_TYPES, default="volunteer")
+    parser.add_argument("--tags", default="", help="comma-separated")
+    parser.add_argument("--beacon", help="Beacon URL; register through it (needs --token)")
+    parser.add_argument("--token")
+    parser.add_argument("--advertise-host", help="address others use (default: --host, "
+                        "or 127.0.0.1 when that is 0.0.0.0)")
+    parser.add_argument("--recheck-s", type=float, default=5.0)
+    parser.add_argument("--write-timeout-s", type=float, default=10.0)
+    parser.add_argument("--max-lag-s", type=float, default=5.0)
+    parser.add_argument("--peer-timeout-s", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    if not (-90 <= args.lat <= 90 and -180 <= args.lon <= 180):
+        parser.error("--lat must be in [-90, 90] and --lon in [-180, 180]")
+    if args.beacon and not args.token:
+        parser.error("--beacon needs --token")
+    if min(args.capacity_gb, args.recheck_s, args.write_timeout_s, args.max_lag_s,
+           args.peer_timeout_s) <= 0:
+        parser.error("--capacity-gb and every duration must be > 0")
+    port = args.port or free_port()
+    advertise = args.advertise_host or ("127.0.0.1" if args.host == "0.0.0.0" else args.host)
+    config = CargoConfig(
+        cargo_id=args.cargo_id, url=f"http://{advertise}:{port}", data_dir=args.data_dir,
+        lat=args.lat, lon=args.lon, capacity_bytes=round(args.capacity_gb * 1024**3),
+        node_type=args.node_type, tags=[t for t in args.tags.split(",") if t],
+        beacon=args.beacon.rstrip("/") if args.beacon else None, token=args.token,
+        recheck_s=args.recheck_s, write_timeout_s=args.write_timeout_s,
+        max_lag_s=args.max_lag_s, peer_timeout_s=args.peer_timeout_s,
+    )
+    configure_logging()
+    serve(make_app(config), args.host, port, logger=_log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
