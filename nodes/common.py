@@ -10,7 +10,7 @@
   which plain :func:`asyncio.sleep` (millisecond-granular ``epoll``) does not.
 * :func:`serve` runs an app until SIGTERM/SIGINT and then shuts it down gracefully,
   logging exactly one ``listening on host:port`` line (with the real port when 0 was
-  asked for, so a parent process can read it).
+  asked for, so a parent process can read it); :func:`free_port` finds a port to bind.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -220,6 +221,13 @@ async def sleep_until(deadline: float) -> None:
 
 
 # ------------------------------------------------------------------------ serving
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for a server bound a moment later)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
 
 
 def configure_logging() -> None:

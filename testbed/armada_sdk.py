@@ -33,14 +33,23 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import requests
 
 from testbed.frame_client import Delivery, Frame, Sender, SendError
+from testbed.sdk_common import (
+    AsyncClient,
+    Event,
+    EventLog,
+    SyncClient,
+    describe_error,
+    failover_attempts,
+    refusal,
+)
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
 DEFAULT_SWITCH_MARGIN = 0.2
@@ -73,15 +82,6 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Event:
-    """Something the client did: ``query``, ``probe``, ``switch`` or ``error``."""
-
-    t: float  # wall epoch seconds
-    kind: str
-    detail: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class Reply:
     """The answer to one frame and how it was obtained."""
 
@@ -92,8 +92,10 @@ class Reply:
     attempts: int  # 1 unless it failed over
 
 
-class _Selection:
+class _Selection(EventLog):
     """Settings, candidates, the current choice and the event log: what both clients share.
+
+    Its events (``events``) are of kind ``query``, ``probe``, ``switch`` or ``error``.
 
     ``reprobe_s`` is the (low, high) range of seconds between probe rounds;
     ``request_timeout_s`` bounds every query, probe and frame; ``seed`` makes the jitter
@@ -121,6 +123,7 @@ class _Selection:
             raise ValueError(f"reprobe_s must be (low, high) with 0 < low <= high: {reprobe_s}")
         if not 0 <= switch_margin < 1:
             raise ValueError(f"switch_margin must be in [0, 1), found {switch_margin}")
+        super().__init__()
         self.switch_margin = switch_margin
         self.beacon_url = beacon_url.rstrip("/")
         self.query_body: dict[str, Any] = {"app": app, "lat": lat, "lon": lon,
@@ -132,16 +135,12 @@ class _Selection:
         self.request_timeout_s = request_timeout_s
         self.content_type = content_type
         self.rng = random.Random(seed)
-        self.events: list[Event] = []
         self.candidates: list[Candidate] = []
         self.current: Candidate | None = None
 
     def next_delay(self) -> float:
         """Seconds until the next probe round (jittered)."""
         return self.rng.uniform(*self.reprobe_s)
-
-    def record(self, kind: str, **detail: Any) -> None:
-        self.events.append(Event(time.time(), kind, detail))
 
     def adopt(self, answer: Any) -> None:
         """Take a query answer's candidates (keeping nothing of replicas that left)."""
@@ -197,30 +196,18 @@ class _Selection:
         """The ``switch`` events so far."""
         return [e for e in self.events if e.kind == "switch"]
 
+    def attempts(self) -> Iterator[tuple[Candidate | None, int]]:
+        """The candidates one frame tries in turn (:func:`failover_attempts`); None: query
+        and probe again first."""
+        return failover_attempts(lambda: self.current or self.choose("failover"),
+                                 lambda: ArmadaUnavailable("no candidate answers"))
 
-def _refusal(status: int, body: Any) -> str:
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return f"{status}: {body['error']}"
-    return f"status {status}"
 
-
-class ArmadaClient(_Selection):
+class ArmadaClient(AsyncClient, _Selection):
     """The asyncio client (see the module docstring). Use ``async with`` or start/close."""
 
     _session: aiohttp.ClientSession | None = None
     _loop_task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def timeout(self) -> aiohttp.ClientTimeout:
-        """The bound of every query, probe and frame."""
-        return aiohttp.ClientTimeout(total=self.request_timeout_s)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -256,17 +243,17 @@ class ArmadaClient(_Selection):
                 body = await resp.json(content_type=None)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            self.record("error", task_id=None, error=_describe(exc), during="query")
+            self.record("error", task_id=None, error=describe_error(exc), during="query")
             return
         if status != 200:
-            raise ArmadaError(f"query refused: {_refusal(status, body)}")
+            raise ArmadaError(f"query refused: {refusal(status, body)}")
         self.adopt(body)
 
     async def _probe(self, candidate: Candidate) -> tuple[Candidate, float | None, str | None]:
         try:
             _, latency = await self._send(candidate, self.probe_payload)
         except (aiohttp.ClientError, TimeoutError, ArmadaError, ValueError) as exc:
-            return candidate, None, _describe(exc)
+            return candidate, None, describe_error(exc)
         return candidate, latency, None
 
     async def reprobe(self) -> None:
@@ -281,9 +268,9 @@ class ArmadaClient(_Selection):
                                      headers={"Content-Type": self.content_type}) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 500:
-                raise ArmadaError(_refusal(resp.status, body))
+                raise ArmadaError(refusal(resp.status, body))
             if resp.status != 200:
-                raise ValueError(f"{candidate.url} refused the frame: {_refusal(resp.status, body)}")
+                raise ValueError(f"{candidate.url} refused the frame: {refusal(resp.status, body)}")
         return body, time.perf_counter() - began
 
     async def infer(self, frame: bytes,
@@ -296,54 +283,24 @@ class ArmadaClient(_Selection):
         :class:`ValueError` when a task refuses the frame itself (4xx: the frame is at
         fault, not the node).
         """
-        attempts = 0
-        requeried = False
-        while True:
-            candidate = self.current or self.choose("failover")
+        for candidate, attempt in self.attempts():
             if candidate is None:
-                if requeried:
-                    raise ArmadaUnavailable("no candidate answers")
-                requeried = True
                 await self.reprobe()
                 continue
-            attempts += 1
             if on_attempt is not None:
                 on_attempt(candidate)
             try:
                 body, latency = await self._send(candidate, frame)
             except (aiohttp.ClientError, TimeoutError, ArmadaError) as exc:
-                self.failed(candidate, _describe(exc))
+                self.failed(candidate, describe_error(exc))
                 continue
-            return Reply(body, candidate.task_id, candidate.url, latency, attempts)
+            return Reply(body, candidate.task_id, candidate.url, latency, attempt)
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-class SyncArmadaClient(_Selection):
+class SyncArmadaClient(SyncClient, _Selection):
     """The synchronous client on ``requests``; re-probes when a round is due."""
 
-    _http: requests.Session | None = None
     _due = -math.inf
-
-    @property
-    def http(self) -> requests.Session:
-        """The keep-alive pool shared by queries, probes and frames."""
-        if self._http is None:
-            self._http = requests.Session()
-        return self._http
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close every connection."""
-        if self._http is not None:
-            self._http.close()
 
     def reprobe(self) -> None:
         """One round now: query, probe every candidate in turn, choose the best."""
@@ -352,10 +309,10 @@ class SyncArmadaClient(_Selection):
                                   timeout=self.request_timeout_s)
             status, body = resp.status_code, resp.json()
         except (requests.RequestException, ValueError) as exc:
-            self.record("error", task_id=None, error=_describe(exc), during="query")
+            self.record("error", task_id=None, error=describe_error(exc), during="query")
         else:
             if status != 200:
-                raise ArmadaError(f"query refused: {_refusal(status, body)}")
+                raise ArmadaError(f"query refused: {refusal(status, body)}")
             self.adopt(body)
         results = []
         for candidate in self.candidates:
@@ -363,7 +320,7 @@ class SyncArmadaClient(_Selection):
                 _, latency = self._send(candidate, self.probe_payload)
                 results.append((candidate, latency, None))
             except (requests.RequestException, ArmadaError, ValueError) as exc:
-                results.append((candidate, None, _describe(exc)))
+                results.append((candidate, None, describe_error(exc)))
         self.probed(results)
         self._due = time.monotonic() + self.next_delay()
 
@@ -383,23 +340,16 @@ class SyncArmadaClient(_Selection):
         """Like :meth:`ArmadaClient.infer`; runs a probe round first when one is due."""
         if time.monotonic() >= self._due:
             self.reprobe()
-        attempts = 0
-        requeried = False
-        while True:
-            candidate = self.current or self.choose("failover")
+        for candidate, attempt in self.attempts():
             if candidate is None:
-                if requeried:
-                    raise ArmadaUnavailable("no candidate answers")
-                requeried = True
                 self.reprobe()
                 continue
-            attempts += 1
             try:
                 body, latency = self._send(candidate, frame)
             except (requests.RequestException, ArmadaError) as exc:
-                self.failed(candidate, _describe(exc))
+                self.failed(candidate, describe_error(exc))
                 continue
-            return Reply(body, candidate.task_id, candidate.url, latency, attempts)
+            return Reply(body, candidate.task_id, candidate.url, latency, attempt)
 
 
 # ------------------------------------------------------------------ deployments
@@ -414,7 +364,7 @@ def _call(method: str, url: str, token: str | None = None, body: Any = None,
     except ValueError:
         answer = None
     if resp.status_code != ok:
-        raise ArmadaError(f"{method} {url}: {_refusal(resp.status_code, answer)}")
+        raise ArmadaError(f"{method} {url}: {refusal(resp.status_code, answer)}")
     return answer
 
 

@@ -31,13 +31,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import numpy as np
 import requests
+
+from testbed.sdk_common import (
+    AsyncClient,
+    EventLog,
+    SyncClient,
+    describe_error,
+    failover_attempts,
+    refusal,
+)
 
 DEFAULT_RELOCATE_S = 30.0
 
@@ -66,15 +75,6 @@ class Replica:
     url: str
     distance_km: float | None = None
     failed: bool = False
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something the client did: ``locate``, ``switch`` or ``error``."""
-
-    t: float  # wall epoch seconds
-    kind: str
-    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -110,32 +110,25 @@ def _records(records: Iterable[tuple[int, Any]]) -> list[dict[str, Any]]:
     return [{"id": int(rid), "vector": _vector(vector)} for rid, vector in records]
 
 
-def _reason(status: int, body: Any) -> str:
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return f"{status}: {body['error']}"
-    return f"status {status}"
-
-
 def _judge(status: int, body: Any, url: str) -> None:
     """Raise for an answer that is not a success (see the module docstring)."""
     if status < 300:
         return
     if status >= 500 and status != 507:
-        raise _Failover(_reason(status, body))
+        raise _Failover(refusal(status, body))
     error = body.get("error", "") if isinstance(body, dict) else ""
     if status == 404 and error.startswith("no such application"):
-        raise _Failover(_reason(status, body))
+        raise _Failover(refusal(status, body))
     if status == 507:
-        raise StorageFull(_reason(status, body))
-    raise ValueError(f"{url} refused the request: {_reason(status, body)}")
+        raise StorageFull(refusal(status, body))
+    raise ValueError(f"{url} refused the request: {refusal(status, body)}")
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+class _Replicas(EventLog):
+    """Settings, replicas, the current choice and the event log: what both clients share.
 
-
-class _Replicas:
-    """Settings, replicas, the current choice and the event log: what both clients share."""
+    Its events (``events``) are of kind ``locate``, ``switch`` or ``error``.
+    """
 
     def __init__(
         self,
@@ -150,6 +143,7 @@ class _Replicas:
     ) -> None:
         if relocate_s <= 0 or request_timeout_s <= 0:
             raise ValueError("relocate_s and request_timeout_s must be > 0")
+        super().__init__()
         self.manager_url = manager_url.rstrip("/")
         self.app = app
         self.query_body = {"app": app, "lat": lat, "lon": lon}
@@ -158,11 +152,7 @@ class _Replicas:
         self.keep_alive = keep_alive
         self.replicas: list[Replica] = []
         self.current: Replica | None = None
-        self.events: list[Event] = []
         self._due = -math.inf
-
-    def record(self, kind: str, **detail: Any) -> None:
-        self.events.append(Event(time.time(), kind, detail))
 
     def adopt(self, answer: Any) -> None:
         """Take a query answer's replicas, nearest first."""
@@ -194,10 +184,18 @@ class _Replicas:
     def due(self) -> bool:
         return time.monotonic() >= self._due
 
+    def attempts(self) -> Iterator[tuple[Replica | None, int]]:
+        """The replicas one request tries in turn (:func:`failover_attempts`); None: locate
+        the replicas again first."""
+        return failover_attempts(
+            lambda: self.current or self.choose("failover"),
+            lambda: StorageUnavailable(f"no replica of {self.app} answers"),
+        )
+
     def _query_failed(self, status: int, body: Any) -> None:
         if status == 404:
-            raise StorageError(f"locate refused: {_reason(status, body)}")
-        raise StorageUnavailable(f"locate failed: {_reason(status, body)}")
+            raise StorageError(f"locate refused: {refusal(status, body)}")
+        raise StorageUnavailable(f"locate failed: {refusal(status, body)}")
 
     @staticmethod
     def _match(answer: Answer) -> Match:
@@ -206,17 +204,10 @@ class _Replicas:
                      answer.cargo_id, answer.latency_s, answer.attempts)
 
 
-class StorageClient(_Replicas):
+class StorageClient(AsyncClient, _Replicas):
     """The asyncio client (see the module docstring). Use ``async with`` or start/close."""
 
     _session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -225,10 +216,6 @@ class StorageClient(_Replicas):
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
                 limit=0, force_close=not self.keep_alive))
         return self._session
-
-    @property
-    def timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=self.request_timeout_s)
 
     async def start(self) -> None:
         """Locate the replicas."""
@@ -246,8 +233,8 @@ class StorageClient(_Replicas):
                                          timeout=self.timeout) as resp:
                 status, body = resp.status, await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            self.record("error", cargo_id=None, error=_describe(exc), during="locate")
-            raise StorageUnavailable(f"locate failed: {_describe(exc)}") from None
+            self.record("error", cargo_id=None, error=describe_error(exc), during="locate")
+            raise StorageUnavailable(f"locate failed: {describe_error(exc)}") from None
         if status != 200:
             self._query_failed(status, body)
         self.adopt(body)
@@ -261,25 +248,18 @@ class StorageClient(_Replicas):
         """One request on the nearest working replica, failing over until one answers."""
         if self.due:
             await self.locate()
-        attempts = 0
-        relocated = False
-        while True:
-            replica = self.current or self.choose("failover")
+        for replica, attempt in self.attempts():
             if replica is None:
-                if relocated:
-                    raise StorageUnavailable(f"no replica of {self.app} answers")
-                relocated = True
                 await self.locate()
                 continue
-            attempts += 1
             began = time.perf_counter()
             try:
                 status, answer = await self._send(replica, method, path, body)
                 _judge(status, answer, replica.url)
             except (aiohttp.ClientError, TimeoutError, _Failover) as exc:
-                self.failed(replica, _describe(exc), path.split("/")[1] or "request")
+                self.failed(replica, describe_error(exc), path.split("/")[1] or "request")
                 continue
-            return Answer(answer, replica.cargo_id, time.perf_counter() - began, attempts)
+            return Answer(answer, replica.cargo_id, time.perf_counter() - began, attempt)
 
     async def read(self, record_id: int) -> list[float] | None:
         """The vector of a record, or None when the replica has no such record."""
@@ -307,27 +287,8 @@ class StorageClient(_Replicas):
         return await self.call("POST", "/records", {"records": _records(records)})
 
 
-class SyncStorageClient(_Replicas):
+class SyncStorageClient(SyncClient, _Replicas):
     """The synchronous client on ``requests``; locates on the first call."""
-
-    _http: requests.Session | None = None
-
-    @property
-    def http(self) -> requests.Session:
-        if self._http is None:
-            self._http = requests.Session()
-        return self._http
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close every connection."""
-        if self._http is not None:
-            self._http.close()
 
     def locate(self) -> None:
         """Ask the Cargo Manager for the data access points (nearest first)."""
@@ -336,8 +297,8 @@ class SyncStorageClient(_Replicas):
                                   timeout=self.request_timeout_s)
             status, body = resp.status_code, resp.json()
         except (requests.RequestException, ValueError) as exc:
-            self.record("error", cargo_id=None, error=_describe(exc), during="locate")
-            raise StorageUnavailable(f"locate failed: {_describe(exc)}") from None
+            self.record("error", cargo_id=None, error=describe_error(exc), during="locate")
+            raise StorageUnavailable(f"locate failed: {describe_error(exc)}") from None
         if status != 200:
             self._query_failed(status, body)
         self.adopt(body)
@@ -346,17 +307,10 @@ class SyncStorageClient(_Replicas):
         """Like :meth:`StorageClient.call`."""
         if self.due:
             self.locate()
-        attempts = 0
-        relocated = False
-        while True:
-            replica = self.current or self.choose("failover")
+        for replica, attempt in self.attempts():
             if replica is None:
-                if relocated:
-                    raise StorageUnavailable(f"no replica of {self.app} answers")
-                relocated = True
                 self.locate()
                 continue
-            attempts += 1
             began = time.perf_counter()
             try:
                 resp = self.http.request(method, f"{replica.url}/apps/{self.app}{path}",
@@ -369,9 +323,9 @@ class SyncStorageClient(_Replicas):
                     answer = None
                 _judge(resp.status_code, answer, replica.url)
             except (requests.RequestException, _Failover) as exc:
-                self.failed(replica, _describe(exc), path.split("/")[1] or "request")
+                self.failed(replica, describe_error(exc), path.split("/")[1] or "request")
                 continue
-            return Answer(answer, replica.cargo_id, time.perf_counter() - began, attempts)
+            return Answer(answer, replica.cargo_id, time.perf_counter() - began, attempt)
 
     def read(self, record_id: int) -> list[float] | None:
         """Like :meth:`StorageClient.read`."""

@@ -30,10 +30,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -41,8 +39,20 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from workloads.frames import FramesUnavailable, cache_dir, data_dir
-from workloads.trace import META_NAME, Task
+from workloads.frame_stream import PHASES, stream_phase
+from workloads.frames import (
+    FrameSequence,
+    FramesUnavailable,
+    cache_dir,
+    data_dir,
+    encode_jpeg,
+    import_cv2,
+    manifest_entry,
+    manifest_header,
+    read_cached_set,
+    write_cached_set,
+)
+from workloads.trace import Task, read_side_file, write_side_file
 
 # --- face detection --------------------------------------------------------------------
 
@@ -57,17 +67,6 @@ MIN_FACE_PX = 30
 Box = tuple[int, int, int, int]
 
 
-def _cv2() -> Any:
-    """Import OpenCV, or explain how to get it."""
-    try:
-        import cv2  # optional heavy dependency, only needed to build or detect
-    except ImportError as exc:
-        raise FramesUnavailable(
-            f"OpenCV is not importable ({exc}); install opencv-python-headless<5"
-        ) from exc
-    return cv2
-
-
 class FaceCascade:
     """The bundled frontal-face Haar cascade with this workload's settings.
 
@@ -75,7 +74,7 @@ class FaceCascade:
     """
 
     def __init__(self) -> None:
-        cv2 = _cv2()
+        cv2 = import_cv2()
         self._cv2 = cv2
         path = cv2.data.haarcascades + CASCADE_FILE
         self._cascade = cv2.CascadeClassifier(path)
@@ -163,7 +162,6 @@ MAX_ATTEMPTS = 8
 #: Seeds the crop variations (fixed: the frames are the same for every workload seed).
 FRAMES_SEED = 20_240_601
 FACES_FORMAT = 1
-FACES_MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -222,7 +220,7 @@ class FaceFrameSpec:
 
 
 @dataclass(frozen=True)
-class FaceFrames(Sequence[bytes]):
+class FaceFrames(FrameSequence):
     """Built face frames: JPEG bytes, the source of each and where its face was put."""
 
     spec: FaceFrameSpec
@@ -230,19 +228,6 @@ class FaceFrames(Sequence[bytes]):
     sources: tuple[int, ...]
     faces: tuple[Box, ...]
     folder: Path | None = None
-
-    def __len__(self) -> int:
-        return len(self.frames)
-
-    def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
-        return self.frames[index]
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.frames)
-
-    def frame(self, index: int) -> bytes:
-        """Frame ``index`` of an endless stream cycling through the set."""
-        return self.frames[index % len(self.frames)]
 
 
 def _read_sources(cv2: Any, media: Path) -> list[np.ndarray]:
@@ -329,7 +314,7 @@ def build_face_frames(spec: FaceFrameSpec, media: Path | None = None) -> FaceFra
     Raises :class:`FramesUnavailable` for missing media or OpenCV and
     :class:`TestbedError` if a frame fails :data:`MAX_ATTEMPTS` times.
     """
-    cv2 = _cv2()
+    cv2 = import_cv2()
     images = _read_sources(cv2, data_dir() if media is None else media)
     cascade = FaceCascade()
     frames: list[bytes] = []
@@ -341,14 +326,11 @@ def build_face_frames(spec: FaceFrameSpec, media: Path | None = None) -> FaceFra
         for attempt in range(MAX_ATTEMPTS):
             rng = np.random.default_rng(np.random.SeedSequence(FRAMES_SEED, spawn_key=(k, attempt)))
             frame, face = _crop(cv2, images[index], source.box, spec, rng)
-            ok, data = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, spec.quality])
-            if not ok:
-                raise TestbedError(f"OpenCV failed to JPEG-encode a {spec.width}x{spec.height} "
-                                   f"face frame")
-            decoded = cv2.imdecode(data, cv2.IMREAD_COLOR)
+            data = encode_jpeg(cv2, frame, spec.quality, "face frame")
+            decoded = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
             found = cascade.detect(decoded)
             if found and overlap(face, found[0]) >= MIN_OVERLAP:
-                frames.append(data.tobytes())
+                frames.append(data)
                 sources.append(index)
                 faces.append(face)
                 break
@@ -365,41 +347,20 @@ def build_face_frames(spec: FaceFrameSpec, media: Path | None = None) -> FaceFra
 MAX_CACHED_FACE_SETS = 4
 
 
-def _faces_manifest(frames: FaceFrames, version: str) -> dict[str, Any]:
-    """What a cached face set's ``manifest.json`` says about it."""
-    return {
-        "format": FACES_FORMAT,
-        "opencv": version,
-        "spec": asdict(frames.spec),
-        "files": [
-            {"name": f"face_{k:05d}.jpg", "sha256": hashlib.sha256(data).hexdigest(),
-             "source": source, "face": list(face)}
-            for k, (data, source, face) in enumerate(
-                zip(frames.frames, frames.sources, frames.faces, strict=True))
-        ],
-    }
-
-
 def _read_cached_faces(folder: Path, spec: FaceFrameSpec, version: str) -> FaceFrames | None:
     """The face frames cached in ``folder`` if its manifest matches ``spec``, else None."""
+    cached = read_cached_set(folder, manifest_header(FACES_FORMAT, version, spec))
+    if cached is None:
+        return None
+    entries, frames = cached
+    sources: list[int] = []
+    faces: list[Box] = []
     try:
-        manifest = json.loads((folder / FACES_MANIFEST).read_text(encoding="utf-8"))
-        if (
-            manifest.get("format") != FACES_FORMAT
-            or manifest.get("opencv") != version
-            or manifest.get("spec") != asdict(spec)
-        ):
-            return None
-        frames, sources, faces = [], [], []
-        for entry in manifest["files"]:
-            data = (folder / entry["name"]).read_bytes()
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                return None
-            frames.append(data)
+        for entry in entries:
             sources.append(int(entry["source"]))
             x, y, w, h = (int(v) for v in entry["face"])
             faces.append((x, y, w, h))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     if len(frames) != spec.count:
         return None
@@ -408,28 +369,16 @@ def _read_cached_faces(folder: Path, spec: FaceFrameSpec, version: str) -> FaceF
 
 def _write_cached_faces(root: Path, frames: FaceFrames, version: str) -> Path:
     """Write a face set atomically (temporary folder, then rename) and prune old ones."""
-    root.mkdir(parents=True, exist_ok=True)
-    key = frames.spec.key()
-    final = root / key
-    staging = root / f".{key}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    manifest = _faces_manifest(frames, version)
-    for entry, data in zip(manifest["files"], frames.frames, strict=True):
-        (staging / entry["name"]).write_bytes(data)
-    text = json.dumps(manifest, indent=2) + "\n"
-    (staging / FACES_MANIFEST).write_text(text, encoding="utf-8")
-    shutil.rmtree(final, ignore_errors=True)
-    try:
-        staging.rename(final)
-    except OSError:  # another process cached the same set at the same moment
-        shutil.rmtree(staging, ignore_errors=True)
-    sets = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("faces-")]
-    sets.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in sets[MAX_CACHED_FACE_SETS:]:
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
+    manifest = {
+        **manifest_header(FACES_FORMAT, version, frames.spec),
+        "files": [
+            {**manifest_entry(k, data, "face"), "source": source, "face": list(face)}
+            for k, (data, source, face) in enumerate(
+                zip(frames.frames, frames.sources, frames.faces, strict=True))
+        ],
+    }
+    return write_cached_set(root, frames.spec.key(), manifest, frames.frames,
+                            MAX_CACHED_FACE_SETS, lambda p: p.name.startswith("faces-"))
 
 
 def load_face_frames(
@@ -446,7 +395,7 @@ def load_face_frames(
     """
     spec = FaceFrameSpec() if spec is None else spec
     root = cache_dir() if cache is None else cache
-    version = str(_cv2().__version__)
+    version = str(import_cv2().__version__)
     cached = _read_cached_faces(root / spec.key(), spec, version)
     if cached is not None:
         return cached
@@ -677,7 +626,6 @@ def initial_records(
 # --- the generator -------------------------------------------------------------------------
 
 MODES = ("read", "write", "read-write")
-PHASES = ("random", "zero")
 MAX_FPS = 30.0
 MAX_TRACE_FRAMES = 100_000
 MAX_IDENTITIES = 10_000_000
@@ -885,10 +833,7 @@ class FaceRecognition:
         due: list[tuple[float, int]] = []
         for index in range(len(clients)):
             count = frames // len(clients) + (index < frames % len(clients))
-            phase = 0.0
-            if p["phase"] == "random":
-                seq = np.random.SeedSequence(seed, spawn_key=(_PHASES, index))
-                phase = float(np.random.default_rng(seq).uniform(0.0, interval))
+            phase = stream_phase(p["phase"], interval, seed, (_PHASES, index))
             due.extend((phase + m * interval, index) for m in range(count))
         due.sort()
         last = due[-1][0]
@@ -911,20 +856,6 @@ class FaceRecognition:
 # --- the plan file -------------------------------------------------------------------------
 
 
-def _trace_meta(folder: Path) -> dict[str, Any] | None:
-    """The metadata in ``folder``'s ``trace.json``, if there is one."""
-    meta_path = folder / META_NAME
-    if not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TestbedError(f"{meta_path}: not valid JSON: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise TestbedError(f"{meta_path}: expected a JSON object")
-    return meta
-
-
 def write_plan(folder: str | Path, params: Mapping[str, Any], seed: int) -> Path:
     """Build the plan of ``(params, seed)`` and write ``face_recognition.json`` to ``folder``.
 
@@ -940,16 +871,8 @@ def write_plan(folder: str | Path, params: Mapping[str, Any], seed: int) -> Path
         plan = generator.plan(params, seed)
     except ValueError as exc:
         raise TestbedError(f"workload {generator.name!r}: {exc}") from exc
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    trace_meta = _trace_meta(out)
     model = plan.model()
-    doc = {
-        "format": PLAN_FORMAT,
-        "generator": generator.name,
-        "params": dict(params),
-        "seed": seed,
-        "trace_sha256": None if trace_meta is None else trace_meta.get("sha256"),
+    content = {
         "mode": plan.mode,
         "identities": plan.identities,
         "initial": plan.initial,
@@ -958,13 +881,8 @@ def write_plan(folder: str | Path, params: Mapping[str, Any], seed: int) -> Path
                   "noise_scale": model.noise_scale, "threshold": model.threshold},
         "frames": np.column_stack((plan.identity, plan.observation, plan.image)).tolist(),
     }
-    try:
-        text = json.dumps(doc, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TestbedError(f"face-recognition plan is not JSON-serialisable: {exc}") from exc
-    path = out / PLAN_NAME
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    return write_side_file(folder, PLAN_NAME, PLAN_FORMAT, generator.name, params, seed, content,
+                           "face-recognition plan")
 
 
 def read_plan(folder: str | Path) -> FacePlan:
@@ -974,23 +892,7 @@ def read_plan(folder: str | Path) -> FacePlan:
     ``trace.json`` in the folder records another sha256, params or seed than the plan was
     written for.
     """
-    base = Path(folder)
-    path = base / PLAN_NAME
-    if not path.is_file():
-        raise TestbedError(f"{path}: face-recognition plan not found")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TestbedError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
-        raise TestbedError(f"{path}: expected a plan object of format {PLAN_FORMAT}")
-    trace_meta = _trace_meta(base)
-    if trace_meta is not None:
-        for key, mine in (("sha256", doc.get("trace_sha256")), ("params", doc.get("params")),
-                          ("seed", doc.get("seed"))):
-            if trace_meta.get(key) != mine:
-                raise TestbedError(f"{path}: written for trace {key} {mine!r}, but "
-                                   f"{base / META_NAME} records {trace_meta.get(key)!r}")
+    doc, path = read_side_file(folder, PLAN_NAME, PLAN_FORMAT, "face-recognition plan", "plan")
     try:
         mode, seed = str(doc["mode"]), int(doc["seed"])
         identities, initial = int(doc["identities"]), int(doc["initial"])

@@ -42,6 +42,15 @@ PHASES = ("random", "zero")
 _KNOWN = ("demand_s", "fps", "frames", "phase")
 
 
+def stream_phase(phase: str, interval: float, seed: int, spawn_key: tuple[int, ...]) -> float:
+    """When a client's stream starts: 0 for ``phase`` ``"zero"``; for ``"random"``, a
+    draw uniform in ``[0, interval)`` from ``SeedSequence(seed, spawn_key=spawn_key)``."""
+    if phase != "random":
+        return 0.0
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=spawn_key))
+    return float(rng.uniform(0.0, interval))
+
+
 class FrameStream:
     """Generator ``frame-stream`` (see the module docstring)."""
 
@@ -90,13 +99,9 @@ class FrameStream:
         """Every client's frames in ``[0, duration)``, sorted by arrival, ids ``0..n-1``."""
         interval = 1.0 / float(params["fps"])
         demand = self.min_service_time(params)
-        random_phase = params.get("phase", "random") == "random"
         due: list[tuple[float, int, str]] = []
         for index, client in enumerate(clients):
-            phase = 0.0
-            if random_phase:
-                rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
-                phase = float(rng.uniform(0.0, interval))
+            phase = stream_phase(params.get("phase", "random"), interval, seed, (index,))
             count = max(0, math.ceil((duration - phase) / interval))
             times = phase + np.arange(count) * interval
             due.extend((float(t), index, client) for t in times if t < duration)

@@ -16,7 +16,9 @@ folder (``$TESTBED_FRAME_CACHE``, else ``$XDG_CACHE_HOME/edge-testbed/frames``, 
 ``manifest.json`` there records the spec, the OpenCV version and every file's sha256,
 and a set whose manifest does not match is re-encoded. At most :data:`MAX_FRAMES`
 frames per set and :data:`MAX_CACHED_SETS` sets are kept (the least recently written
-sets are removed first).
+sets are removed first). The face-recognition frames (:mod:`workloads.faces`) are cached
+the same way, in the same folder, with the helpers here (:func:`read_cached_set`,
+:func:`write_cached_set`, :func:`encode_jpeg`).
 
 The media folder can be moved with ``$TESTBED_OPENCV_DATA``. OpenCV is imported only when
 frames are encoded, so validating a spec (the workload generator does) needs no OpenCV.
@@ -28,7 +30,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -121,13 +123,10 @@ class FrameSpec:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class FrameSet(Sequence[bytes]):
-    """An ordered set of JPEG frames; :meth:`frame` cycles through it endlessly."""
+class FrameSequence(Sequence[bytes]):
+    """A sequence of JPEG frames held in ``frames``; :meth:`frame` cycles through it."""
 
-    spec: FrameSpec
     frames: tuple[bytes, ...]
-    folder: Path | None = None
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -141,6 +140,15 @@ class FrameSet(Sequence[bytes]):
     def frame(self, index: int) -> bytes:
         """Frame ``index`` of an endless stream cycling through the set."""
         return self.frames[index % len(self.frames)]
+
+
+@dataclass(frozen=True)
+class FrameSet(FrameSequence):
+    """An ordered set of JPEG frames; :meth:`frame` cycles through it endlessly."""
+
+    spec: FrameSpec
+    frames: tuple[bytes, ...]
+    folder: Path | None = None
 
 
 def data_dir() -> Path:
@@ -172,15 +180,24 @@ def source_files(spec: FrameSpec, media: Path | None = None) -> list[Path]:
     return paths
 
 
-def _cv2() -> Any:
-    """Import OpenCV, or explain how to get it."""
+def import_cv2() -> Any:
+    """Import OpenCV, or explain how to get it (:class:`FramesUnavailable`)."""
     try:
-        import cv2  # optional heavy dependency, only needed to encode
+        import cv2  # optional heavy dependency, only needed to encode, build or detect
     except ImportError as exc:
         raise FramesUnavailable(
             f"OpenCV is not importable ({exc}); install opencv-python-headless<5"
         ) from exc
     return cv2
+
+
+def encode_jpeg(cv2: Any, image: Any, quality: int, what: str = "frame") -> bytes:
+    """``image`` (BGR) JPEG-encoded at ``quality``; :class:`TestbedError` naming ``what``."""
+    ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        rows, cols = image.shape[:2]
+        raise TestbedError(f"OpenCV failed to JPEG-encode a {cols}x{rows} {what}")
+    return data.tobytes()
 
 
 def _fit(cv2: Any, image: Any, width: int, height: int) -> Any:
@@ -223,7 +240,7 @@ def _read_video(cv2: Any, path: Path, spec: FrameSpec) -> list[Any]:
 def encode_frames(spec: FrameSpec, media: Path | None = None) -> list[bytes]:
     """Read, resize and JPEG-encode the frames of ``spec`` (no cache involved)."""
     paths = source_files(spec, media)
-    cv2 = _cv2()
+    cv2 = import_cv2()
     if spec.source == "video":
         images = _read_video(cv2, paths[0], spec)
     else:
@@ -234,58 +251,60 @@ def encode_frames(spec: FrameSpec, media: Path | None = None) -> list[bytes]:
                 raise FramesUnavailable(f"{path}: OpenCV cannot decode this image")
             photos.append(image)
         images = [photos[k % len(photos)] for k in range(spec.count)]
-    encoded = []
-    for image in images:
-        fitted = _fit(cv2, image, spec.width, spec.height)
-        ok, data = cv2.imencode(".jpg", fitted, [cv2.IMWRITE_JPEG_QUALITY, spec.quality])
-        if not ok:
-            raise TestbedError(f"OpenCV failed to JPEG-encode a {spec.width}x{spec.height} frame")
-        encoded.append(data.tobytes())
-    return encoded
+    return [encode_jpeg(cv2, _fit(cv2, image, spec.width, spec.height), spec.quality)
+            for image in images]
 
 
-def _manifest(spec: FrameSpec, frames: Sequence[bytes], version: str) -> dict[str, Any]:
-    """What a cached set's ``manifest.json`` says about it."""
-    return {
-        "format": FORMAT_VERSION,
-        "opencv": version,
-        "spec": asdict(spec),
-        "files": [
-            {"name": f"frame_{k:05d}.jpg", "sha256": hashlib.sha256(data).hexdigest()}
-            for k, data in enumerate(frames)
-        ],
-    }
+def manifest_header(file_format: int, version: str, spec: Any) -> dict[str, Any]:
+    """What a cached set's ``manifest.json`` records before its files: the cache format,
+    the OpenCV version and the spec (a dataclass); a set is reused only if all match."""
+    return {"format": file_format, "opencv": version, "spec": asdict(spec)}
 
 
-def _read_cached(folder: Path, spec: FrameSpec, version: str) -> tuple[bytes, ...] | None:
-    """The frames cached in ``folder`` if its manifest matches ``spec``, else None."""
+def manifest_entry(k: int, data: bytes, prefix: str = "frame") -> dict[str, Any]:
+    """A cached frame's ``manifest.json`` entry: its file name and sha256."""
+    return {"name": f"{prefix}_{k:05d}.jpg", "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def read_cached_set(
+    folder: Path, header: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], list[bytes]] | None:
+    """The manifest entries and frames of the set cached in ``folder``, or None.
+
+    None when the folder or its ``manifest.json`` is missing or unreadable, when the
+    manifest does not hold every key of ``header`` (format, OpenCV version, spec) with
+    that value, or when a file is missing or its sha256 differs from the manifest's.
+    """
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        if (
-            manifest.get("format") != FORMAT_VERSION
-            or manifest.get("opencv") != version
-            or manifest.get("spec") != asdict(spec)
-        ):
+        if any(manifest.get(key) != value for key, value in header.items()):
             return None
-        frames = []
-        for entry in manifest["files"]:
+        entries, frames = manifest["files"], []
+        for entry in entries:
             data = (folder / entry["name"]).read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 return None
             frames.append(data)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return tuple(frames) if len(frames) == spec.count else None
+    return entries, frames
 
 
-def _write_cached(root: Path, spec: FrameSpec, frames: Sequence[bytes], version: str) -> Path:
-    """Write a set atomically (temporary folder, then rename) and prune old sets."""
+def write_cached_set(
+    root: Path, key: str, manifest: dict[str, Any], frames: Sequence[bytes],
+    keep: int, family: Callable[[Path], bool],
+) -> Path:
+    """Write a set atomically (temporary folder, then rename) as ``root / key``; prune.
+
+    ``manifest["files"]`` names each frame's file, in order. Of the sets under ``root``
+    that ``family`` selects, the ``keep`` most recently written stay; the others (never
+    this one) are removed.
+    """
     root.mkdir(parents=True, exist_ok=True)
-    final = root / spec.key()
-    staging = root / f".{spec.key()}.tmp-{os.getpid()}"
+    final = root / key
+    staging = root / f".{key}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    manifest = _manifest(spec, frames, version)
     for entry, data in zip(manifest["files"], frames, strict=True):
         (staging / entry["name"]).write_bytes(data)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -294,9 +313,9 @@ def _write_cached(root: Path, spec: FrameSpec, frames: Sequence[bytes], version:
         staging.rename(final)
     except OSError:  # another process cached the same set at the same moment
         shutil.rmtree(staging, ignore_errors=True)
-    sets = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    sets = [p for p in root.iterdir() if p.is_dir() and family(p)]
     sets.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in sets[MAX_CACHED_SETS:]:
+    for old in sets[keep:]:
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
@@ -312,11 +331,14 @@ def load_frames(
     """
     spec = FrameSpec() if spec is None else spec
     root = cache_dir() if cache is None else cache
-    version = str(_cv2().__version__)
+    header = manifest_header(FORMAT_VERSION, str(import_cv2().__version__), spec)
     folder = root / spec.key()
-    cached = _read_cached(folder, spec, version)
-    if cached is not None:
-        return FrameSet(spec, cached, folder)
+    cached = read_cached_set(folder, header)
+    if cached is not None and len(cached[1]) == spec.count:
+        return FrameSet(spec, tuple(cached[1]), folder)
     frames = encode_frames(spec, media)
-    return FrameSet(spec, tuple(frames), _write_cached(root, spec, frames, version))
+    manifest = {**header, "files": [manifest_entry(k, data) for k, data in enumerate(frames)]}
+    folder = write_cached_set(root, spec.key(), manifest, frames, MAX_CACHED_SETS,
+                              lambda p: not p.name.startswith("."))
+    return FrameSet(spec, tuple(frames), folder)
 

@@ -67,7 +67,6 @@ follow it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from workloads.trace import META_NAME, Task
+from workloads.trace import Task, read_side_file, write_side_file
 
 LAYOUTS = ("line", "grid")
 MOVEMENTS = ("normal", "straight")
@@ -423,20 +422,6 @@ class PersonSearch:
 # --- ground-truth file ---------------------------------------------------------------------
 
 
-def _trace_meta(folder: Path) -> dict[str, Any] | None:
-    """The metadata in ``folder``'s ``trace.json``, if there is one."""
-    meta_path = folder / META_NAME
-    if not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TestbedError(f"{meta_path}: not valid JSON: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise TestbedError(f"{meta_path}: expected a JSON object")
-    return meta
-
-
 def write_ground_truth(folder: str | Path, params: Mapping[str, Any], seed: int) -> Path:
     """Build the world of ``(params, seed)``, write ``person_search.json`` into ``folder``.
 
@@ -453,28 +438,15 @@ def write_ground_truth(folder: str | Path, params: Mapping[str, Any], seed: int)
         world = generator.world(params, seed)
     except ValueError as exc:
         raise TestbedError(f"workload {generator.name!r}: {exc}") from exc
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    trace_meta = _trace_meta(out)
-    doc = {
-        "format": TRUTH_FORMAT,
-        "generator": generator.name,
-        "params": dict(params),
-        "seed": seed,
-        "trace_sha256": None if trace_meta is None else trace_meta.get("sha256"),
+    content = {
         "layout": world.layout.kind,
         "servers": world.layout.servers,
         "slots": world.slots,
         "start": world.start.tolist(),
         "holder": world.holder.tolist(),
     }
-    try:
-        text = json.dumps(doc, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TestbedError(f"person-search ground truth is not JSON-serialisable: {exc}") from exc
-    path = out / TRUTH_NAME
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    return write_side_file(folder, TRUTH_NAME, TRUTH_FORMAT, generator.name, params, seed, content,
+                           "person-search ground truth")
 
 
 def read_ground_truth(folder: str | Path) -> SearchWorld:
@@ -484,23 +456,8 @@ def read_ground_truth(folder: str | Path) -> SearchWorld:
     ``trace.json`` in the folder records another sha256, params or seed than the truth
     was written for (the truth belongs to another trace).
     """
-    base = Path(folder)
-    path = base / TRUTH_NAME
-    if not path.is_file():
-        raise TestbedError(f"{path}: person-search ground truth not found")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TestbedError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != TRUTH_FORMAT:
-        raise TestbedError(f"{path}: expected a ground-truth object of format {TRUTH_FORMAT}")
-    trace_meta = _trace_meta(base)
-    if trace_meta is not None:
-        for key, mine in (("sha256", doc.get("trace_sha256")), ("params", doc.get("params")),
-                          ("seed", doc.get("seed"))):
-            if trace_meta.get(key) != mine:
-                raise TestbedError(f"{path}: written for trace {key} {mine!r}, but "
-                                   f"{base / META_NAME} records {trace_meta.get(key)!r}")
+    doc, path = read_side_file(folder, TRUTH_NAME, TRUTH_FORMAT, "person-search ground truth",
+                               "ground-truth")
     try:
         layout = Layout(str(doc["layout"]), int(doc["servers"]))
         slots = int(doc["slots"])

@@ -11,6 +11,12 @@ folder:
 
 Replaying the same file is what makes policies comparable task by task, so
 :func:`read_trace` refuses a CSV whose digest no longer matches its metadata.
+
+A generator whose tasks need more than the CSV holds (the person-search ground truth,
+the face-recognition plan) writes it as a *side file* in the same folder
+(:func:`write_side_file`): a JSON object recording the ``params`` and ``seed`` it was
+built from and the trace's ``sha256``, which :func:`read_side_file` checks against
+``trace.json`` so a side file never pairs with another trace.
 """
 
 from __future__ import annotations
@@ -140,6 +146,14 @@ def _parse_row(row: list[str], where: str) -> Task:
     return Task(task_id, client, arrival, size, cls)
 
 
+def _load_json(path: Path) -> Any:
+    """The JSON value in ``path``, or :class:`TestbedError` naming the file."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TestbedError(f"{path}: not valid JSON: {exc}") from exc
+
+
 def read_trace(folder: str | Path) -> tuple[list[Task], dict[str, Any]]:
     """Read the trace in ``folder``; return its tasks (in file order) and its metadata.
 
@@ -152,10 +166,7 @@ def read_trace(folder: str | Path) -> tuple[list[Task], dict[str, Any]]:
     for path in (csv_path, meta_path):
         if not path.is_file():
             raise TestbedError(f"{path}: trace file not found")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TestbedError(f"{meta_path}: not valid JSON: {exc}") from exc
+    meta = _load_json(meta_path)
     if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
         raise TestbedError(f"{meta_path}: expected an object with a 'sha256' string")
     data = csv_path.read_bytes()
@@ -190,3 +201,87 @@ def read_trace(folder: str | Path) -> tuple[list[Task], dict[str, Any]]:
     if meta.get("n") != len(tasks):
         raise TestbedError(f"{meta_path}: n is {meta.get('n')!r} but {csv_path} has {len(tasks)}")
     return tasks, meta
+
+
+# --- side files ----------------------------------------------------------------------------
+
+
+def trace_meta(folder: str | Path) -> dict[str, Any] | None:
+    """The metadata in ``folder``'s ``trace.json``, or None when there is none.
+
+    Unlike :func:`read_trace` this does not need the CSV; it raises
+    :class:`TestbedError` when ``trace.json`` is not a JSON object.
+    """
+    meta_path = Path(folder) / META_NAME
+    if not meta_path.is_file():
+        return None
+    meta = _load_json(meta_path)
+    if not isinstance(meta, dict):
+        raise TestbedError(f"{meta_path}: expected a JSON object")
+    return meta
+
+
+def write_side_file(
+    folder: str | Path,
+    name: str,
+    file_format: int,
+    generator: str,
+    params: Mapping[str, Any],
+    seed: int,
+    content: Mapping[str, Any],
+    what: str,
+) -> Path:
+    """Write the side file ``name`` of the trace in ``folder``; return its path.
+
+    Call it after the trace is written, with the params and seed recorded in
+    ``trace.json``. The file is one JSON object: ``format`` (``file_format``),
+    ``generator``, ``params`` and ``seed`` (as given), ``trace_sha256`` (copied from
+    ``trace.json`` in the folder, or null without one), then the keys of ``content``.
+    Floats are written exactly (JSON uses the shortest round-tripping text). Raises
+    :class:`TestbedError` ("<what> is not JSON-serialisable") otherwise.
+    """
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = trace_meta(out)
+    doc = {
+        "format": file_format,
+        "generator": generator,
+        "params": dict(params),
+        "seed": seed,
+        "trace_sha256": None if meta is None else meta.get("sha256"),
+        **content,
+    }
+    try:
+        text = json.dumps(doc, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise TestbedError(f"{what} is not JSON-serialisable: {exc}") from exc
+    path = out / name
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def read_side_file(
+    folder: str | Path, name: str, file_format: int, what: str, kind: str
+) -> tuple[dict[str, Any], Path]:
+    """Read the side file ``name`` of the trace in ``folder``: its object and its path.
+
+    Raises :class:`TestbedError` naming the file if it is missing ("<what> not found"),
+    not JSON, not an object of format ``file_format`` ("expected a <kind> object of
+    format ..."), or if a ``trace.json`` in the folder records another sha256, params
+    or seed than the file was written for (it belongs to another trace).
+    """
+    base = Path(folder)
+    path = base / name
+    if not path.is_file():
+        raise TestbedError(f"{path}: {what} not found")
+    doc = _load_json(path)
+    if not isinstance(doc, dict) or doc.get("format") != file_format:
+        raise TestbedError(f"{path}: expected a {kind} object of format {file_format}")
+    meta = trace_meta(base)
+    if meta is not None:
+        for key, mine in (("sha256", doc.get("trace_sha256")), ("params", doc.get("params")),
+                          ("seed", doc.get("seed"))):
+            if meta.get(key) != mine:
+                raise TestbedError(f"{path}: written for trace {key} {mine!r}, but "
+                                   f"{base / META_NAME} records {meta.get(key)!r}")
+    return doc, path

@@ -39,11 +39,19 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json, error_of
+from nodes.armada.agent import BeaconAgent
+from nodes.armada.client import PeerError, call_json
 from nodes.armada.fields import NODE_TYPES, args_to_argv, task_fields
 from nodes.armada.openapi import add_openapi, captain_spec
 from nodes.armada.scheduler import EPSILON
-from nodes.common import client_error, configure_logging, make_base_app, read_json_object, serve
+from nodes.common import (
+    client_error,
+    configure_logging,
+    free_port,
+    make_base_app,
+    read_json_object,
+    serve,
+)
 
 _log = logging.getLogger("nodes.armada.captain")
 
@@ -138,13 +146,6 @@ def _die_with_captain() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the task binds it a moment later)."""
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def group_usage(groups: set[int]) -> dict[int, tuple[float, int]]:
     """CPU seconds (with reaped children) and resident bytes per process group, from /proc."""
     usage: dict[int, tuple[float, int]] = {}
@@ -175,8 +176,15 @@ def cgroup_usage(cgroup: Path) -> tuple[float, int]:
     return cpu, int((cgroup / "memory.current").read_text())
 
 
-class Captain:
-    """State, task runtime, registration agent and HTTP handlers of a Captain."""
+class Captain(BeaconAgent):
+    """State, task runtime, registration agent and HTTP handlers of a Captain.
+
+    Registration with the Spinner (and ``GET /status``) is
+    :class:`~nodes.armada.agent.BeaconAgent`'s.
+    """
+
+    collection = "nodes"
+    log = _log
 
     def __init__(self, config: CaptainConfig) -> None:
         self.config = config
@@ -391,54 +399,27 @@ class Captain:
 
     # -------------------------------------------------------------- registration
 
-    def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.config.token}"}
+    @property
+    def agent_id(self) -> str:
+        """The node id."""
+        return self.config.node_id
 
-    async def register(self) -> bool:
-        """Register through the Beacon once; stop tasks the Spinner no longer places here."""
+    def registration(self) -> dict[str, Any]:
+        """The node as the Spinner registers it."""
         cfg = self.config
-        body = {
+        return {
             "node_id": cfg.node_id, "url": cfg.url, "lat": cfg.lat, "lon": cfg.lon,
             "node_type": cfg.node_type, "cpu": cfg.cpu, "memory_mb": cfg.memory_mb,
             "tags": cfg.tags,
         }
-        sent = time.time()
-        try:
-            status, answer = await call_json(self.session, "POST", f"{cfg.beacon}/nodes", body,
-                                             headers=self._auth())
-        except PeerError as exc:
-            _log.info("registration failed: %s", exc)
-            return False
-        if status != 200 or not isinstance(answer, dict):
-            _log.info("registration refused: %s", error_of(status, answer))
-            return False
-        self.registrations += 1
+
+    async def registered(self, answer: dict[str, Any], sent: float) -> None:
+        """Stop the tasks started before ``sent`` that the Spinner no longer places here."""
         placed = set(answer.get("tasks", []))
         orphans = [t for t in self.tasks.values()
                    if t.alive and t.task_id not in placed and t.started_at < sent]
         why = "no longer placed here by the Spinner"
         await asyncio.gather(*(self.stop_task(t, why) for t in orphans))
-        return True
-
-    async def agent_loop(self) -> None:
-        """Register, then register again whenever health checks stop for ``recheck_s``."""
-        while True:
-            while not await self.register():
-                await asyncio.sleep(min(1.0, self.config.recheck_s))
-            while True:
-                self._checked.clear()
-                try:
-                    await asyncio.wait_for(self._checked.wait(), self.config.recheck_s)
-                except TimeoutError:
-                    _log.info("no health check for %g s: registering again",
-                              self.config.recheck_s)
-                    break
-
-    async def deregister(self) -> None:
-        """Tell the Spinner (through the Beacon) that this node leaves; best effort."""
-        url = f"{self.config.beacon}/nodes/{self.config.node_id}"
-        with contextlib.suppress(PeerError):
-            await call_json(self.session, "DELETE", url, headers=self._auth(), timeout_s=1.0)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -464,11 +445,6 @@ class Captain:
         if task is None:
             raise client_error(web.HTTPNotFound, f"no such task: {request.match_info['task_id']}")
         return task
-
-    async def handle_status(self, request: web.Request) -> web.Response:
-        """``GET /status``: the Spinner's health check."""
-        self._checked.set()
-        return web.json_response(self.status())
 
     async def handle_start(self, request: web.Request) -> web.Response:
         """``POST /tasks``: start a task (202; it is ``starting`` until it serves)."""

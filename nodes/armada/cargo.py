@@ -72,6 +72,7 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
+from nodes.armada.agent import BeaconAgent
 from nodes.armada.client import PeerError, call_json, error_of
 from nodes.armada.fields import (
     CONSISTENCIES,
@@ -91,6 +92,7 @@ from nodes.common import (
     Field,
     client_error,
     configure_logging,
+    free_port,
     int_field,
     json_errors,
     read_json_object,
@@ -459,8 +461,15 @@ def _summary(values: Sequence[float]) -> dict[str, Any]:
             "p99_ms": round(float(p99), 3), "max_ms": round(float(ms.max()), 3)}
 
 
-class Cargo:
-    """Store, replication, registration agent and HTTP handlers of a Cargo."""
+class Cargo(BeaconAgent):
+    """Store, replication, registration agent and HTTP handlers of a Cargo.
+
+    Registration with the Cargo Manager (and ``GET /status``) is
+    :class:`~nodes.armada.agent.BeaconAgent`'s.
+    """
+
+    collection = "cargos"
+    log = _log
 
     def __init__(self, config: CargoConfig) -> None:
         self.config = config
@@ -898,51 +907,25 @@ class Cargo:
 
     # -------------------------------------------------------------- registration
 
-    def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.config.token}"}
+    @property
+    def agent_id(self) -> str:
+        """The Cargo id."""
+        return self.config.cargo_id
 
-    async def register(self) -> bool:
-        """Register through the Beacon once; drop the applications re-replicated elsewhere."""
+    def registration(self) -> dict[str, Any]:
+        """The Cargo as the manager registers it, with the applications it holds."""
         cfg = self.config
-        body = {"cargo_id": cfg.cargo_id, "url": self.url, "lat": cfg.lat, "lon": cfg.lon,
+        return {"cargo_id": cfg.cargo_id, "url": self.url, "lat": cfg.lat, "lon": cfg.lon,
                 "capacity_bytes": cfg.capacity_bytes, "node_type": cfg.node_type,
                 "tags": cfg.tags, "apps": sorted(self.apps)}
-        try:
-            status, answer = await call_json(self.session, "POST", f"{cfg.beacon}/cargos", body,
-                                             headers=self._auth())
-        except PeerError as exc:
-            _log.info("registration failed: %s", exc)
-            return False
-        if status != 200 or not isinstance(answer, dict):
-            _log.info("registration refused: %s", error_of(status, answer))
-            return False
-        self.registrations += 1
+
+    async def registered(self, answer: dict[str, Any], sent: float) -> None:
+        """Drop the applications the manager re-replicated elsewhere."""
         for name in answer.get("drop", []):
             data = self.apps.get(name)
             if data is not None:
                 _log.info("dropping %s: the manager placed its replica elsewhere", name)
                 await self.drop(data)
-        return True
-
-    async def agent_loop(self) -> None:
-        """Register, then register again whenever health checks stop for ``recheck_s``."""
-        while True:
-            while not await self.register():
-                await asyncio.sleep(min(1.0, self.config.recheck_s))
-            while True:
-                self._checked.clear()
-                try:
-                    await asyncio.wait_for(self._checked.wait(), self.config.recheck_s)
-                except TimeoutError:
-                    _log.info("no health check for %g s: registering again",
-                              self.config.recheck_s)
-                    break
-
-    async def deregister(self) -> None:
-        """Tell the manager (through the Beacon) that this Cargo leaves; best effort."""
-        url = f"{self.config.beacon}/cargos/{self.config.cargo_id}"
-        with contextlib.suppress(PeerError):
-            await call_json(self.session, "DELETE", url, headers=self._auth(), timeout_s=1.0)
 
     # ------------------------------------------------------------------ handlers
 
@@ -966,11 +949,6 @@ class Cargo:
                 MAX_BODY_BYTES, request.content_length or 0,
                 text=json.dumps({"error": reason}), content_type="application/json",
             ) from None
-
-    async def handle_status(self, request: web.Request) -> web.Response:
-        """``GET /status``: the manager's health check."""
-        self._checked.set()
-        return web.json_response(self.status())
 
     async def handle_health(self, request: web.Request) -> web.Response:
         """``GET /health``."""
@@ -1124,13 +1102,6 @@ def make_app(config: CargoConfig) -> web.Application:
     app.on_startup.append(cargo.start)
     app.on_cleanup.append(cargo.stop)
     return app
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,7 +53,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from nodes.armada.cargo import DEFAULT_DIM, record_bytes
@@ -75,6 +74,11 @@ from nodes.armada.fields import (
 )
 from nodes.armada.geo import haversine_km
 from nodes.armada.openapi import add_openapi, cargo_manager_spec
+from nodes.armada.registry import (
+    HealthCheckedRegistry,
+    add_health_arguments,
+    check_health_arguments,
+)
 from nodes.common import (
     Field,
     client_error,
@@ -228,8 +232,18 @@ class Allocation:
         self.events.append({"t": time.time(), "event": kind, **detail})
 
 
-class CargoManager:
-    """State, health checks, allocation, re-replication and HTTP handlers."""
+class CargoManager(HealthCheckedRegistry[CargoNode]):
+    """State, health checks, allocation, re-replication and HTTP handlers.
+
+    Registration, health checks and leaves of Cargos are
+    :class:`~nodes.armada.registry.HealthCheckedRegistry`'s; the Cargos are ``cargos``.
+    """
+
+    kind = "cargo"
+    id_field = "cargo_id"
+    node_class = CargoNode
+    title = "Cargo Manager"
+    log = _log
 
     def __init__(
         self,
@@ -239,21 +253,15 @@ class CargoManager:
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
         seed: int | None = None,
     ) -> None:
-        self.health_interval_s = health_interval_s
-        self.health_timeout_s = health_timeout_s
-        self.max_missed = max_missed
+        super().__init__(health_interval_s, health_timeout_s, max_missed)
         self.quota_bytes = quota_bytes
         self.rng = random.Random(seed)
-        self.cargos: dict[str, CargoNode] = {}
         self.allocations: dict[str, Allocation] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._checker: asyncio.Task[None] | None = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        """Client session for calls to Cargos (exists while the app runs)."""
-        assert self._session is not None, "the Cargo Manager app is not running"
-        return self._session
+    def cargos(self) -> dict[str, CargoNode]:
+        """The registered Cargos by id (the registry's ``nodes``)."""
+        return self.nodes
 
     # ---------------------------------------------------------------- capacity
 
@@ -437,26 +445,13 @@ class CargoManager:
 
     # ------------------------------------------------------------- health checks
 
-    async def check(self, node: CargoNode) -> None:
-        """One health check; declares the Cargo dead after ``max_missed`` misses."""
-        try:
-            status, answer = await call_json(self.session, "GET", f"{node.url}/status",
-                                             timeout_s=self.health_timeout_s)
-            ok = status == 200 and isinstance(answer, dict) and isinstance(answer.get("apps"),
-                                                                           list)
-        except PeerError:
-            ok, answer = False, None
-        if node.state != "alive":
-            return
-        if not ok:
-            node.missed += 1
-            if node.missed >= self.max_missed:
-                node.state = "dead"
-                _log.info("cargo %s is dead after %d missed checks", node.cargo_id, node.missed)
-                for alloc in self.allocations.values():
-                    self.lose(alloc, node, f"cargo {node.cargo_id} dead")
-            return
-        node.missed, node.last_seen = 0, time.time()
+    def healthy(self, answer: dict[str, Any]) -> bool:
+        """A Cargo's status lists its applications."""
+        return isinstance(answer.get("apps"), list)
+
+    def reported(self, node: CargoNode, answer: dict[str, Any], asked: float) -> None:
+        """Record the Cargo's usage; a ready replica whose data it no longer holds is
+        lost."""
         node.used_bytes = answer.get("used_bytes", 0)
         node.disk_bytes = answer.get("disk_bytes", 0)
         held = {a.get("app") for a in answer["apps"] if isinstance(a, dict)}
@@ -464,37 +459,20 @@ class CargoManager:
             if alloc.replicas.get(node.cargo_id) == "ready" and alloc.app not in held:
                 self.lose(alloc, node, f"cargo {node.cargo_id} no longer holds the data")
 
-    async def health_loop(self) -> None:
-        """Check every alive Cargo each interval, then restore what was lost."""
-        while True:
-            alive = [n for n in self.cargos.values() if n.state == "alive"]
-            await asyncio.gather(*(self.check(n) for n in alive))
-            self.maintain()
-            await asyncio.sleep(self.health_interval_s)
+    def node_lost(self, node: CargoNode, reason: str) -> None:
+        """The Cargo died or left: every replica it held is lost."""
+        for alloc in self.allocations.values():
+            self.lose(alloc, node, reason)
 
-    async def start(self, app: web.Application) -> None:
-        """Startup hook: open the client session, start health checks."""
-        self._session = aiohttp.ClientSession()
-        self._checker = asyncio.create_task(self.health_loop())
+    async def after_round(self) -> None:
+        """Restore what was lost."""
+        self.maintain()
 
-    async def stop(self, app: web.Application) -> None:
-        """Cleanup hook: stop health checks and restorations, close the session."""
-        tasks = [self._checker] if self._checker is not None else []
-        tasks += [a.restoring for a in self.allocations.values() if a.restoring is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
+    def background(self) -> list[asyncio.Task[Any]]:
+        """The restorations in progress."""
+        return [a.restoring for a in self.allocations.values() if a.restoring is not None]
 
     # ------------------------------------------------------------------ handlers
-
-    def _cargo(self, request: web.Request) -> CargoNode:
-        node = self.cargos.get(request.match_info["cargo_id"])
-        if node is None:
-            raise client_error(web.HTTPNotFound,
-                               f"no such cargo: {request.match_info['cargo_id']}")
-        return node
 
     def _allocation(self, name: str) -> Allocation:
         alloc = self.allocations.get(name)
@@ -507,15 +485,7 @@ class CargoManager:
         body = await read_json_object(request, REGISTER_FIELDS)
         held = body.pop("apps", [])
         body.setdefault("tags", [])
-        node = self.cargos.get(body["cargo_id"])
-        if node is None:
-            node = CargoNode(**body)
-            self.cargos[node.cargo_id] = node
-            _log.info("cargo %s registered at %s", node.cargo_id, node.url)
-        else:
-            for name, value in body.items():
-                setattr(node, name, value)
-            node.state, node.missed, node.last_seen = "alive", 0, time.time()
+        node = self.enrol(body)
         drop = []
         for name in sorted(held):
             alloc = self.allocations.get(name)
@@ -534,16 +504,11 @@ class CargoManager:
 
     async def handle_cargo(self, request: web.Request) -> web.Response:
         """``GET /cargos/{cargo_id}``."""
-        return web.json_response(self.cargo_json(self._cargo(request)))
+        return web.json_response(self.cargo_json(self.lookup(request)))
 
     async def handle_leave(self, request: web.Request) -> web.Response:
         """``DELETE /cargos/{cargo_id}``: a graceful leave; its data is re-replicated now."""
-        node = self._cargo(request)
-        node.state = "left"
-        for alloc in self.allocations.values():
-            self.lose(alloc, node, f"cargo {node.cargo_id} left")
-        self.maintain()
-        return web.json_response(self.cargo_json(node))
+        return web.json_response(self.cargo_json(await self.leave(request)))
 
     async def handle_allocate(self, request: web.Request) -> web.Response:
         """``POST /storage``: allocate storage for an application (201; 200 if it exists)."""
@@ -680,15 +645,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8003)
-    parser.add_argument("--health-interval-s", type=float, default=1.0)
-    parser.add_argument("--health-timeout-s", type=float, default=0.5)
-    parser.add_argument("--max-missed", type=int, default=3)
+    add_health_arguments(parser)
     parser.add_argument("--quota-mb", type=float, default=DEFAULT_QUOTA_BYTES / 1024**2,
                         help="default quota of an allocation, MiB")
     parser.add_argument("--seed", type=int, help="seed of the random strategy")
     args = parser.parse_args(argv)
-    if args.health_interval_s <= 0 or args.health_timeout_s <= 0 or args.max_missed < 1:
-        parser.error("intervals must be > 0 and --max-missed >= 1")
+    check_health_arguments(parser, args)
     if args.quota_mb <= 0:
         parser.error("--quota-mb must be > 0")
     configure_logging()

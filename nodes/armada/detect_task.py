@@ -45,25 +45,25 @@ Run it as ``python -m nodes.armada.detect_task --host H --port P [--workers N]
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import cv2
 import numpy as np
 from aiohttp import web
 
+from nodes.armada.frame_task import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_QUEUE_LIMIT,
+    WorkerPool,
+    at_least,
+    read_jpeg,
+)
 from nodes.common import client_error, configure_logging, json_errors, serve
-
-DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
-DEFAULT_QUEUE_LIMIT = 32
-JPEG_MAGIC = b"\xff\xd8\xff"
 
 _log = logging.getLogger("nodes.armada.detect_task")
 
@@ -141,33 +141,15 @@ class DetectTask:
         self._factory = DETECTORS[detector]
         self._factory()  # fail at start-up, not on the first frame, if it cannot load
         self._local = threading.local()
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="detect")
-        self._warm_up()
-        self._slots = asyncio.Semaphore(workers)
-        self.waiting = 0
-        self.running = 0
+        self.pool = WorkerPool(workers, queue_limit, "detect")
+        # Every worker's detector runs once before serving: the first client's probe
+        # then finds warm replicas, so probes compare like with like.
+        image = np.zeros((240, 320, 3), dtype=np.uint8)  # a small frame: several scales
+        self.pool.warm_up(lambda: self._detector().detect(image))
         self.completed = 0
-        self.rejected = 0
         self.failed = 0
         self._processing_total_s = 0.0
         self._started_wall = time.time()
-
-    def _warm_up(self) -> None:
-        """Build every worker thread's detector and run it once before serving.
-
-        The first detection of a thread builds its detector and OpenCV's scratch buffers,
-        several times a warm frame's cost on a CPU-limited node; doing it here keeps that
-        out of the first client's probe, so probes compare warm replicas.
-        """
-        image = np.zeros((240, 320, 3), dtype=np.uint8)  # a small frame: several scales
-        gate = threading.Barrier(self.workers)
-
-        def warm() -> None:
-            gate.wait(timeout=30.0)  # one job per thread: each blocks until all started
-            self._detector().detect(image)
-
-        for job in [self._executor.submit(warm) for _ in range(self.workers)]:
-            job.result()
 
     def _detector(self) -> Detector:
         """This worker thread's own detector (OpenCV objects are not shared)."""
@@ -185,60 +167,18 @@ class DetectTask:
         detections = self._detector().detect(image)
         return start, time.time(), list(image.shape), detections
 
-    async def _read_frame(self, request: web.Request) -> bytes:
-        """The request's JPEG body, or a JSON 400/413/415 error."""
-        content_type = request.content_type
-        if content_type != "image/jpeg":
-            raise client_error(
-                web.HTTPUnsupportedMediaType,
-                f"Content-Type: expected image/jpeg, found {content_type or 'nothing'}",
-            )
-        too_large = f"body: expected at most {self.max_body_bytes} bytes, found more"
-        length = request.content_length
-        if length is not None and length > self.max_body_bytes:
-            raise _too_large(too_large, self.max_body_bytes, length)
-        try:
-            data = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise _too_large(too_large, self.max_body_bytes, self.max_body_bytes + 1) from None
-        if not data:
-            raise client_error(web.HTTPBadRequest, "body: expected a JPEG image, found nothing")
-        if not data.startswith(JPEG_MAGIC):
-            raise client_error(
-                web.HTTPBadRequest,
-                f"body: expected a JPEG image (starting FF D8 FF), found {data[:8].hex(' ')}",
-            )
-        return data
-
     async def handle_infer(self, request: web.Request) -> web.Response:
         """``POST /infer``: queue, decode and detect one frame."""
-        data = await self._read_frame(request)
+        data = await read_jpeg(request, self.max_body_bytes)
         server_arrival = time.time()
-        if self.waiting >= self.queue_limit:
-            self.rejected += 1
-            raise client_error(
-                web.HTTPServiceUnavailable,
-                f"queue full: {self.waiting} frames already waiting (queue_limit "
-                f"{self.queue_limit})",
-            )
-        queue_at_arrival = self.waiting
-        self.waiting += 1
+        queue_at_arrival = self.pool.waiting
         try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
-        self.running += 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._process, data)
-        try:
-            start, end, shape, detections = await asyncio.shield(future)
-        except asyncio.CancelledError:
-            future.add_done_callback(lambda _: self._finish())
+            start, end, shape, detections = await self.pool.run(self._process, data)
+        except web.HTTPServiceUnavailable:  # the queue is full: rejected, not failed
             raise
         except Exception:
-            self._finish()
             self.failed += 1
             raise
-        self._finish()
         if detections is None:
             self.failed += 1
             raise client_error(web.HTTPBadRequest, "body: the JPEG image could not be decoded")
@@ -258,11 +198,6 @@ class DetectTask:
             }
         )
 
-    def _finish(self) -> None:
-        """A frame left its worker: give the slot to the next waiting frame."""
-        self.running -= 1
-        self._slots.release()
-
     async def handle_health(self, _: web.Request) -> web.Response:
         """``GET /health``."""
         return web.json_response(
@@ -277,11 +212,11 @@ class DetectTask:
                 "detector": self.detector_name,
                 "workers": self.workers,
                 "threads": self.threads,
-                "in_flight": self.waiting + self.running,
-                "waiting": self.waiting,
-                "running": self.running,
+                "in_flight": self.pool.waiting + self.pool.running,
+                "waiting": self.pool.waiting,
+                "running": self.pool.running,
                 "completed": self.completed,
-                "rejected": self.rejected,
+                "rejected": self.pool.rejected,
                 "failed": self.failed,
                 "mean_processing_ms": mean,
                 "cpu_seconds": time.process_time(),
@@ -295,17 +230,7 @@ class DetectTask:
 
     async def close(self, _: web.Application) -> None:
         """Stop the worker threads (after the frames they are processing)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _too_large(reason: str, max_size: int, actual_size: int) -> web.HTTPRequestEntityTooLarge:
-    """A 413 with a JSON body (aiohttp's own names the shared 64 KiB limit)."""
-    return web.HTTPRequestEntityTooLarge(
-        max_size=max_size,
-        actual_size=actual_size,
-        text=json.dumps({"error": reason}),
-        content_type="application/json",
-    )
+        self.pool.close()
 
 
 def openapi(max_body_bytes: int) -> dict[str, Any]:
@@ -437,17 +362,6 @@ def make_app(
     return app
 
 
-def _at_least_one(text: str) -> int:
-    """An argparse ``type``: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {value}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and serve until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
@@ -455,12 +369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=_at_least_one, default=1)
+    parser.add_argument("--workers", type=at_least(1), default=1)
     parser.add_argument("--detector", choices=sorted(DETECTORS), default="hog")
-    parser.add_argument("--threads", type=_at_least_one, default=1,
+    parser.add_argument("--threads", type=at_least(1), default=1,
                         help="OpenCV threads for the whole process (default 1)")
-    parser.add_argument("--max-body-bytes", type=_at_least_one, default=DEFAULT_MAX_BODY_BYTES)
-    parser.add_argument("--queue-limit", type=_at_least_one, default=DEFAULT_QUEUE_LIMIT)
+    parser.add_argument("--max-body-bytes", type=at_least(1), default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--queue-limit", type=at_least(1), default=DEFAULT_QUEUE_LIMIT)
     args = parser.parse_args(argv)
     configure_logging()
     app = make_app(args.detector, args.workers, args.threads, args.max_body_bytes,

@@ -53,14 +53,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import math
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import cv2
@@ -69,6 +66,13 @@ from aiohttp import web
 
 from nodes.armada.face_recognition import FaceIndex, decode, describe, subject, warm_up
 from nodes.armada.face_recognition import cascade as face_cascade
+from nodes.armada.frame_task import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_QUEUE_LIMIT,
+    WorkerPool,
+    at_least,
+    read_jpeg,
+)
 from nodes.common import client_error, configure_logging, json_errors, serve
 from workloads.faces import (
     INITIAL_RECORDS,
@@ -80,9 +84,6 @@ from workloads.faces import (
     initial_records,
 )
 
-DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
-DEFAULT_QUEUE_LIMIT = 32
-JPEG_MAGIC = b"\xff\xd8\xff"
 IDENTITY_HEADER = "X-Face-Identity"
 OBSERVATION_HEADER = "X-Face-Observation"
 OP_HEADER = "X-Face-Op"
@@ -255,14 +256,6 @@ def _header_int(request: web.Request, name: str) -> int:
     return value
 
 
-def _too_large(reason: str, max_size: int, actual_size: int) -> web.HTTPRequestEntityTooLarge:
-    """A 413 with a JSON body (aiohttp's own names the shared 64 KiB limit)."""
-    return web.HTTPRequestEntityTooLarge(
-        max_size=max_size, actual_size=actual_size, text=json.dumps({"error": reason}),
-        content_type="application/json",
-    )
-
-
 def _ms(seconds: float) -> float:
     return seconds * 1000.0
 
@@ -290,30 +283,16 @@ class FaceTask:
         self.threads = threads
         self.max_body_bytes = max_body_bytes
         self.queue_limit = queue_limit
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="face")
-        self._warm_up()
-        self._slots = asyncio.Semaphore(workers)
-        self.waiting = 0
+        self.pool = WorkerPool(workers, queue_limit, "face")
+        self.pool.warm_up(warm_up)  # every worker's cascade runs once before serving
         self.in_flight = 0
         self.completed = 0
-        self.rejected = 0
         self.failed = 0
         self.counts = {"faces": 0, "no_face": 0, "reads": 0, "writes": 0, "recognised": 0}
         self._detect_total_s = 0.0
         self._storage_total_s = 0.0
         self._storage_calls = 0
         self._started_wall = time.time()
-
-    def _warm_up(self) -> None:
-        """Build and run every worker thread's cascade before serving."""
-        gate = threading.Barrier(self.workers)
-
-        def warm() -> None:
-            gate.wait(timeout=30.0)  # one job per thread: each blocks until all started
-            warm_up()
-
-        for job in [self._executor.submit(warm) for _ in range(self.workers)]:
-            job.result()
 
     async def start(self, _: web.Application) -> None:
         """Build the store inside the running loop."""
@@ -323,7 +302,7 @@ class FaceTask:
         """Close the store and stop the worker threads."""
         if self.store is not None:
             await self.store.close()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.pool.close()
 
     @staticmethod
     def _detect(data: bytes) -> tuple[float, float, list[int] | None, list[Box]]:
@@ -335,30 +314,6 @@ class FaceTask:
             return start, time.time(), None, []
         faces = face_cascade().detect(image)
         return start, time.time(), list(image.shape), faces
-
-    async def _read_frame(self, request: web.Request) -> bytes:
-        """The request's JPEG body, or a JSON 400/413/415 error."""
-        if request.content_type != "image/jpeg":
-            raise client_error(
-                web.HTTPUnsupportedMediaType,
-                f"Content-Type: expected image/jpeg, found {request.content_type or 'nothing'}",
-            )
-        too_large = f"body: expected at most {self.max_body_bytes} bytes, found more"
-        length = request.content_length
-        if length is not None and length > self.max_body_bytes:
-            raise _too_large(too_large, self.max_body_bytes, length)
-        try:
-            data = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise _too_large(too_large, self.max_body_bytes, self.max_body_bytes + 1) from None
-        if not data:
-            raise client_error(web.HTTPBadRequest, "body: expected a JPEG image, found nothing")
-        if not data.startswith(JPEG_MAGIC):
-            raise client_error(
-                web.HTTPBadRequest,
-                f"body: expected a JPEG image (starting FF D8 FF), found {data[:8].hex(' ')}",
-            )
-        return data
 
     def _metadata(self, request: web.Request) -> tuple[int, int, str]:
         """(identity, observation, op) from the headers, or a JSON 400."""
@@ -401,27 +356,9 @@ class FaceTask:
 
     async def _recognise(self, request: web.Request) -> web.Response:
         identity, observation, op = self._metadata(request)
-        data = await self._read_frame(request)
+        data = await read_jpeg(request, self.max_body_bytes)
         server_arrival = time.time()
-        if self.waiting >= self.queue_limit:
-            self.rejected += 1
-            raise client_error(web.HTTPServiceUnavailable, f"queue full: {self.waiting} frames "
-                               f"already waiting (queue_limit {self.queue_limit})")
-        self.waiting += 1
-        try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._detect, data)
-        try:
-            start, detected, shape, faces = await asyncio.shield(future)
-        except asyncio.CancelledError:
-            future.add_done_callback(lambda _: self._slots.release())
-            raise
-        except Exception:
-            self._slots.release()
-            raise
-        self._slots.release()
+        start, detected, shape, faces = await self.pool.run(self._detect, data)
         if shape is None:
             raise client_error(web.HTTPBadRequest, "body: the JPEG image could not be decoded")
         self._detect_total_s += detected - start
@@ -481,9 +418,9 @@ class FaceTask:
             "workers": self.workers,
             "threads": self.threads,
             "in_flight": self.in_flight,
-            "waiting": self.waiting,
+            "waiting": self.pool.waiting,
             "completed": self.completed,
-            "rejected": self.rejected,
+            "rejected": self.pool.rejected,
             "failed": self.failed,
             **self.counts,
             "mean_detect_ms": _ms(self._detect_total_s / detected) if detected else None,
@@ -535,21 +472,6 @@ def make_app(
     return app
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {value}")
-        return value
-
-    return parse
-
-
 def _threshold(text: str) -> float:
     """An argparse ``type``: a finite number >= 0."""
     try:
@@ -576,17 +498,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "and location come from the Captain's ARMADA_* environment)")
     parser.add_argument("--op", choices=MODES, default="read-write",
                         help="the op of frames without an X-Face-Op header")
-    parser.add_argument("--model-seed", type=_at_least(0), default=0,
+    parser.add_argument("--model-seed", type=at_least(0), default=0,
                         help="the workload seed: identity centres and observation noise")
-    parser.add_argument("--initial", type=_at_least(1), default=INITIAL_RECORDS,
+    parser.add_argument("--initial", type=at_least(1), default=INITIAL_RECORDS,
                         help="records of the initial data set (--memory-store)")
     parser.add_argument("--threshold", type=_threshold, default=None,
                         help=f"match threshold (default the model's, {THRESHOLD:.4f})")
-    parser.add_argument("--workers", type=_at_least(1), default=1)
-    parser.add_argument("--threads", type=_at_least(1), default=1,
+    parser.add_argument("--workers", type=at_least(1), default=1)
+    parser.add_argument("--threads", type=at_least(1), default=1,
                         help="OpenCV threads for the whole process (default 1)")
-    parser.add_argument("--max-body-bytes", type=_at_least(1), default=DEFAULT_MAX_BODY_BYTES)
-    parser.add_argument("--queue-limit", type=_at_least(1), default=DEFAULT_QUEUE_LIMIT)
+    parser.add_argument("--max-body-bytes", type=at_least(1), default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--queue-limit", type=at_least(1), default=DEFAULT_QUEUE_LIMIT)
     args = parser.parse_args(argv)
     if args.storage_manager is not None:
         try:

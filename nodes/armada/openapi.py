@@ -54,6 +54,12 @@ REASONS = {
     502: "upstream unreachable",
     504: "upstream did not answer in time",
 }
+#: The storage layer's own statuses.
+STORAGE_REASONS = {
+    413: "body too large",
+    503: "not acknowledged in time, or the application is still syncing here",
+    507: "insufficient storage (capacity or quota)",
+}
 
 
 def body(properties: dict[str, Schema], required: list[str]) -> Schema:
@@ -73,14 +79,24 @@ def op(
     errors: tuple[int, ...] = (),
     secured: bool = False,
 ) -> dict[str, Any]:
-    """One operation: JSON request (optional), a JSON success and JSON errors."""
+    """One operation: JSON request (optional), a JSON success and JSON errors.
+
+    The errors are listed by status, except the storage layer's (:data:`STORAGE_REASONS`),
+    which follow in the order ``errors`` gives them.
+    """
+    common = [code for code in errors if code not in STORAGE_REASONS]
+    storage = [code for code in errors if code in STORAGE_REASONS]
     operation: dict[str, Any] = {
         "summary": summary,
         "responses": {
             str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
             **{
                 str(code): {"description": REASONS[code], "content": _json(ERROR)}
-                for code in sorted({*errors, *((401, 403) if secured else ())})
+                for code in sorted({*common, *((401, 403) if secured else ())})
+            },
+            **{
+                str(code): {"description": STORAGE_REASONS[code], "content": _json(ERROR)}
+                for code in storage
             },
         },
     }
@@ -107,6 +123,45 @@ def document(title: str, description: str, paths: dict[str, dict[str, Any]]) -> 
         "info": {"title": title, "version": "1.0", "description": description},
         "paths": paths,
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def registry_paths(
+    collection: str, id_field: str, noun: str, register: Schema, leaves: str
+) -> dict[str, dict[str, Any]]:
+    """A manager's node registry: register or refresh, list, one node, a node leaves.
+
+    ``collection`` is the path (``nodes``), ``id_field`` the path parameter (``node_id``),
+    ``noun`` what a node is called (``node``: "list nodes"), ``register`` the
+    registration body and ``leaves`` what a leave sets off (after "a node leaves; ").
+    """
+    return {
+        f"/{collection}": {
+            "post": op(f"register or refresh a {noun}", 200, register, (400,)),
+            "get": op(f"list {noun}s"),
+        },
+        f"/{collection}/{{{id_field}}}": {
+            "get": op(f"one {noun}", errors=(404,)),
+            "delete": op(f"a {noun} leaves; {leaves}", errors=(404,)),
+        },
+    }
+
+
+def forwarded_registry_paths(
+    collection: str, id_field: str, noun: str, register: Schema, registering: str
+) -> dict[str, dict[str, Any]]:
+    """The Beacon's forwarding of a registry (:func:`registry_paths`): registering
+    (``registering`` says what, e.g. "a compute node") and leaving need a token, and any
+    call may meet an unreachable or silent manager (502, 504)."""
+    fwd = (502, 504)
+    return {
+        f"/{collection}": {
+            "post": op(f"register {registering}", 200, register, (400, *fwd), True),
+            "get": op(f"list {noun}s", errors=fwd),
+        },
+        f"/{collection}/{{{id_field}}}": {
+            "delete": op(f"a {noun} leaves", errors=(404, *fwd), secured=True),
+        },
     }
 
 
@@ -169,13 +224,7 @@ def beacon_spec() -> dict[str, Any]:
                 "delete": op("remove an application", errors=(404, *fwd), secured=True),
             },
             "/query": {"post": op("candidate list for a user", 200, QUERY, (400, 404, *fwd))},
-            "/nodes": {
-                "post": op("register a compute node", 200, REGISTER, (400, *fwd), True),
-                "get": op("list nodes", errors=fwd),
-            },
-            "/nodes/{node_id}": {
-                "delete": op("a node leaves", errors=(404, *fwd), secured=True),
-            },
+            **forwarded_registry_paths("nodes", "node_id", "node", REGISTER, "a compute node"),
         },
     )
 
@@ -205,14 +254,7 @@ def spinner_spec() -> dict[str, Any]:
         "Armada Spinner",
         "Compute nodes (registration, health checks, free resources) and task placement.",
         {
-            "/nodes": {
-                "post": op("register or refresh a node", 200, REGISTER, (400,)),
-                "get": op("list nodes"),
-            },
-            "/nodes/{node_id}": {
-                "get": op("one node", errors=(404,)),
-                "delete": op("a node leaves; its tasks are re-placed", errors=(404,)),
-            },
+            **registry_paths("nodes", "node_id", "node", REGISTER, "its tasks are re-placed"),
             "/tasks": {
                 "post": op("place and start a task", 201, PLACE, (400, 409)),
                 "get": op("list tasks (?app=name)"),
@@ -255,11 +297,6 @@ def add_openapi(app: web.Application, spec: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ storage layer
 
-STORAGE_REASONS = {
-    413: "body too large",
-    503: "not acknowledged in time, or the application is still syncing here",
-    507: "insufficient storage (capacity or quota)",
-}
 RECORD: Schema = {
     "type": "object",
     "required": ["id", "vector"],
@@ -316,35 +353,10 @@ STORAGE_REQUEST = body(
 )
 
 
-def storage_op(
-    summary: str,
-    ok: int = 200,
-    request: Schema | None = None,
-    errors: tuple[int, ...] = (),
-    secured: bool = False,
-) -> dict[str, Any]:
-    """:func:`op` that also knows the storage layer's statuses (413, 503, 507)."""
-    extra = [code for code in errors if code in STORAGE_REASONS]
-    operation = op(summary, ok, request, tuple(c for c in errors if c not in extra), secured)
-    for code in extra:
-        operation["responses"][str(code)] = {"description": STORAGE_REASONS[code],
-                                             "content": _json(ERROR)}
-    return operation
-
-
 def beacon_storage_paths() -> dict[str, dict[str, Any]]:
     """The Beacon's paths forwarded to the Cargo Manager (when it has one)."""
-    fwd = (502, 504)
-    return {
-        "/cargos": {
-            "post": op("register a storage node (Cargo)", 200, CARGO_REGISTER, (400, *fwd),
-                       True),
-            "get": op("list Cargos", errors=fwd),
-        },
-        "/cargos/{cargo_id}": {
-            "delete": op("a Cargo leaves", errors=(404, *fwd), secured=True),
-        },
-    }
+    return forwarded_registry_paths("cargos", "cargo_id", "Cargo", CARGO_REGISTER,
+                                    "a storage node (Cargo)")
 
 
 def cargo_manager_spec() -> dict[str, Any]:
@@ -354,16 +366,10 @@ def cargo_manager_spec() -> dict[str, Any]:
         "Storage nodes (registration, health checks), allocation of replicated storage, "
         "re-replication and data access point queries.",
         {
-            "/cargos": {
-                "post": op("register or refresh a Cargo", 200, CARGO_REGISTER, (400,)),
-                "get": op("list Cargos"),
-            },
-            "/cargos/{cargo_id}": {
-                "get": op("one Cargo", errors=(404,)),
-                "delete": op("a Cargo leaves; its data is re-replicated", errors=(404,)),
-            },
+            **registry_paths("cargos", "cargo_id", "Cargo", CARGO_REGISTER,
+                             "its data is re-replicated"),
             "/storage": {
-                "post": storage_op("allocate storage for an application (200 if it exists)",
+                "post": op("allocate storage for an application (200 if it exists)",
                                    201, STORAGE_REQUEST, (400, 409, 502, 507)),
                 "get": op("list allocations"),
             },
@@ -393,7 +399,7 @@ def cargo_spec() -> dict[str, Any]:
             "/stats": {"get": op("counters and replication lag per application "
                                  "(?samples=1 adds every lag sample)")},
             "/apps": {
-                "post": storage_op("allocate an application and load its data set", 201,
+                "post": op("allocate an application and load its data set", 201,
                                    body({"app": STRING, "quota_bytes": {"type": "integer",
                                                                         "minimum": 1},
                                          "dim": {"type": "integer", "minimum": 1,
@@ -412,23 +418,23 @@ def cargo_spec() -> dict[str, Any]:
                           (400, 404)),
             },
             "/apps/{app}/records": {
-                "post": storage_op("insert or replace records", 200,
+                "post": op("insert or replace records", 200,
                                    body({"records": RECORDS}, ["records"]),
                                    (400, 404, 413, 503, 507)),
                 "get": op("records with versions by id (?after=ID&limit=N)",
                           errors=(400, 404)),
             },
             "/apps/{app}/records/{id}": {
-                "get": storage_op("one record", errors=(400, 404, 503)),
+                "get": op("one record", errors=(400, 404, 503)),
             },
             "/apps/{app}/match": {
-                "post": storage_op("nearest record to a vector, within a threshold", 200,
+                "post": op("nearest record to a vector, within a threshold", 200,
                                    body({"vector": RECORD["properties"]["vector"],
                                          "threshold": {"type": "number", "minimum": 0}},
                                         ["vector"]), (400, 404, 503)),
             },
             "/apps/{app}/replicate": {
-                "post": storage_op("records a peer originated (last writer wins)", 200,
+                "post": op("records a peer originated (last writer wins)", 200,
                                    body({"origin": STRING,
                                          "records": {"type": "array",
                                                      "items": VERSIONED_RECORD}},

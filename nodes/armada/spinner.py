@@ -15,7 +15,6 @@ Run it as ``python -m nodes.armada.spinner --host H --port P [--health-interval-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import sys
@@ -24,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from nodes.armada.client import PeerError, call_json, error_of
@@ -38,6 +36,11 @@ from nodes.armada.fields import (
     url_field,
 )
 from nodes.armada.openapi import add_openapi, spinner_spec
+from nodes.armada.registry import (
+    HealthCheckedRegistry,
+    add_health_arguments,
+    check_health_arguments,
+)
 from nodes.armada.scheduler import NodeView, TaskRequest, rank_nodes
 from nodes.armada.selection import DEFAULT_PRECISION
 from nodes.common import (
@@ -126,8 +129,18 @@ class Task:
         return spec
 
 
-class Spinner:
-    """State, placement, health checks and HTTP handlers of the Spinner."""
+class Spinner(HealthCheckedRegistry[Node]):
+    """State, placement, health checks and HTTP handlers of the Spinner.
+
+    Registration, health checks and leaves of Captains are
+    :class:`~nodes.armada.registry.HealthCheckedRegistry`'s; the nodes are ``nodes``.
+    """
+
+    kind = "node"
+    id_field = "node_id"
+    node_class = Node
+    title = "Spinner"
+    log = _log
 
     def __init__(
         self,
@@ -136,14 +149,9 @@ class Spinner:
         max_missed: int = 3,
         precision: int = DEFAULT_PRECISION,
     ) -> None:
-        self.health_interval_s = health_interval_s
-        self.health_timeout_s = health_timeout_s
-        self.max_missed = max_missed
+        super().__init__(health_interval_s, health_timeout_s, max_missed)
         self.precision = precision
-        self.nodes: dict[str, Node] = {}
         self.tasks: dict[str, Task] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._checker: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ resources
 
@@ -230,37 +238,24 @@ class Spinner:
             if task.task_id in self.tasks:  # not removed meanwhile
                 task.reason = await self.place(task)
 
-    def _unplace(self, node: Node, why: str) -> None:
+    def node_lost(self, node: Node, reason: str) -> None:
         """Make every task of ``node`` pending again (it died or left)."""
         for task in self.tasks.values():
             if task.node_id == node.node_id:
                 task.node_id, task.url, task.status = None, None, "pending"
                 task.load, task.utilisation, task.ready_at = None, None, None
-                task.reason = why
+                task.reason = reason
                 task.updated_at = time.time()
 
     # ------------------------------------------------------------- health checks
 
-    async def check(self, node: Node) -> None:
-        """One health check of ``node``; declares it dead after ``max_missed`` misses."""
-        asked = time.time()
-        try:
-            status, answer = await call_json(
-                self.session, "GET", f"{node.url}/status", timeout_s=self.health_timeout_s
-            )
-            ok = status == 200 and isinstance(answer, dict) and "tasks" in answer
-        except PeerError:
-            ok, answer = False, None
-        if node.state != "alive":
-            return
-        if not ok:
-            node.missed += 1
-            if node.missed >= self.max_missed:
-                node.state = "dead"
-                _log.info("node %s is dead after %d missed checks", node.node_id, node.missed)
-                self._unplace(node, f"node {node.node_id} dead")
-            return
-        node.missed, node.last_seen = 0, time.time()
+    def healthy(self, answer: dict[str, Any]) -> bool:
+        """A Captain's status lists its tasks."""
+        return "tasks" in answer
+
+    def reported(self, node: Node, answer: dict[str, Any], asked: float) -> None:
+        """Copy what the Captain says of its tasks; a task placed there before ``asked``
+        that it no longer lists is pending again."""
         reported = {t.get("task_id"): t for t in answer["tasks"] if isinstance(t, dict)}
         for task in self.tasks.values():
             if task.node_id != node.node_id or task.status == "placing":
@@ -271,41 +266,11 @@ class Spinner:
                 task.node_id, task.url, task.status = None, None, "pending"
                 task.reason = f"node {node.node_id} no longer runs it"
 
-    async def health_loop(self) -> None:
-        """Check every alive node each interval, then retry pending tasks."""
-        while True:
-            alive = [n for n in self.nodes.values() if n.state == "alive"]
-            await asyncio.gather(*(self.check(n) for n in alive))
-            await self.place_pending()
-            await asyncio.sleep(self.health_interval_s)
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The client session for calls to Captains (exists while the app runs)."""
-        assert self._session is not None, "the Spinner app is not running"
-        return self._session
-
-    async def start(self, app: web.Application) -> None:
-        """Startup hook: open the client session, start health checks."""
-        self._session = aiohttp.ClientSession()
-        self._checker = asyncio.create_task(self.health_loop())
-
-    async def stop(self, app: web.Application) -> None:
-        """Cleanup hook: stop health checks, close the session."""
-        if self._checker is not None:
-            self._checker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checker
-        if self._session is not None:
-            await self._session.close()
+    async def after_round(self) -> None:
+        """Retry the pending tasks."""
+        await self.place_pending()
 
     # ------------------------------------------------------------------ handlers
-
-    def _node(self, request: web.Request) -> Node:
-        node = self.nodes.get(request.match_info["node_id"])
-        if node is None:
-            raise client_error(web.HTTPNotFound, f"no such node: {request.match_info['node_id']}")
-        return node
 
     def _task(self, request: web.Request) -> Task:
         task = self.tasks.get(request.match_info["task_id"])
@@ -317,16 +282,7 @@ class Spinner:
         """``POST /nodes``: register a Captain, or refresh one that registers again."""
         body = await read_json_object(request, REGISTER_FIELDS)
         body.setdefault("tags", [])
-        node = self.nodes.get(body["node_id"])
-        if node is None:
-            node = Node(**body)
-            self.nodes[node.node_id] = node
-            _log.info("node %s registered at %s", node.node_id, node.url)
-        else:
-            for name, value in body.items():
-                setattr(node, name, value)
-            node.state, node.missed, node.last_seen = "alive", 0, time.time()
-        return web.json_response(self.node_json(node))
+        return web.json_response(self.node_json(self.enrol(body)))
 
     async def handle_nodes(self, request: web.Request) -> web.Response:
         """``GET /nodes``."""
@@ -334,15 +290,11 @@ class Spinner:
 
     async def handle_node(self, request: web.Request) -> web.Response:
         """``GET /nodes/{node_id}``."""
-        return web.json_response(self.node_json(self._node(request)))
+        return web.json_response(self.node_json(self.lookup(request)))
 
     async def handle_leave(self, request: web.Request) -> web.Response:
         """``DELETE /nodes/{node_id}``: a graceful leave; its tasks are re-placed now."""
-        node = self._node(request)
-        node.state = "left"
-        self._unplace(node, f"node {node.node_id} left")
-        await self.place_pending()
-        return web.json_response(self.node_json(node))
+        return web.json_response(self.node_json(await self.leave(request)))
 
     async def handle_place(self, request: web.Request) -> web.Response:
         """``POST /tasks``: place and start a task; 409 when no node takes it."""
@@ -428,13 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8002)
-    parser.add_argument("--health-interval-s", type=float, default=1.0)
-    parser.add_argument("--health-timeout-s", type=float, default=0.5)
-    parser.add_argument("--max-missed", type=int, default=3)
+    add_health_arguments(parser)
     parser.add_argument("--precision", type=int, default=DEFAULT_PRECISION)
     args = parser.parse_args(argv)
-    if args.health_interval_s <= 0 or args.health_timeout_s <= 0 or args.max_missed < 1:
-        parser.error("intervals must be > 0 and --max-missed >= 1")
+    check_health_arguments(parser, args)
     if not 1 <= args.precision <= 12:
         parser.error("--precision must be in 1..12")
     configure_logging()

@@ -365,6 +365,31 @@ def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
     return topo
 
 
+@contextmanager
+def emulated_topology(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
+                      progress: Progress, teardown_errors: list[str]
+                      ) -> Iterator[EmulatedTopology]:
+    """The scenario brought up (:func:`bring_up`) for the ``with`` body, torn down after.
+
+    SIGINT and SIGTERM become :class:`Interrupted` meanwhile; on every exit the network
+    is stopped and every resource ``ledger`` recorded is torn down. What the teardown
+    could not remove is appended to ``teardown_errors`` and reported through
+    ``progress``.
+    """
+    with stop_on_signals():
+        try:
+            topo = bring_up(scenario, ledger, workdir, prefix, progress)
+            try:
+                yield topo
+            finally:
+                stop_network(topo.net)
+        finally:
+            errors = ledger.teardown()
+            teardown_errors.extend(errors)
+            if errors:
+                progress("teardown left errors: " + "; ".join(errors))
+
+
 def replay_policy(topo: EmulatedTopology, run: str, policy: str, repetition: int,
                   trace_dir: Path, progress: Progress) -> list[dict]:
     """Replay the materialised trace once with ``policy``; returns the trace rows."""
@@ -432,24 +457,16 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     ledger = Ledger(run, root=ledger_root)
     started = time.time()
     details: dict[str, Any] = {"ledger": str(ledger.path)}
-    with stop_on_signals():
-        try:
-            topo = bring_up(scenario, ledger, workdir, prefix, progress)
-            details["shaping_backend"] = topo.net.backend
-            details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
-                                       "runtime": scenario.node(name).runtime}
-                                for name, host in topo.net.hosts.items()}
-            rows: list[dict] = []
-            try:
-                for rep in range(scenario.repetitions):
-                    for policy in scenario.policies:
-                        rows += replay_policy(topo, run, policy, rep, trace_dir, progress)
-            finally:
-                stop_network(topo.net)
-        finally:
-            errors = ledger.teardown()
-            if errors:
-                progress("teardown left errors: " + "; ".join(errors))
+    errors: list[str] = []
+    with emulated_topology(scenario, ledger, workdir, prefix, progress, errors) as topo:
+        details["shaping_backend"] = topo.net.backend
+        details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
+                                   "runtime": scenario.node(name).runtime}
+                            for name, host in topo.net.hosts.items()}
+        rows: list[dict] = []
+        for rep in range(scenario.repetitions):
+            for policy in scenario.policies:
+                rows += replay_policy(topo, run, policy, rep, trace_dir, progress)
     details["rows"] = rows
     details["wall_s"] = time.time() - started
     details["teardown_errors"] = errors

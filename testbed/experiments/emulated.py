@@ -39,9 +39,8 @@ def run_emulated_experiment(scenario: Scenario, plan: Any, size: str, out: Path,
     dataclass recorded in the metadata.
     """
     from testbed import traces
-    from testbed.emulation.executor import bring_up, stop_on_signals
+    from testbed.emulation.executor import emulated_topology
     from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import stop_network
     from testbed.runner import _git_commit, _versions, machine_details, new_run_id
 
     if os.geteuid() != 0:
@@ -56,17 +55,10 @@ def run_emulated_experiment(scenario: Scenario, plan: Any, size: str, out: Path,
 
     ledger = Ledger(run, root=ledger_root)
     details: dict[str, Any] = {"ledger": str(ledger.path)}
-    with stop_on_signals():
-        try:
-            topo = bring_up(scenario, ledger, workdir, f"tb{run[-4:]}", progress)
-            try:
-                details.update(measure(topo, run, scenario, prepared))
-            finally:
-                stop_network(topo.net)
-        finally:
-            errors = ledger.teardown()
-            if errors:
-                progress("teardown left errors: " + "; ".join(errors))
+    errors: list[str] = []
+    with emulated_topology(scenario, ledger, workdir, f"tb{run[-4:]}", progress,
+                           errors) as topo:
+        details.update(measure(topo, run, scenario, prepared))
     rows = details.pop("rows")
     result = details.pop(result_key)
     df = traces.rows_to_frame(rows)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
+from testbed.experiments.emulated import save_figure
 from testbed.person_search import PriorityParams
 from testbed.person_search_sim import (
     ACCOUNTINGS,
@@ -196,6 +197,14 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
             *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
 
 
+def _beside_the_paper(figure: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The section setting the paper's numbers (``figure``'s text) beside ours: ``rows``
+    of a reading, the paper's value, ours with plain and with compensated accounting."""
+    return ["### The paper's numbers beside ours", "",
+            *_table(["", f"paper ({figure}, text)", "ours, plain", "ours, compensated"], rows),
+            ""]
+
+
 class _Data:
     """``simulation.json`` indexed by the keys the report asks for."""
 
@@ -228,17 +237,6 @@ class _Data:
 # ------------------------------------------------------------------ plots
 
 
-def _save(fig: Any, png: Path) -> Path:
-    """Lay out, write and close a report figure."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
-
-
 def _pyplot() -> Any:
     import matplotlib
 
@@ -264,7 +262,7 @@ def _plot_fig3(data: _Data, png: Path) -> Path:
             ax.set_ylim(0, ax.get_ylim()[1] * 1.18)
             ax.set_title(f"{mv} movement, {acc} accounting", fontsize=10)
             ax.legend(fontsize=8, loc="upper center", ncol=len(FIG3_POLICIES))
-    return _save(fig, png)
+    return save_figure(fig, png)
 
 
 def _plot_fig4(data: _Data, png: Path) -> Path:
@@ -281,7 +279,7 @@ def _plot_fig4(data: _Data, png: Path) -> Path:
             ax.set_ylabel(f"total / total at w = {REFERENCE_W:g}")
             ax.set_title(f"{mv} movement, {acc} accounting", fontsize=10)
             ax.legend(fontsize=8)
-    return _save(fig, png)
+    return save_figure(fig, png)
 
 
 def _plot_grid(data: _Data, png: Path) -> Path:
@@ -309,7 +307,7 @@ def _plot_grid(data: _Data, png: Path) -> Path:
         ax.set_ylabel("reduction vs random (%)")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
-    return _save(fig, png)
+    return save_figure(fig, png)
 
 
 # ------------------------------------------------------------------ report sections
@@ -427,9 +425,7 @@ def _fig3_section(data: _Data, png: Path) -> list[str]:
         ["random's total over N and movements", "roughly flat (two effects cancel)",
          *per_acc(random_range)],
     ]
-    lines += ["### The paper's numbers beside ours", "",
-              *_table(["", "paper (Fig. 3, text)", "ours, plain", "ours, compensated"],
-                      table), ""]
+    lines += _beside_the_paper("Fig. 3", table)
     lines += _fig3_why(data)
     return lines
 
@@ -643,9 +639,7 @@ def _fig4_section(data: _Data, png: Path) -> list[str]:
         ["w of the largest total, straight (by N)", "0.3",
          *(peaks(a) for a in ACCOUNTINGS)],
     ]
-    lines += ["### The paper's numbers beside ours", "",
-              *_table(["", "paper (Fig. 4, text)", "ours, plain", "ours, compensated"],
-                      table), ""]
+    lines += _beside_the_paper("Fig. 4", table)
     lines += _fig4_why(data)
     return lines
 

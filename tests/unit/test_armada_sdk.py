@@ -23,6 +23,7 @@ from testbed.armada_sdk import (
     ArmadaUnavailable,
     SyncArmadaClient,
 )
+from tests.unit.helpers import wait_for
 
 FRAME = b"\x89PNG-ish probe frame"
 
@@ -92,13 +93,6 @@ def client(beacon: str, **overrides) -> ArmadaClient:
     return ArmadaClient(beacon, "det", 40.1, -88.2, **params)
 
 
-async def wait_until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_probes_every_candidate_and_picks_the_fastest() -> None:
     async with fleet(0.06, 0.005, 0.03) as (tasks, beacon), client(beacon) as armada:
         assert armada.current is not None and armada.current.task_id == "t1"
@@ -144,7 +138,7 @@ async def test_periodic_reprobe_moves_to_a_node_that_became_faster() -> None:
             client(beacon, reprobe_s=(0.1, 0.15), seed=7) as armada:
         assert armada.current.task_id == "t0"
         tasks[0].delay_s, tasks[1].delay_s = 0.05, 0.001  # background load hits t0
-        await wait_until(lambda: armada.current.task_id == "t1")
+        await wait_for(lambda: armada.current.task_id == "t1", 5.0, interval=0.01)
         switch = armada.switches[-1]
         assert switch.detail["reason"] == "probe" and switch.detail["source"] == "t0"
         probes = [e.t for e in armada.events if e.kind == "probe"]

@@ -7,9 +7,8 @@ detection, re-placement and scaling happen within seconds; tests wait for condit
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from nodes.armada import app_manager, beacon, captain, spinner
 from nodes.armada.app_manager import ReplicaState, ScalingPolicy, plan_scaling
 from nodes.armada.auth import load_tokens
 from nodes.armada.captain import CaptainConfig, free_port
+from tests.unit.helpers import wait_for
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -95,17 +95,6 @@ async def armada(tmp: Path, *, poll_s: float = 0.1, cooldown_s: float = 0.0,
                 await server.close()
             for server in (bea, am, spin):
                 await server.close()
-
-
-async def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll the (async) ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        await asyncio.sleep(0.05)
 
 
 def deployment(name: str = "det", **overrides: Any) -> dict[str, Any]:

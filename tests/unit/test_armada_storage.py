@@ -13,7 +13,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from testbed.armada_storage import (
     StorageUnavailable,
     SyncStorageClient,
 )
+from tests.unit.helpers import wait_for
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -52,17 +53,6 @@ def vectors(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
 def records(ids: range, dim: int = DIM, seed: int = 0) -> list[dict[str, Any]]:
     rows = vectors(len(ids), dim, seed)
     return [{"id": i, "vector": v.tolist()} for i, v in zip(ids, rows, strict=True)]
-
-
-async def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll the (async) ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        await asyncio.sleep(0.05)
 
 
 async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = None,
@@ -113,6 +103,21 @@ class Layer:
         server.app[cargo.CARGO_KEY].config.beacon = None
         await server.close()
         return server
+
+    async def add_cargos(self, places: Sequence[tuple[str, tuple[float, float]]] = (
+            ("city", CITY), ("suburb", SUBURB), ("town", TOWN)), **options: Any) -> None:
+        """A Cargo at each ``(cargo_id, where)`` (``options`` as for :meth:`add_cargo`),
+        once every one is registered."""
+        for cargo_id, where in places:
+            await self.add_cargo(cargo_id, where, **options)
+        await wait_for(lambda: self.cargo_count(len(places)),
+                       what=f"{len(places)} Cargos registered")
+
+    async def allocate(self, app: str, near: tuple[float, float], **fields: Any
+                       ) -> tuple[int, Any]:
+        """``POST /storage`` for ``app`` used ``near`` a place (``dim`` DIM unless given)."""
+        return await call(self.http, "POST", self.url + "/storage", {
+            "app": app, "locations": [{"lat": near[0], "lon": near[1]}], "dim": DIM, **fields})
 
     async def cargo_count(self, n: int) -> bool:
         status, body = await call(self.http, "GET", self.url + "/cargos")
@@ -391,9 +396,8 @@ async def test_capacity_and_quotas_are_enforced(tmp_path) -> None:
         assert status == 201  # the refused allocation released its reservation
 
     async with storage_layer(tmp_path / "layer") as layer:
-        for i, where in enumerate((CITY, SUBURB, TOWN)):
-            await layer.add_cargo(f"c{i}", where, capacity_bytes=1000 * size)
-        await wait_for(lambda: layer.cargo_count(3), what="3 Cargos registered")
+        await layer.add_cargos([(f"c{i}", where) for i, where in enumerate((CITY, SUBURB, TOWN))],
+                               capacity_bytes=1000 * size)
         storage = {"app": "a", "locations": [{"lat": CITY[0], "lon": CITY[1]}], "dim": DIM,
                    "quota_bytes": 600 * size}
         status, body = await call(layer.http, "POST", layer.url + "/storage", storage)
@@ -455,16 +459,11 @@ async def _restored(layer: Layer, app: str, lost: str) -> dict[str, Any] | None:
 
 async def test_strong_replication_failover_and_restoring_the_factor(tmp_path) -> None:
     async with storage_layer(tmp_path) as layer:
-        ports = {}
-        for cargo_id, where in (("city", CITY), ("suburb", SUBURB), ("town", TOWN),
-                                ("far", FAR)):
-            server = await layer.add_cargo(cargo_id, where)
-            ports[cargo_id] = server.port
-        await wait_for(lambda: layer.cargo_count(4), what="4 Cargos registered")
+        await layer.add_cargos([("city", CITY), ("suburb", SUBURB), ("town", TOWN),
+                                ("far", FAR)])
+        ports = {cargo_id: server.port for cargo_id, server in layer.cargos.items()}
         source = {"kind": "inline", "records": records(range(10), seed=1)}
-        status, alloc = await call(layer.http, "POST", layer.url + "/storage", {
-            "app": "faces", "locations": [{"lat": CITY[0], "lon": CITY[1]}], "dim": DIM,
-            "source": source})
+        status, alloc = await layer.allocate("faces", CITY, source=source)
         assert status == 201, alloc
         assert alloc["state"] == "ready" and alloc["consistency"] == "strong"
         assert [r["cargo_id"] for r in alloc["replicas"]] == ["city", "suburb", "town"]
@@ -531,12 +530,9 @@ async def test_strong_replication_failover_and_restoring_the_factor(tmp_path) ->
 
 async def test_eventual_consistency_lag_is_measured_and_replicas_converge(tmp_path) -> None:
     async with storage_layer(tmp_path) as layer:
-        for cargo_id, where in (("city", CITY), ("suburb", SUBURB), ("town", TOWN)):
-            await layer.add_cargo(cargo_id, where)
-        await wait_for(lambda: layer.cargo_count(3))
-        status, alloc = await call(layer.http, "POST", layer.url + "/storage", {
-            "app": "faces", "locations": [{"lat": TOWN[0], "lon": TOWN[1]}], "dim": DIM,
-            "consistency": "eventual", "strategy": "random"})
+        await layer.add_cargos()
+        status, alloc = await layer.allocate("faces", TOWN, consistency="eventual",
+                                             strategy="random")
         assert status == 201 and alloc["strategy"] == "random"
         fresh = vectors(30, seed=4)
 
@@ -722,9 +718,7 @@ async def test_need_storage_deployment_allocates_through_the_manager(tmp_path) -
     stub.router.add_post("/tasks", place)
     stub.router.add_get("/tasks", listing)
     async with TestServer(stub, host="127.0.0.1") as spin, storage_layer(tmp_path) as layer:
-        for cargo_id, where in (("city", CITY), ("suburb", SUBURB), ("town", TOWN)):
-            await layer.add_cargo(cargo_id, where)
-        await wait_for(lambda: layer.cargo_count(3))
+        await layer.add_cargos()
         am = TestServer(app_manager.make_app(str(spin.make_url("")).rstrip("/"), layer.url),
                         host="127.0.0.1")
         async with am:
@@ -750,12 +744,8 @@ async def test_need_storage_deployment_allocates_through_the_manager(tmp_path) -
 
 async def test_sdk_reports_a_full_quota(tmp_path) -> None:
     async with storage_layer(tmp_path) as layer:
-        for cargo_id, where in (("city", CITY), ("suburb", SUBURB), ("town", TOWN)):
-            await layer.add_cargo(cargo_id, where)
-        await wait_for(lambda: layer.cargo_count(3))
-        status, _ = await call(layer.http, "POST", layer.url + "/storage", {
-            "app": "tiny", "locations": [{"lat": CITY[0], "lon": CITY[1]}], "dim": DIM,
-            "quota_bytes": 2 * record_bytes(DIM)})
+        await layer.add_cargos()
+        status, _ = await layer.allocate("tiny", CITY, quota_bytes=2 * record_bytes(DIM))
         assert status == 201
         async with StorageClient(layer.url, "tiny", *CITY, keep_alive=False) as sdk:
             await sdk.write_many([(1, np.ones(DIM)), (2, np.zeros(DIM))])

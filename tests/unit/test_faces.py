@@ -8,7 +8,6 @@ development VM); the face frames are built once per module into a temporary cach
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import struct
@@ -33,6 +32,7 @@ from nodes.armada.face_task import (
     make_app,
 )
 from testbed.errors import TestbedError
+from tests.unit.helpers import wait_for
 from workloads import generate
 from workloads.faces import (
     DIM,
@@ -609,16 +609,15 @@ async def test_the_task_reads_and_writes_through_the_cargo_replicas(
 
     known = initial_records(SEED)[:20]
     async with storage_layer(tmp_path) as layer:
-        for k, where in enumerate(((40.0, -88.0), (40.1, -88.1), (40.2, -88.2))):
-            await layer.add_cargo(f"c{k}", where)
-        await wait_until(lambda: layer.cargo_count(3))
+        await layer.add_cargos([(f"c{k}", where) for k, where in
+                                enumerate(((40.0, -88.0), (40.1, -88.1), (40.2, -88.2)))])
         body = {"app": "faces", "locations": [{"lat": 40.0, "lon": -88.0}],
                 "consistency": "strong",
                 "source": {"kind": "inline", "records": [
                     {"id": i, "vector": np.asarray(v, dtype=float).tolist()} for i, v in known]}}
         async with layer.http.post(f"{layer.url}/storage", json=body) as resp:
             assert resp.status in (200, 201), await resp.text()
-        await wait_until(lambda: _ready(layer, "faces", 3))
+        await wait_for(lambda: _ready(layer, "faces", 3))
         factory = cargo_store_factory(layer.url, "faces", 40.0, -88.0)
         async with TestClient(TestServer(make_app(factory, op="read-write",
                                                   model_seed=SEED))) as client:
@@ -634,11 +633,3 @@ async def test_the_task_reads_and_writes_through_the_cargo_replicas(
 async def _ready(layer: Any, app: str, n: int) -> bool:
     alloc = await layer.allocation(app)
     return sum(r.get("state") == "ready" for r in alloc.get("replicas", [])) >= n
-
-
-async def wait_until(check: Any, timeout: float = 15.0) -> None:
-    """Poll the async ``check`` until it is true."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
