@@ -89,7 +89,7 @@ def _armada_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
-    from testbed.experiments import armada, armada_failover, armada_fleets
+    from testbed.experiments import armada, armada_failover, armada_fleets, armada_storage
     from testbed.runner import RESULTS_ROOT
 
     run, write, report_name = {
@@ -104,6 +104,8 @@ def _armada_experiment(args: argparse.Namespace) -> int:
         "armada-churn": (armada_fleets.run_churn, armada_fleets.write_churn_report,
                          "churn.md"),
         "armada-load": (armada_fleets.run_load, armada_fleets.write_load_report, "load.md"),
+        "armada-storage": (armada_storage.run_storage, armada_storage.write_storage_report,
+                           "storage.md"),
     }[args.name]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else RESULTS_ROOT / f"{args.name}-{args.size}-{stamp}"
@@ -198,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
     exp.add_argument("name", choices=("offloading", "armada-selection", "armada-failover",
                                       "armada-scalability", "armada-failures",
-                                      "armada-churn", "armada-load", "person-search"))
+                                      "armada-churn", "armada-load", "armada-storage",
+                                      "person-search"))
     exp.add_argument("--size", choices=("small", "medium", "full"), default="small",
                      help="offloading and armada-selection also have medium; the other "
                           "Armada experiments and person-search small and full")
