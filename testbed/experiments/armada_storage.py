@@ -602,26 +602,28 @@ def write_storage_report(out: Path, report: Path, command: str) -> Path:
     near = {s["mode"]: s for s in streams if s["app"] == "nearest"}
     rand = {s["mode"]: s for s in streams if s["app"] == "random"}
     evt = {s["mode"]: s for s in streams if s["app"] == "eventual"}
-    ratios = [rand[m][op]["mean_ms"] / near[m][op]["mean_ms"]
-              for m in WORKLOADS for op in ("read", "write")
-              if m in near and m in rand and near[m][op]["mean_ms"] and rand[m][op]["mean_ms"]]
-    if ratios:
-        def closest(app: str) -> str | None:
-            return min(cargos.get(app, []), key=lambda c: where.get(c, 1e9), default=None)
+    def ratios(op: str) -> list[float]:
+        return [rand[m][op]["mean_ms"] / near[m][op]["mean_ms"] for m in WORKLOADS
+                if m in near and m in rand and near[m][op]["mean_ms"]
+                and rand[m][op]["mean_ms"]]
 
-        def farthest(app: str) -> str | None:
-            return max(cargos.get(app, []), key=lambda c: where.get(c, -1), default=None)
+    def closest(app: str) -> str | None:
+        return min(cargos.get(app, []), key=lambda c: where.get(c, 1e9), default=None)
 
-        same = closest("nearest") == closest("random")
+    def farthest(app: str) -> str | None:
+        return max(cargos.get(app, []), key=lambda c: where.get(c, -1), default=None)
+
+    reads, writes = ratios("read"), ratios("write")
+    if reads and writes:
         lines += ["", (
-            f"Random's mean read and write latencies were {min(ratios):.2f}-"
-            f"{max(ratios):.2f} times nearest's over the three workloads. A task reads "
-            "from its nearest replica and a strong write waits for all three, so reads "
-            "depend on the closest Cargo of the three and writes on the farthest. Here the "
-            f"closest was {closest('nearest')} for nearest and {closest('random')} for "
-            f"random, the farthest {farthest('nearest')} and {farthest('random')}"
-            + ("; with the same closest Cargo, distance does not explain the read "
-               "difference." if same else "."))]
+            f"Random's mean latency against nearest's: reads {min(reads):.2f}-{max(reads):.2f}"
+            f" times, strong writes {min(writes):.2f}-{max(writes):.2f} times, over the "
+            "workloads. A task reads from its nearest replica and a strong write waits for "
+            "all three, so reads depend on the closest Cargo of the three and writes on the "
+            f"farthest: the closest was {closest('nearest')} for nearest and "
+            f"{closest('random')} for random, the farthest {farthest('nearest')} "
+            f"({where.get(farthest('nearest'), '?')} ms) and {farthest('random')} "
+            f"({where.get(farthest('random'), '?')} ms).")]
     lines += ["", "## 2. Consistency: strong against eventual (both nearest)", "",
               ("| workload | write mean / p95, strong (ms) | write mean / p95, eventual (ms) | "
               "read mean, strong (ms) | read mean, eventual (ms) |"), "|---|---|---|---|---|"]
