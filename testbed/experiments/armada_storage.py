@@ -473,7 +473,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
     kill_after = max(1, plan.frames // 3)
     progress(f"{app}: Cargos {_cargos(deployed)}, task on {node}; killing {victim} "
              f"after frame {kill_after}")
-    with _thread() as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         streaming = pool.submit(in_netns, user,
                                 lambda: stream_faces(task["url"], prep["frames"], plan, stream,
                                                      run))
@@ -522,11 +522,6 @@ def read_back(alloc: Mapping[str, Any], app: str, plan: Any,
                 found += 1
     return {"expected": len(written) * len(replicas), "found": found,
             "missing": missing[:20], "wrong": wrong[:20], "replicas": len(replicas)}
-
-
-def _thread() -> Any:
-
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
 
 # ------------------------------------------------------------------ report
