@@ -62,6 +62,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
+    if args.cargo_runtime != "process" and args.name != "armada-storage":
+        raise TestbedError("--cargo-runtime applies to armada-storage only")
     if args.name.startswith("armada-"):
         return _armada_experiment(args)
     if args.name == "person-search":
@@ -110,9 +112,15 @@ def _armada_experiment(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else RESULTS_ROOT / f"{args.name}-{args.size}-{stamp}"
     report_dir = Path(args.report or "docs/results/armada")
-    run(args.size, out, progress=lambda line: print(line, flush=True))
+    extra: dict[str, str] = {}
+    options = ["--size", args.size]
+    if args.name == "armada-storage" and args.cargo_runtime != "process":
+        extra["cargo_runtime"] = args.cargo_runtime
+        options += ["--cargo-runtime", args.cargo_runtime]
+        report_name = f"storage-{args.cargo_runtime}.md"
+    run(args.size, out, progress=lambda line: print(line, flush=True), **extra)
     command = f"testbed experiment {args.name} " + shlex.join(
-        ["--size", args.size, "--report", str(report_dir)])
+        [*options, "--report", str(report_dir)])
     report = write(out, report_dir / report_name, command)
     print(f"results: {out}\nreport: {report}")
     return 0
@@ -208,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--executors", default="sim,emulation",
                      help="comma-separated: sim, emulation or both (default; offloading "
                           "and person-search)")
+    exp.add_argument("--cargo-runtime", choices=("process", "docker"), default="process",
+                     help="armada-storage: run the Cargos as processes on the sites' nodes "
+                          "(default) or in containers with Docker volumes (report "
+                          "storage-docker.md)")
     exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")
     exp.add_argument("--report", default=None,
                      help="folder of the generated report (default: docs/results/offloading, "

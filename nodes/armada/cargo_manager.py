@@ -31,12 +31,27 @@ which application's data lives on which Cargos. The HTTP contract is ``docs/arma
   or is ``eventual`` and still short of replicas.
 * **Discovery.** ``POST /query`` answers a task's candidate list of data access points:
   the application's ready replicas on live Cargos, nearest first.
-
-Metadata lives in memory: a restarted manager relearns Cargos as they register again
-(their data stays; re-allocation with the same parameters is not yet reconciled with it).
+* **Metadata.** Without ``--state-dir`` it lives in memory: a restarted manager relearns
+  Cargos as they register again (their data stays, the allocations are forgotten). With
+  ``--state-dir DIR`` it is kept in ``DIR/cargo-manager.json`` (:data:`STATE_VERSION`):
+  the registered Cargos and every allocation whose initial allocation finished (its
+  parameters and source, ready replicas, events, restorations and losses not yet
+  restored). After every change that matters (an allocation made or released, a replica
+  lost, added or re-adopted, a restoration, a Cargo registered, dead or left) the whole
+  file is rewritten atomically (a temporary file in the same directory, fsynced, renamed
+  over it, the directory fsynced; one writer thread, in order, concurrent changes
+  coalesced into one write), and a change is acknowledged over HTTP only once the file
+  holding it is on disk (**500** if it cannot be written). Replicas still being copied
+  are not recorded: a restart restores them afresh. At start the file is loaded:
+  allocations answer at once; the Cargos come back ``unconfirmed`` (health-checked, but
+  not picked for placement nor listed by ``/query``) until a health check succeeds
+  (``alive``) or ``max_missed`` fail (``dead``: re-replication as usual), or they
+  register again. A file that cannot be read, is not valid JSON, is malformed or has
+  another version stops the manager at start with an error naming it; it is never
+  overwritten with an empty state.
 
 Run it as ``python -m nodes.armada.cargo_manager --host H --port P [--health-interval-s 1]
-[--health-timeout-s 0.5] [--max-missed 3] [--quota-mb 64] [--seed N]``.
+[--health-timeout-s 0.5] [--max-missed 3] [--quota-mb 64] [--seed N] [--state-dir DIR]``.
 """
 
 from __future__ import annotations
@@ -44,13 +59,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import math
+import os
 import random
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -83,6 +104,7 @@ from nodes.common import (
     Field,
     client_error,
     configure_logging,
+    describe,
     int_field,
     make_base_app,
     read_json_object,
@@ -125,6 +147,11 @@ QUERY_FIELDS = {
     "lon": lon_field(),
     "topn": int_field(1, 10, required=False),
 }
+
+STATE_FILE = "cargo-manager.json"
+STATE_FORMAT = "armada-cargo-manager-state"
+STATE_VERSION = 1
+UNCONFIRMED = "unconfirmed"  # a Cargo known from the state file, not yet health-checked
 
 
 # ------------------------------------------------------------------- selection
@@ -182,7 +209,7 @@ class CargoNode:
     capacity_bytes: int
     node_type: str = "volunteer"
     tags: list[str] = field(default_factory=list)
-    state: str = "alive"  # alive | dead | left
+    state: str = "alive"  # alive | unconfirmed (known from the state file) | dead | left
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.time)
     missed: int = 0
@@ -232,6 +259,174 @@ class Allocation:
         self.events.append({"t": time.time(), "event": kind, **detail})
 
 
+# ------------------------------------------------------------------ state file
+
+
+class StateFileError(Exception):
+    """The state file cannot be loaded (or written at start): the manager must not start."""
+
+
+class MalformedStateError(ValueError):
+    """A decoded state file does not have the expected shape (the message says where)."""
+
+
+def _finite(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _is_loss(value: Any) -> bool:
+    return (isinstance(value, dict) and {"t", "cargo_id", "last_seen", "reason"} <= set(value)
+            and _finite(value["t"]) and isinstance(value["cargo_id"], str)
+            and _finite(value["last_seen"]))
+
+
+_SOURCE = source_field(("inline", "url", "file"))
+_TIME = Field("finite number", _finite)
+_OBJECTS = Field("array of objects",
+                 lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v))
+#: The top level of the state file (``format`` and ``version`` are checked first).
+STATE_FIELDS = {
+    "format": Field(f'"{STATE_FORMAT}"', lambda v: v == STATE_FORMAT),
+    "version": Field(str(STATE_VERSION), lambda v: type(v) is int and v == STATE_VERSION),
+    "saved_at": _TIME,
+    "cargos": _OBJECTS,
+    "allocations": _OBJECTS,
+}
+#: A registered Cargo in the state file (a :class:`CargoNode` but ``missed``).
+CARGO_STATE_FIELDS = {
+    **{k: f for k, f in REGISTER_FIELDS.items() if k not in ("apps", "node_type", "tags")},
+    "node_type": enum_field(NODE_TYPES),
+    "tags": tags_field(required=True),
+    "state": enum_field(("alive", UNCONFIRMED, "dead", "left")),
+    "registered_at": _TIME,
+    "last_seen": _TIME,
+    "used_bytes": int_field(0),
+    "disk_bytes": int_field(0),
+}
+#: An allocation in the state file: :meth:`Allocation.request`, its ready replicas (Cargo
+#: ids) and its history.
+ALLOCATION_STATE_FIELDS = {
+    "app": STORAGE_FIELDS["app"],
+    "locations": STORAGE_FIELDS["locations"],
+    "replication": int_field(1, 10),
+    "consistency": enum_field(CONSISTENCIES),
+    "strategy": enum_field(STRATEGIES),
+    "quota_bytes": int_field(1),
+    "dim": int_field(1, MAX_DIM),
+    "source": Field(f"null or {_SOURCE.expected}", lambda v: v is None or _SOURCE.accepts(v)),
+    "replicas": Field("array of Cargo ids",
+                      lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v)),
+    "created_at": _TIME,
+    "ready_at": _TIME,
+    "events": _OBJECTS,
+    "restores": _OBJECTS,
+    "losses": Field('array of losses {"t", "cargo_id", "last_seen", "reason"}',
+                    lambda v: isinstance(v, list) and all(map(_is_loss, v))),
+}
+
+
+def _checked(value: Any, fields: Mapping[str, Field], where: str) -> dict[str, Any]:
+    """``value`` if it is an object with exactly ``fields``, each valid; else
+    :class:`MalformedStateError` naming the first offending field."""
+    if not isinstance(value, dict):
+        raise MalformedStateError(f"{where}: expected an object, found {describe(value)}")
+    for name, spec in fields.items():
+        if name not in value:
+            raise MalformedStateError(f"{where}.{name}: expected {spec.expected}, "
+                                      "found nothing")
+        if not spec.accepts(value[name]):
+            raise MalformedStateError(f"{where}.{name}: expected {spec.expected}, "
+                                      f"found {describe(value[name])}")
+    for name in value:
+        if name not in fields:
+            raise MalformedStateError(f"{where}.{name}: unknown field")
+    return value
+
+
+def parse_state(doc: Any) -> tuple[dict[str, CargoNode], dict[str, Allocation]]:
+    """The Cargos and allocations of a decoded state file; :class:`MalformedStateError`
+    saying what is wrong. Cargos that were ``alive`` come back ``unconfirmed``;
+    allocations get their peer lists pushed again (a change of them may have been lost
+    with the previous process)."""
+    if not isinstance(doc, dict):
+        raise MalformedStateError(f"expected a JSON object, found {describe(doc)}")
+    head = {k: STATE_FIELDS[k] for k in ("format", "version")}
+    _checked({k: doc.get(k) for k in head if k in doc}, head, "state")
+    _checked(doc, STATE_FIELDS, "state")
+    cargos: dict[str, CargoNode] = {}
+    for i, record in enumerate(doc["cargos"]):
+        _checked(record, CARGO_STATE_FIELDS, f"cargos[{i}]")
+        if record["cargo_id"] in cargos:
+            raise MalformedStateError(f"cargos[{i}].cargo_id: {record['cargo_id']} "
+                                      "appears twice")
+        node = CargoNode(**record)
+        if node.state == "alive":
+            node.state = UNCONFIRMED
+        cargos[node.cargo_id] = node
+    allocations: dict[str, Allocation] = {}
+    for i, record in enumerate(doc["allocations"]):
+        where = f"allocations[{i}]"
+        _checked(record, ALLOCATION_STATE_FIELDS, where)
+        if record["app"] in allocations:
+            raise MalformedStateError(f"{where}.app: {record['app']} appears twice")
+        for cargo_id in record["replicas"]:
+            if cargo_id not in cargos:
+                raise MalformedStateError(f"{where}.replicas: {cargo_id} is not among "
+                                          "the cargos")
+        allocations[record["app"]] = Allocation(
+            record["app"], record["locations"], record["replication"], record["consistency"],
+            record["strategy"], record["quota_bytes"], record["dim"], record["source"],
+            replicas=dict.fromkeys(record["replicas"], "ready"),
+            created_at=record["created_at"], ready_at=record["ready_at"],
+            events=record["events"], restores=record["restores"], losses=record["losses"],
+            peers_dirty=True,
+        )
+    return cargos, allocations
+
+
+def load_state(path: Path) -> tuple[dict[str, CargoNode], dict[str, Allocation]] | None:
+    """The Cargos and allocations of the state file at ``path``, None if there is none;
+    :class:`StateFileError` naming the file and the fault otherwise."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateFileError(f"state file {path}: cannot read it ({exc})") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, deep nesting
+        found = "an empty file" if not raw.strip() else f"invalid JSON ({exc})"
+        raise StateFileError(f"state file {path}: expected a JSON object, found {found}"
+                             ) from None
+    try:
+        return parse_state(doc)
+    except MalformedStateError as exc:
+        raise StateFileError(f"state file {path}: {exc}") from None
+
+
+def write_state_file(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically and durably: a temporary file in the same
+    directory, flushed and fsynced, renamed over ``path``, then the directory fsynced."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 class CargoManager(HealthCheckedRegistry[CargoNode]):
     """State, health checks, allocation, re-replication and HTTP handlers.
 
@@ -242,6 +437,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
     kind = "cargo"
     id_field = "cargo_id"
     node_class = CargoNode
+    checked_states = ("alive", UNCONFIRMED)
     title = "Cargo Manager"
     log = _log
 
@@ -252,16 +448,109 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         max_missed: int = 3,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
         seed: int | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(health_interval_s, health_timeout_s, max_missed)
         self.quota_bytes = quota_bytes
         self.rng = random.Random(seed)
         self.allocations: dict[str, Allocation] = {}
+        self.state_path = None if state_dir is None else Path(state_dir) / STATE_FILE
+        self._changes = 0  # counts the changes the state file must show
+        self._saved = 0  # the changes the state file on disk shows
+        self._save_lock = asyncio.Lock()
+        self._writer: ThreadPoolExecutor | None = None
+        if self.state_path is not None:
+            self.open_state(self.state_path)
 
     @property
     def cargos(self) -> dict[str, CargoNode]:
         """The registered Cargos by id (the registry's ``nodes``)."""
         return self.nodes
+
+    # -------------------------------------------------------------- state file
+
+    def open_state(self, path: Path) -> None:
+        """Load the state file if there is one, and write it back (the directory is
+        writable, or the manager does not start); :class:`StateFileError` otherwise."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateFileError(f"state file {path}: cannot create its directory ({exc})"
+                                 ) from None
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a write cut short
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        loaded = load_state(path)
+        if loaded is not None:
+            self.nodes, self.allocations = loaded
+            _log.info("state file %s: %d Cargos (unconfirmed until checked), %d allocations",
+                      path, len(self.nodes), len(self.allocations))
+        try:
+            write_state_file(path, self.state_text())
+        except OSError as exc:
+            raise StateFileError(f"state file {path}: cannot write it ({exc})") from None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cm-state")
+
+    def state_document(self) -> dict[str, Any]:
+        """What the state file holds: the Cargos, and the allocations whose initial
+        allocation finished with their ready replicas."""
+        return {
+            "format": STATE_FORMAT, "version": STATE_VERSION, "saved_at": time.time(),
+            "cargos": [{k: getattr(n, k) for k in CARGO_STATE_FIELDS}
+                       for n in self.cargos.values()],
+            "allocations": [
+                {**a.request(), "replicas": a.ready(), "created_at": a.created_at,
+                 "ready_at": a.ready_at, "events": a.events, "restores": a.restores,
+                 "losses": a.losses}
+                for a in self.allocations.values() if a.ready_at is not None
+            ],
+        }
+
+    def state_text(self) -> str:
+        return json.dumps(self.state_document(), indent=1)
+
+    def changed(self) -> None:
+        """Note a change the state file must show (written by the next :meth:`save`)."""
+        self._changes += 1
+
+    def _written(self, changes: int, job: asyncio.Future[None]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self._saved = max(self._saved, changes)
+
+    async def save(self) -> None:
+        """Return once the state file on disk shows every change so far (at once without
+        a state directory or when it does already). Writes run in one thread, in order;
+        callers that arrive during a write share the next one. Raises OSError."""
+        if self.state_path is None or self._saved >= self._changes:
+            return
+        assert self._writer is not None
+        wanted = self._changes
+        async with self._save_lock:
+            if self._saved >= wanted:
+                return  # written meanwhile, with this change
+            changes, text = self._changes, self.state_text()
+            job = asyncio.get_running_loop().run_in_executor(
+                self._writer, write_state_file, self.state_path, text)
+            job.add_done_callback(partial(self._written, changes))
+            await asyncio.shield(job)  # a cancelled caller does not cancel the write
+
+    async def commit(self) -> None:
+        """:meth:`save` before a handler acknowledges a change: a JSON **500** when the
+        state file cannot be written."""
+        try:
+            await self.save()
+        except OSError as exc:
+            _log.error("cannot write the state file %s: %s", self.state_path, exc)
+            raise client_error(web.HTTPInternalServerError,
+                               f"state: cannot write {self.state_path}: {exc}") from None
+
+    async def save_quietly(self) -> None:
+        """:meth:`save` from background work: a failure is logged, and the write is
+        tried again at the next save (every health round)."""
+        try:
+            await self.save()
+        except OSError as exc:
+            _log.error("cannot write the state file %s: %s", self.state_path, exc)
 
     # ---------------------------------------------------------------- capacity
 
@@ -379,12 +668,12 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 alloc.peers_dirty = False
                 await self.push_peers(alloc)
             tried: set[str] = set()
-            while len(alloc.replicas) < alloc.replication and alloc.ready():
+            while len(alloc.replicas) < alloc.replication and self.sources(alloc):
                 node = self.pick(alloc, tried)
                 if node is None:
                     return
                 tried.add(node.cargo_id)
-                sources = [self.cargos[c].url for c in alloc.ready()]
+                sources = self.sources(alloc)
                 began = time.monotonic()
                 alloc.replicas[node.cargo_id] = "allocating"
                 # Peers first: writes committed from now on are shipped to the new replica,
@@ -395,6 +684,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 if refusal is not None or node.cargo_id not in alloc.replicas:
                     alloc.replicas.pop(node.cargo_id, None)
                     alloc.event("restore-failed", cargo_id=node.cargo_id, reason=refusal)
+                    self.changed()
                     await self.push_peers(alloc)
                     continue
                 alloc.replicas[node.cargo_id] = "ready"
@@ -412,6 +702,13 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 alloc.event("restored", **{k: v for k, v in record.items() if k != "t"})
                 _log.info("%s restored on %s (%s s after the loss)", alloc.app, node.cargo_id,
                           record["since_lost_s"])
+                self.changed()
+                await self.save_quietly()
+
+    def sources(self, alloc: Allocation) -> list[str]:
+        """The URLs of ``alloc``'s ready replicas on alive Cargos (not on ``unconfirmed``
+        ones): what a new replica copies."""
+        return [self.cargos[c].url for c in alloc.ready() if self.cargos[c].state == "alive"]
 
     def lose(self, alloc: Allocation, node: CargoNode, reason: str) -> None:
         """``node`` no longer holds ``alloc``'s data: forget that replica."""
@@ -422,6 +719,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         alloc.losses.append(loss)
         alloc.peers_dirty = True
         alloc.event("lost", cargo_id=node.cargo_id, reason=reason)
+        self.changed()
         _log.info("%s lost its replica on %s: %s", alloc.app, node.cargo_id, reason)
 
     def readopt(self, alloc: Allocation, node: CargoNode) -> None:
@@ -433,6 +731,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         alloc.losses = [loss for loss in alloc.losses if loss["cargo_id"] != node.cargo_id]
         alloc.peers_dirty = True
         alloc.event("readopted", cargo_id=node.cargo_id)
+        self.changed()
         _log.info("%s readopted its replica on %s", alloc.app, node.cargo_id)
 
     def maintain(self) -> None:
@@ -461,12 +760,28 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
 
     def node_lost(self, node: CargoNode, reason: str) -> None:
         """The Cargo died or left: every replica it held is lost."""
+        self.changed()
         for alloc in self.allocations.values():
             self.lose(alloc, node, reason)
 
     async def after_round(self) -> None:
-        """Restore what was lost."""
+        """Restore what was lost; write the state file if it misses a change."""
         self.maintain()
+        await self.save_quietly()
+
+    def confirmed(self, node: CargoNode) -> None:
+        """A Cargo known from the state file answered its first health check."""
+        _log.info("cargo %s (from the state file) answered: alive", node.cargo_id)
+        self.changed()
+
+    async def stop(self, app: web.Application) -> None:
+        """The registry's cleanup, then a last write of the state file (last health
+        checks included)."""
+        await super().stop(app)
+        if self._writer is not None:
+            self.changed()
+            await self.save_quietly()
+            self._writer.shutdown(wait=False)
 
     def background(self) -> list[asyncio.Task[Any]]:
         """The restorations in progress."""
@@ -496,6 +811,8 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 self.readopt(alloc, node)
             else:
                 drop.append(name)
+        self.changed()
+        await self.commit()
         return web.json_response({**self.cargo_json(node), "drop": drop})
 
     async def handle_cargos(self, request: web.Request) -> web.Response:
@@ -508,7 +825,9 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
 
     async def handle_leave(self, request: web.Request) -> web.Response:
         """``DELETE /cargos/{cargo_id}``: a graceful leave; its data is re-replicated now."""
-        return web.json_response(self.cargo_json(await self.leave(request)))
+        node = await self.leave(request)
+        await self.commit()
+        return web.json_response(self.cargo_json(node))
 
     async def handle_allocate(self, request: web.Request) -> web.Response:
         """``POST /storage``: allocate storage for an application (201; 200 if it exists)."""
@@ -535,6 +854,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             if self.allocations.get(alloc.app) is not existing:
                 raise client_error(web.HTTPBadGateway,
                                    f"the allocation of {alloc.app} in progress failed")
+            await self.commit()
             return web.json_response(self.allocation_json(existing))
         eligible = [n for n in self.cargos.values() if n.state == "alive"
                     and n.capacity_bytes - self.reserved(n.cargo_id) >= quota]
@@ -555,6 +875,8 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             alloc.ready_at = time.time()
             alloc.event("ready" if alloc.state == "ready" else "degraded",
                         replicas=len(alloc.ready()), refusals=refusals)
+            self.changed()
+            await self.commit()  # in the lock: a concurrent request answers after it too
         return web.json_response(self.allocation_json(alloc), status=201)
 
     async def handle_allocations(self, request: web.Request) -> web.Response:
@@ -574,6 +896,13 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         if alloc.restoring is not None:
             alloc.restoring.cancel()
         view = self.allocation_json(alloc)
+        self.changed()
+        try:
+            await self.commit()
+        except web.HTTPException:
+            self.allocations.setdefault(alloc.app, alloc)  # the state file still holds it
+            self.changed()
+            raise
 
         async def drop(cargo_id: str) -> None:
             with contextlib.suppress(PeerError):
@@ -617,9 +946,15 @@ def make_app(
     max_missed: int = 3,
     quota_bytes: int = DEFAULT_QUOTA_BYTES,
     seed: int | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
 ) -> web.Application:
-    """Build the Cargo Manager application (its state is ``app[CARGO_MANAGER_KEY]``)."""
-    manager = CargoManager(health_interval_s, health_timeout_s, max_missed, quota_bytes, seed)
+    """Build the Cargo Manager application (its state is ``app[CARGO_MANAGER_KEY]``).
+
+    With ``state_dir`` the metadata is kept in its state file, loaded here:
+    :class:`StateFileError` if that file cannot be used.
+    """
+    manager = CargoManager(health_interval_s, health_timeout_s, max_missed, quota_bytes, seed,
+                           state_dir)
     app = make_base_app()
     app[CARGO_MANAGER_KEY] = manager
     app.router.add_post("/cargos", manager.handle_register)
@@ -649,13 +984,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quota-mb", type=float, default=DEFAULT_QUOTA_BYTES / 1024**2,
                         help="default quota of an allocation, MiB")
     parser.add_argument("--seed", type=int, help="seed of the random strategy")
+    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+                        help=f"keep the metadata in DIR/{STATE_FILE} (loaded at start)")
     args = parser.parse_args(argv)
     check_health_arguments(parser, args)
     if args.quota_mb <= 0:
         parser.error("--quota-mb must be > 0")
     configure_logging()
-    app = make_app(args.health_interval_s, args.health_timeout_s, args.max_missed,
-                   round(args.quota_mb * 1024**2), args.seed)
+    try:
+        app = make_app(args.health_interval_s, args.health_timeout_s, args.max_missed,
+                       round(args.quota_mb * 1024**2), args.seed, args.state_dir)
+    except StateFileError as exc:
+        _log.error("refusing to start: %s", exc)
+        return 1
     serve(app, args.host, args.port, logger=_log)
     return 0
 

@@ -56,6 +56,8 @@ class HealthCheckedRegistry(Generic[NodeT]):
     title: str
     #: The manager's logger.
     log: logging.Logger
+    #: The states whose nodes are health-checked every round.
+    checked_states: tuple[str, ...] = ("alive",)
 
     def __init__(self, health_interval_s: float, health_timeout_s: float,
                  max_missed: int) -> None:
@@ -130,15 +132,17 @@ class HealthCheckedRegistry(Generic[NodeT]):
     # ------------------------------------------------------------- health checks
 
     async def check(self, node_id: str, node: NodeT) -> None:
-        """One health check of ``node``; declares it dead after ``max_missed`` misses."""
-        asked = time.time()
+        """One health check of ``node``; declares it dead after ``max_missed`` misses. A
+        node checked in another state than ``alive`` becomes alive at its first good
+        check (:meth:`confirmed`)."""
+        state, asked = node.state, time.time()
         try:
             status, answer = await call_json(self.session, "GET", f"{node.url}/status",
                                              timeout_s=self.health_timeout_s)
             ok = status == 200 and isinstance(answer, dict) and self.healthy(answer)
         except PeerError:
             ok, answer = False, None
-        if node.state != "alive":
+        if node.state != state:  # registered again, or left, during the check
             return
         if not ok:
             node.missed += 1
@@ -148,14 +152,20 @@ class HealthCheckedRegistry(Generic[NodeT]):
                               node.missed)
                 self.node_lost(node, f"{self.kind} {node_id} dead")
             return
-        node.missed, node.last_seen = 0, time.time()
+        node.state, node.missed, node.last_seen = "alive", 0, time.time()
+        if state != "alive":
+            self.confirmed(node)
         self.reported(node, answer, asked)
 
+    def confirmed(self, node: NodeT) -> None:
+        """``node`` answered its first good check in another state than alive."""
+
     async def health_loop(self) -> None:
-        """Check every alive node each interval, then :meth:`after_round`."""
+        """Check every node in :attr:`checked_states` each interval, then
+        :meth:`after_round`."""
         while True:
-            alive = [(k, n) for k, n in self.nodes.items() if n.state == "alive"]
-            await asyncio.gather(*(self.check(k, n) for k, n in alive))
+            due = [(k, n) for k, n in self.nodes.items() if n.state in self.checked_states]
+            await asyncio.gather(*(self.check(k, n) for k, n in due))
             await self.after_round()
             await asyncio.sleep(self.health_interval_s)
 

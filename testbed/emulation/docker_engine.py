@@ -269,14 +269,20 @@ def _wait_ready(process: subprocess.Popen, socket: Path, log: Path,
 
 
 def _remove_stale_containers(client: docker.DockerClient) -> None:
-    """Remove containers an earlier, killed run left in the data root.
+    """Remove containers and volumes an earlier, killed run left in the data root.
 
-    The data root is the harness's own and locked, so any container in it belongs to a
-    run that is over (dockerd already killed its processes while starting).
+    The data root is the harness's own and locked, so any container or volume in it
+    belongs to a run that is over (dockerd already killed its processes while starting).
+    Volumes live as long as their run: a run's ledger removes them at its teardown.
     """
     for container in client.containers.list(all=True, ignore_removed=True):
         try:
             container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+    for volume in client.volumes.list():
+        try:
+            volume.remove(force=True)
         except docker.errors.NotFound:
             pass
 

@@ -1,16 +1,23 @@
 """Docker containers as Mininet hosts.
 
-A :class:`DockerHost` is a Mininet host whose network namespace belongs to a container
-of the harness's private engine. The container is started with ``--network none`` (the
-engine touches no network); Mininet's control shell is then started *inside the
-container's network namespace only* (host filesystem and tools, container network), so
-every piece of Mininet that configures a host (``addLink``, ``Intf.setIP``, routes, tc)
-works unchanged and the host's interfaces land in the container.
+A :class:`DockerHost` is a Mininet host whose network namespace belongs to containers of
+the harness's private engine, in the shape of a pod: a *sandbox* container started with
+``--network none`` (the engine touches no network) only holds the namespace, and the
+node's *service* container joins it (``--network container:<sandbox>``). Mininet's
+control shell is started *inside that network namespace only* (host filesystem and
+tools, container network), so every piece of Mininet that configures a host
+(``addLink``, ``Intf.setIP``, routes, tc) works unchanged and the host's interfaces land
+in the container.
 
-Services run *in* the container (its filesystem, cgroup limits and pid namespace) with
-:meth:`DockerHost.exec_service`; commands run through ``cmd``/``popen`` share only its
-network. Containers are written in the run ledger as kind ``container`` and removed by
-id through the engine that made them.
+Services run *in* the service container (its filesystem, cgroup limits, pid namespace and
+volumes) with :meth:`DockerHost.exec_service`; commands run through ``cmd``/``popen``
+share only its network. Because the namespace belongs to the sandbox, the service
+container can be killed (:meth:`DockerHost.crash`), started again
+(:meth:`DockerHost.restart`) or replaced by a fresh one of the same image
+(:meth:`DockerHost.recreate`) while links, addresses and shaping stay. Named Docker
+volumes (``volumes={name: path}``) outlive all three: they are what a node keeps on
+disk. Containers are written in the run ledger as kind ``container``, volumes as kind
+``docker_volume``; both are removed by name or id through the engine that made them.
 """
 
 from __future__ import annotations
@@ -79,6 +86,25 @@ def _undo_container(data: dict) -> None:
         client.close()
 
 
+@undo_handler("docker_volume")
+def _undo_volume(data: dict) -> None:
+    """Remove a named volume through the engine that made it (after its containers:
+    the ledger undoes newest first, and a volume is recorded before its containers)."""
+    socket = Path(data["socket"])
+    if not socket.exists():
+        return  # the engine is gone; a new engine removes leftover volumes at its start
+    client = docker.DockerClient(base_url=f"unix://{socket}", version=API_VERSION,
+                                 timeout=60)
+    try:
+        client.api.remove_volume(data["name"], force=True)
+    except docker.errors.NotFound:
+        pass
+    except requests.exceptions.ConnectionError:
+        return
+    finally:
+        client.close()
+
+
 def cpu_quota(share: float) -> int:
     """CFS quota (per ``CPU_PERIOD_US``) for ``share`` of the whole machine in (0, 1]."""
     if not 0 < share <= 1:
@@ -127,21 +153,25 @@ class ExecHandle:
 
 
 class DockerHost(Host):
-    """A Mininet host backed by a container of the harness's engine.
+    """A Mininet host backed by containers of the harness's engine.
 
     Params (besides Mininet's): ``engine`` (an :class:`Engine`, required), ``image``
     (default: the base image), ``cpu`` (share of the whole machine in (0, 1]),
     ``memory_mb`` (hard limit, no swap), ``workdir`` (the run folder, for service logs:
     mounted read-write at the same path; default: a folder of the engine), ``ledger``
-    (default: the engine's), ``run_prefix`` (container names are
-    ``<run_prefix>-<node>``; default ``tb-<run id>``), ``mounts`` (extra
-    :class:`docker.types.Mount`), ``environment``.
+    (default: the engine's), ``run_prefix`` (the service container is named
+    ``<run_prefix>-<node>``, its sandbox ``<run_prefix>-<node>-net``; default
+    ``tb-<run id>``), ``mounts`` (extra :class:`docker.types.Mount`), ``volumes``
+    (``{name: absolute path in the container}``: named volumes
+    ``<run_prefix>-<node>-<name>``, created for the run and removed with it),
+    ``environment``.
     """
 
     def __init__(self, name: str, engine: Engine | None = None, image: str | None = None,
                  cpu: float | None = None, memory_mb: int | None = None,
                  workdir: str | Path | None = None, ledger: Ledger | None = None,
                  run_prefix: str | None = None, mounts: list[Mount] | None = None,
+                 volumes: dict[str, str] | None = None,
                  environment: dict[str, str] | None = None, **params: object) -> None:
         if engine is None:
             raise EmulationError(f"DockerHost {name}: the 'engine' parameter is required")
@@ -153,54 +183,96 @@ class DockerHost(Host):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         prefix = run_prefix or f"tb-{self.ledger.run_id}"
         self.container_name = f"{safe_name(prefix, 40)}-{safe_name(name, 40)}"
-        self.container, self._entry = self._create_container(
-            name, cpu, memory_mb, list(mounts or []), dict(environment or {}))
-        self.container_pid = self._start_container()
+        self._entries: list[Entry] = []  # volumes, sandbox, service container: in order
         try:
+            self.volumes = self._create_volumes(name, dict(volumes or {}))
+            run_mount = Mount(target=str(self.run_dir), source=str(self.run_dir),
+                              type="bind")
+            volume_mounts = [Mount(target=path, source=volume, type="volume")
+                             for volume, path in self.volumes.values()]
+            self._config: dict[str, object] = {
+                "mounts": [*base_mounts(), run_mount, *(mounts or []), *volume_mounts],
+                "environment": dict(environment or {}),
+                **self._limits(cpu, memory_mb)}
+            self.sandbox = self._create(f"{self.container_name}-net", name,
+                                        network_mode="none", hostname=name,
+                                        mounts=base_mounts())
+            self.sandbox_pid = self._start(self.sandbox)
+            self.container = self._create(self.container_name, name,
+                                          network_mode=f"container:{self.sandbox.id}",
+                                          **self._config)
+            self.container_pid = self._start(self.container)
             super().__init__(name, **params)
         except BaseException:
-            self.ledger.release(self._entry)
+            self._release_all()
             raise
 
     # ----------------------------------------------------------------- container
 
-    def _create_container(self, name: str, cpu: float | None, memory_mb: int | None,
-                          mounts: list[Mount], environment: dict[str, str]
-                          ) -> tuple[docker.models.containers.Container, Entry]:
+    @staticmethod
+    def _limits(cpu: float | None, memory_mb: int | None) -> dict[str, object]:
         limits: dict[str, object] = {}
         if cpu is not None:
             limits.update(cpu_period=CPU_PERIOD_US, cpu_quota=cpu_quota(cpu))
         if memory_mb is not None:
             limits.update(mem_limit=f"{int(memory_mb)}m", memswap_limit=f"{int(memory_mb)}m")
-        run_mount = Mount(target=str(self.run_dir), source=str(self.run_dir), type="bind")
+        return limits
+
+    def _create_volumes(self, node: str, volumes: dict[str, str]
+                        ) -> dict[str, tuple[str, str]]:
+        """Create the node's named volumes: ``{name: (volume name, path)}``."""
+        made: dict[str, tuple[str, str]] = {}
+        for short, path in volumes.items():
+            if not str(path).startswith("/"):
+                raise EmulationError(f"DockerHost {node}: volume {short!r} must be mounted "
+                                     f"at an absolute path, found {path!r}")
+            volume = f"{self.container_name}-{safe_name(short, 40)}"
+            try:
+                self.client.volumes.create(volume, labels={LABEL_RUN: self.engine.run_id,
+                                                           LABEL_NODE: node})
+            except docker.errors.APIError as exc:
+                raise EmulationError(f"DockerHost {node}: cannot create volume {volume}: "
+                                     f"{exc.explanation}") from exc
+            self._entries.append(self.ledger.record(
+                "docker_volume", socket=str(self.engine.socket), name=volume))
+            made[short] = (volume, str(path))
+        return made
+
+    def _create(self, container_name: str, node: str, **options: object
+                ) -> docker.models.containers.Container:
         try:
             container = self.client.containers.create(
-                self.image, KEEPALIVE, name=self.container_name, hostname=name,
-                network_mode="none", init=True, detach=True,
-                labels={LABEL_RUN: self.engine.run_id, LABEL_NODE: name},
-                mounts=[*base_mounts(), run_mount, *mounts], environment=environment,
-                **limits)
+                self.image, KEEPALIVE, name=container_name, init=True, detach=True,
+                labels={LABEL_RUN: self.engine.run_id, LABEL_NODE: node}, **options)
         except docker.errors.APIError as exc:
-            raise EmulationError(f"DockerHost {name}: cannot create container "
-                                 f"{self.container_name}: {exc.explanation}") from exc
-        entry = self.ledger.record("container", socket=str(self.engine.socket),
-                                   id=container.id, name=self.container_name)
-        return container, entry
+            raise EmulationError(f"DockerHost {node}: cannot create container "
+                                 f"{container_name}: {exc.explanation}") from exc
+        self._entries.append(self.ledger.record("container", socket=str(self.engine.socket),
+                                                id=container.id, name=container_name))
+        return container
 
-    def _start_container(self) -> int:
+    @staticmethod
+    def _start(container: docker.models.containers.Container) -> int:
+        """Start ``container``; its init's host pid."""
         try:
-            self.container.start()
-            self.container.reload()
+            container.start()
+            container.reload()
         except docker.errors.APIError as exc:
-            self.ledger.release(self._entry)
-            raise EmulationError(f"cannot start container {self.container_name}: "
+            raise EmulationError(f"cannot start container {container.name}: "
                                  f"{exc.explanation}") from exc
-        pid = int(self.container.attrs["State"]["Pid"])
+        pid = int(container.attrs["State"]["Pid"])
         if not pid:
-            self.ledger.release(self._entry)
-            raise EmulationError(f"container {self.container_name} exited at start "
-                                 f"({self.container.attrs['State'].get('Error')})")
+            raise EmulationError(f"container {container.name} exited at start "
+                                 f"({container.attrs['State'].get('Error')})")
         return pid
+
+    def _entry_of(self, container_id: str) -> Entry:
+        return next(e for e in self._entries if e.data.get("id") == container_id)
+
+    def _release_all(self) -> None:
+        """Remove what this host made, newest first (service container, sandbox, volumes)."""
+        while self._entries:
+            self.ledger.release(self._entries.pop())
 
     # -------------------------------------------------------------- Mininet shell
 
@@ -216,7 +288,7 @@ class DockerHost(Host):
         """Spawn the control shell via ``nsenter --net`` instead of ``mnexec -n``."""
         if getattr(self, "_shell_starting", False) and cmd[0] == "mnexec":
             flags = cmd[1].replace("n", "")
-            cmd = ["mnexec", flags, "nsenter", f"--net=/proc/{self.container_pid}/ns/net",
+            cmd = ["mnexec", flags, "nsenter", f"--net=/proc/{self.sandbox_pid}/ns/net",
                    *cmd[2:]]
         return super()._popen(cmd, **params)
 
@@ -276,22 +348,51 @@ class DockerHost(Host):
     # -------------------------------------------------------------------- control
 
     def crash(self) -> None:
-        """Kill the container (SIGKILL to every process in it), as a node failure.
+        """Kill the service container (SIGKILL to every process in it), as a node failure.
 
-        Its network namespace stays alive (held by the Mininet shell), so links and
-        addresses remain and the kernel still answers pings; services are gone.
+        The network namespace stays alive (held by the sandbox and the Mininet shell), so
+        links and addresses remain and the kernel still answers pings; services are gone.
         """
         try:
             self.container.kill()
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: not running any more
                 raise
+        self.container.wait(timeout=30)
+
+    def running(self) -> bool:
+        """Whether the service container runs."""
+        self.container.reload()
+        return self.container.status == "running"
+
+    def restart(self) -> int:
+        """Start the service container again after :meth:`crash` (killing it first if it
+        still runs): same writable layer, same volumes, same network namespace. Services
+        are not restarted: start them again with :meth:`exec_service`. Returns the new
+        init's pid."""
+        if self.running():
+            self.crash()
+        self.container_pid = self._start(self.container)
+        return self.container_pid
+
+    def recreate(self) -> int:
+        """Replace the service container by a fresh one of the same image and settings,
+        as a node re-installed from its image: the writable layer is new, only the
+        volumes (and bind mounts) carry data over. Returns the new init's pid."""
+        self.ledger.release(self._entry_of(self.container.id))
+        self._entries = [e for e in self._entries if e.data.get("id") != self.container.id]
+        self.container = self._create(self.container_name, self.name,
+                                      network_mode=f"container:{self.sandbox.id}",
+                                      **self._config)
+        self.container_pid = self._start(self.container)
+        return self.container_pid
 
     def set_cpu(self, share: float) -> None:
         """Change the CPU limit live to ``share`` of the whole machine in (0, 1]."""
         self.container.update(cpu_period=CPU_PERIOD_US, cpu_quota=cpu_quota(share))
 
     def terminate(self) -> None:
-        """Stop Mininet's shell, then remove the container (through the ledger)."""
+        """Stop Mininet's shell, then remove the containers and volumes (through the
+        ledger)."""
         super().terminate()
-        self.ledger.release(self._entry)
+        self._release_all()

@@ -119,7 +119,7 @@ class Infrastructure:
     def docker_host_params(self, node: Any) -> dict:
         return {"engine": self.engine, "image": self.image, "ledger": self.ledger,
                 "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
-                "workdir": str(self.workdir)}
+                "workdir": str(self.workdir), "volumes": dict(node.volumes)}
 
     def wait_switch_connected(self, switch: Any) -> None:
         from testbed.emulation.controller import wait_connected
@@ -189,7 +189,10 @@ class EmulatedTopology:
     def end(self, running: RunningService, sig: signal.Signals) -> None:
         """Stop one started program with ``sig`` and wait until it has ended."""
         if running.handle is not None:
-            self.net.hosts[running.service.node].stop_service(running.handle)
+            host = self.net.hosts[running.service.node]
+            if sig == signal.SIGKILL:  # a crash: no grace period
+                running.handle.signal(signal.SIGKILL)
+            host.stop_service(running.handle)
             return
         try:
             os.kill(running.pid, sig)
@@ -274,12 +277,24 @@ class EmulatedTopology:
             self._set_node_links(event.target, up=True)
             self._start_missing()
         elif action == "crash":
-            for svc in self.scenario.services_on(event.target):
-                self.stop_service(svc.name)
+            self.crash_node(event.target)
         elif action == "load":
             self.set_load(event.target, float(event.params["cpu"]))
         else:
             raise EmulationError(f"event action {action!r} is not supported by emulation")
+
+    def crash_node(self, node: str) -> None:
+        """Every program of ``node`` dies abruptly: its services and load are SIGKILLed;
+        a ``docker`` node's service container is killed whole (its volumes and network
+        stay; the next ``join`` or restore starts the container and its services again)."""
+        if self.scenario.node(node).runtime == "docker":
+            self.net.hosts[node].crash()
+            for svc in self.scenario.services_on(node):
+                self.services.pop(svc.name, None)
+            self.loads.pop(node, None)
+            return
+        for svc in self.scenario.services_on(node):
+            self.stop_service(svc.name)
 
     def _set_node_links(self, node: str, up: bool) -> None:
         for link in self.scenario.topology.links:
@@ -288,6 +303,10 @@ class EmulatedTopology:
 
     def _start_missing(self) -> None:
         missing = [s for s in self.scenario.services if s.name not in self.services]
+        for name in sorted({s.node for s in missing}):
+            if self.scenario.node(name).runtime == "docker" and \
+                    not self.net.hosts[name].running():
+                self.net.hosts[name].restart()
         for svc in missing:
             self.start_service(svc)
         if missing:

@@ -71,6 +71,9 @@ FRAME_TIMEOUT_S = 30.0
 APPS = (("nearest", "nearest", "strong"), ("random", "random", "strong"),
         ("eventual", "nearest", "eventual"))
 FAULT_APP = ("faults", "nearest", "strong")
+CARGO_RUNTIMES = ("process", "docker")
+#: where a containerised Cargo keeps its store: the mount point of its node's volume
+CARGO_STORE = "/var/lib/armada-cargo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +93,32 @@ def site_name(i: int) -> str:
     return f"e{i + 1:02d}"
 
 
+def cargo_node(i: int, runtime: str = "process") -> str:
+    """Host of site ``i``'s Cargo (also its Cargo id): the site's node for the process
+    runtime, a node of its own (``c01`` ...) for the docker runtime."""
+    return site_name(i) if runtime == "process" else f"c{i + 1:02d}"
+
+
 def site_location(i: int) -> tuple[float, float]:
     """Latitude and longitude of site ``i``: ``i x SITE_SPACING_KM`` east of the centre."""
     km_per_deg = 111.32 * np.cos(np.radians(CENTRE[0]))
     return CENTRE[0], round(CENTRE[1] + i * SITE_SPACING_KM / km_per_deg, 6)
 
 
-def storage_scenario(size: StorageSize, workdir: Path) -> Scenario:
-    """The ``armada-storage`` deployment of ``size`` (validated by the scenario loader);
-    Cargos keep their stores and Captains their task logs under ``workdir``."""
+def storage_scenario(size: StorageSize, workdir: Path, cargo_runtime: str = "process"
+                     ) -> Scenario:
+    """The ``armada-storage`` deployment of ``size`` (validated by the scenario loader).
+
+    Captains keep their task logs under ``workdir``. With ``cargo_runtime`` ``process`` a
+    site's Cargo runs on the site's node with its store under ``workdir``; with
+    ``docker`` it runs on a node of its own (:func:`cargo_node`, same switch, same
+    location) in a container, its store on the node's Docker volume at
+    :data:`CARGO_STORE`."""
     if not 3 <= size.sites <= len(SITE_DELAYS_MS):
         raise ValueError(f"sites: expected 3 .. {len(SITE_DELAYS_MS)}, found {size.sites}")
+    if cargo_runtime not in CARGO_RUNTIMES:
+        raise ValueError(f"cargo_runtime: expected one of {', '.join(CARGO_RUNTIMES)}, "
+                         f"found {cargo_runtime!r}")
     lat0, lon0 = site_location(0)
     nodes: list[dict[str, Any]] = [
         {"name": "ctl", "role": "server", "tier": "control", "lat": CENTRE[0], "lon": CENTRE[1]},
@@ -119,7 +137,7 @@ def storage_scenario(size: StorageSize, workdir: Path) -> Scenario:
          "params": {"health_timeout_s": 2.0}},
         {"name": "cargomgr", "program": "armada.cargo_manager", "node": "ctl", "port": CM_PORT,
          "params": {"health_interval_s": 1.0, "health_timeout_s": 1.0, "max_missed": 3,
-                    "seed": size.seed}}]
+                    "seed": size.seed, "state_dir": str(workdir / "cargo-manager")}}]
     for i in range(size.sites):
         node = site_name(i)
         lat, lon = site_location(i)
@@ -131,18 +149,27 @@ def storage_scenario(size: StorageSize, workdir: Path) -> Scenario:
                   {"a": switch, "b": "wan", "delay_ms": SITE_DELAYS_MS[i], "bw_mbit": 100}]
         if i == 0:
             links.append({"a": "u01", "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
-        services += [
+        services.append(
             {"name": f"cap-{node}", "program": "armada.captain", "node": node, "port": 7000,
              "params": {"beacon": "http://{ip:ctl}:8000", "token": TOKEN, "node_id": node,
                         "advertise_host": f"{{ip:{node}}}", "lat": lat, "lon": lon,
                         "cpu": NODE_CORES, "memory_mb": 512, "node_type": "dedicated",
-                        "workdir": str(workdir / "captains")}},
+                        "workdir": str(workdir / "captains")}})
+        node = cargo_node(i, cargo_runtime)
+        store = str(workdir / f"cargo-{node}")
+        if cargo_runtime == "docker":
+            store = CARGO_STORE
+            nodes.append({"name": node, "role": "server", "tier": "edge", "lat": lat,
+                          "lon": lon, "cpu": NODE_CORES / 2, "memory_mb": 512,
+                          "runtime": "docker", "volumes": {"store": CARGO_STORE}})
+            links.append({"a": node, "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
+        services.append(
             {"name": f"cargo-{node}", "program": "armada.cargo", "node": node,
              "port": CARGO_PORT,
-             "params": {"data_dir": str(workdir / f"cargo-{node}"), "cargo_id": node,
+             "params": {"data_dir": store, "cargo_id": node,
                         "lat": lat, "lon": lon, "beacon": "http://{ip:ctl}:8000",
                         "token": TOKEN, "advertise_host": f"{{ip:{node}}}",
-                        "recheck_s": 2.0}}]
+                        "recheck_s": 2.0}})
     doc = {"name": SCENARIO, "seed": size.seed,
            "description": f"Armada storage over {size.sites} edge sites",
            "topology": {"nodes": nodes, "links": links}, "services": services,
@@ -350,8 +377,9 @@ def summary(stream: Stream) -> dict[str, Any]:
 
 
 def run_storage(size: str, out: Path, progress: Progress = print,
-                ledger_root: Path | None = None) -> Path:
-    """Run ``armada-storage`` at ``size`` (module docstring); results folder ``out``."""
+                ledger_root: Path | None = None, cargo_runtime: str = "process") -> Path:
+    """Run ``armada-storage`` at ``size`` (module docstring) with the Cargos in
+    ``cargo_runtime`` (``process`` or ``docker``); results folder ``out``."""
     from testbed.runner import materialise
     from workloads.faces import (
         encode_records,
@@ -363,7 +391,7 @@ def run_storage(size: str, out: Path, progress: Progress = print,
     plan_size = size_plan(size, SIZES)
     if out.exists() and any(out.iterdir()):
         raise EmulationError(f"--out {out}: the folder exists and is not empty")
-    scenario = storage_scenario(plan_size, (out / "work").resolve())
+    scenario = storage_scenario(plan_size, (out / "work").resolve(), cargo_runtime)
 
     def prepare(run: str, workdir: Path) -> dict[str, Any]:
         plans = {}
@@ -385,6 +413,7 @@ def run_storage(size: str, out: Path, progress: Progress = print,
         ctl, user = topo.net.hosts["ctl"].pid, topo.net.hosts["u01"].pid
         beacon = next(s for s in scen.services if s.program == "armada.beacon")
         servers = [site_name(i) for i in range(plan_size.sites)]
+        stores = [cargo_node(i, cargo_runtime) for i in range(plan_size.sites)]
         wait_for_captains(topo, beacon, servers)
         in_netns(ctl, lambda: wait_for_cargos(plan_size.sites))
         cm_for_tasks = f"http://{topo.net.ip('ctl')}:{CM_PORT}"
@@ -410,15 +439,17 @@ def run_storage(size: str, out: Path, progress: Progress = print,
                     streams.append(summary(stream))
                     progress(f"  {app}/{mode}: {_line(streams[-1])}")
                 in_netns(ctl, lambda a=app: remove_tasks(a))
-            lags = in_netns(ctl, lambda: replication_lag(topo, servers, "eventual"))
-            fault = run_fault(topo, run, prep, plan_size, cm_for_tasks, beacon_url, progress)
+            lags = in_netns(ctl, lambda: replication_lag(topo, stores, "eventual"))
+            fault = run_fault(topo, run, prep, plan_size, cm_for_tasks, beacon_url, progress,
+                              cargo_runtime)
             rows += fault.pop("rows")
         host = monitor.summary().to_dict()
         progress(f"host CPU idle {host['idle_share']:.0%}"
                  + (" - SATURATED" if host["saturated"] else ""))
         result = {"size": dataclasses.asdict(plan_size), "apps": APPS, "streams": streams,
                   "deployments": deployments, "eventual_lag": lags, "fault": fault,
-                  "host": host, "site_delays_ms": SITE_DELAYS_MS[:plan_size.sites]}
+                  "host": host, "site_delays_ms": SITE_DELAYS_MS[:plan_size.sites],
+                  "cargo_runtime": cargo_runtime}
         return {"rows": rows, "storage": result, "shaping_backend": topo.net.backend}
 
     return run_emulated_experiment(scenario, plan_size, size, out, prepare, measure,
@@ -451,9 +482,13 @@ def replication_lag(topo: Any, servers: Sequence[str], app: str) -> dict[str, An
 
 
 def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
-              cm_for_tasks: str, beacon_url: str, progress: Progress) -> dict[str, Any]:
-    """Experiment 3 (module docstring): kill the serving Cargo during read-then-write."""
+              cm_for_tasks: str, beacon_url: str, progress: Progress,
+              cargo_runtime: str = "process") -> dict[str, Any]:
+    """Experiment 3 (module docstring): kill the serving Cargo during read-then-write
+    (its process with SIGKILL; a containerised Cargo's node crashed: the container
+    killed)."""
     from testbed.emulation.probe import in_netns
+    from testbed.scenario import Event
 
     ctl, user = topo.net.hosts["ctl"].pid, topo.net.hosts["u01"].pid
     app, strategy, consistency = FAULT_APP
@@ -480,7 +515,10 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
         _poll("the stream did not reach the failure point", 600.0,
               lambda: stream.done >= kill_after or streaming.done())
         killed_at = time.time()
-        topo.stop_service(f"cargo-{victim}", signal.SIGKILL)
+        if cargo_runtime == "docker":
+            topo.apply_event(Event(at=0.0, action="crash", target=victim))
+        else:
+            topo.stop_service(f"cargo-{victim}", signal.SIGKILL)
         streaming.result()
 
     def restored() -> dict[str, Any] | None:
@@ -492,6 +530,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
                                         restored))
     readback = in_netns(ctl, lambda: read_back(alloc, app, plan, stream.written))
     result = {"app": app, "victim": victim, "killed_at": killed_at,
+              "how": "container killed" if cargo_runtime == "docker" else "SIGKILL",
               "kill_after_frames": kill_after, "stream": summary(stream),
               "restores": alloc.get("restores", []), "readback": readback,
               "replicas_after": [{"cargo_id": r["cargo_id"], "state": r["state"]}
@@ -563,8 +602,9 @@ def write_storage_report(out: Path, report: Path, command: str) -> Path:
     res = json.loads((out / "storage.json").read_text())
     streams, fault, size = res["streams"], res["fault"], res["size"]
     delays = res["site_delays_ms"]
-    png = _plot(streams, report.with_name("storage.png"))
-    where = {f"e{i + 1:02d}": d for i, d in enumerate(delays)}
+    png = _plot(streams, report.with_suffix(".png"))
+    runtime = res.get("cargo_runtime", "process")
+    where = {cargo_node(i, runtime): d for i, d in enumerate(delays)}
     lines = report_header(
         "Armada storage layer (`armada-storage`)", command, out,
         f"{size['frames']} frames per workload, {size['sites']} edge sites.")
@@ -574,7 +614,11 @@ def write_storage_report(out: Path, report: Path, command: str) -> Path:
          "and Cargo Manager; edge sites 40 km apart in a row, site i behind its own ISP path "
          "of " + ", ".join(f"{d:g}" for d in delays) + " ms one way to the WAN core, each "
          f"with a Captain ({NODE_CORES:g} cores) and a Cargo (2 GB declared, SQLite in WAL "
-         "mode, a write acknowledged after its commit); the user on site e01's LAN. Each "
+         "mode, a write acknowledged after its commit; "
+         + ("a process on the site's node, its store on the node's disk" if runtime == "process"
+            else f"a container on a node of its own ({NODE_CORES:g} cores) on the site's "
+                 "LAN, its store on the node's Docker volume")
+         + "); the user on site e01's LAN. Each "
          "application's three Cargos pull the initial data set (1000 labelled descriptors "
          "of the seeded identity model, `<ID 8 bytes, vector 128 x 8 bytes>`) from a file at "
          "allocation. The face task (real Haar-cascade detection; descriptors from the "
@@ -642,8 +686,10 @@ def write_storage_report(out: Path, report: Path, command: str) -> Path:
     restores = fault["restores"]
     lines += ["", "## 3. Fault tolerance: the serving Cargo killed mid-workload", "",
               (f"Application `{fault['app']}` (nearest, strong), read-then-write workload; "
-               f"Cargo {fault['victim']} (the task's nearest replica) was killed with SIGKILL "
-               f"after frame {fault['kill_after_frames']}."), "",
+               f"Cargo {fault['victim']} (the task's nearest replica) was killed ("
+               + ("its container killed: SIGKILL to every process in it"
+                  if fault.get("how") == "container killed" else "SIGKILL")
+               + f") after frame {fault['kill_after_frames']}."), "",
               "| measure | value |", "|---|---|",
               f"| frames answered / sent | {fs['ok']} / {fs['frames']} |",
               f"| operations failed as seen by the application | {fs['failed']} |",

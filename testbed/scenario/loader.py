@@ -58,6 +58,7 @@ PERSON_SEARCH_COORDINATOR = "person_search.coordinator"
 SELF_CONTAINED = (ARMADA_BEACON, PERSON_SEARCH_COORDINATOR)
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+VOLUME_PATH = re.compile(r"(/(?!\.\.?(/|$))[A-Za-z0-9._-]+)+")
 _GENERATOR_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
                               r"found (?P<found>.*)", re.DOTALL)
 
@@ -412,7 +413,8 @@ def _reachable(start: str, links: list[Link]) -> set[str]:
 def _node(c: _Checker, value: object, path: str) -> Node:
     """Validate one node entry."""
     data = c.mapping(value, path, required=("name", "role"),
-                     optional=("tier", "lat", "lon", "cpu", "speed", "memory_mb", "runtime"))
+                     optional=("tier", "lat", "lon", "cpu", "speed", "memory_mb", "runtime",
+                               "volumes"))
     name = c.string(data["name"], _join(path, "name"), NODE_NAME, _EXPECT_NODE_NAME)
     role = c.choice(data["role"], _join(path, "role"), ROLES)
     tier = c.nullable(data, "tier", path, lambda v, p: c.string(v, p, LABEL, _EXPECT_LABEL))
@@ -422,7 +424,7 @@ def _node(c: _Checker, value: object, path: str) -> Node:
         missing = "lat" if lat is None else "lon"
         c.fail(_join(path, missing), "a value: lat and lon are given together", None)
     if role == "switch":
-        for key in ("cpu", "speed", "memory_mb", "runtime"):
+        for key in ("cpu", "speed", "memory_mb", "runtime", "volumes"):
             if data.get(key) is not None:
                 c.fail(_join(path, key), "nothing: switches run no programs", data[key])
         return Node(name=name, role=role, tier=tier, lat=lat, lon=lon, runtime=None)
@@ -436,8 +438,33 @@ def _node(c: _Checker, value: object, path: str) -> Node:
         speed=c.number(data.get("speed", 1.0), _join(path, "speed"), lo=0, lo_open=True),
         memory_mb=c.nullable(data, "memory_mb", path,
                              lambda v, p: c.integer(v, p, 1, MAX_MEMORY_MB)),
-        runtime=c.choice(data.get("runtime", "process"), _join(path, "runtime"), RUNTIMES),
+        runtime=(runtime := c.choice(data.get("runtime", "process"), _join(path, "runtime"),
+                                     RUNTIMES)),
+        volumes=_volumes(c, data.get("volumes"), _join(path, "volumes"), runtime),
     )
+
+
+def _volumes(c: _Checker, value: object, path: str, runtime: str
+             ) -> tuple[tuple[str, str], ...]:
+    """A docker node's named volumes: ``{name: absolute path in the container}``."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        c.fail(path, "a mapping of volume names to absolute paths", value)
+    data = value
+    if data and runtime != "docker":
+        c.fail(path, "nothing unless runtime is docker (a process node's services keep "
+                     "their data on the host's disk)", value)
+    seen: dict[str, str] = {}
+    for name, where in data.items():
+        entry = _join(path, str(name))
+        c.string(name, entry, LABEL, "a volume name matching ^[a-z][a-z0-9_-]{0,31}$")
+        c.string(where, entry, VOLUME_PATH, "an absolute path like /var/lib/data "
+                                            "(no '.' or '..' parts, no trailing '/')")
+        if where in seen.values():
+            c.fail(entry, "a path no other volume of the node uses", where)
+        seen[name] = where
+    return tuple(sorted(seen.items()))
 
 
 def _shaping(c: _Checker, data: Mapping[str, Any], path: str) -> dict[str, float]:

@@ -53,6 +53,9 @@ class Node:
     speed: float = 1.0
     memory_mb: int | None = None
     runtime: str | None = "process"
+    #: ``(name, absolute path)`` pairs: named volumes of a ``docker`` node, created for the
+    #: run; its services keep there what must survive the container (crash, restart).
+    volumes: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_switch(self) -> bool:
@@ -72,6 +75,8 @@ class Node:
             out.update(
                 cpu=self.cpu, speed=self.speed, memory_mb=self.memory_mb, runtime=self.runtime
             )
+            if self.volumes:
+                out["volumes"] = dict(self.volumes)
         return out
 
 

@@ -341,6 +341,61 @@ def test_service_stop_crash_and_terminate(engine: Engine, ledger: Ledger) -> Non
     assert all(e.data.get("id") != host.container.id for e in ledger.open_entries())
 
 
+def test_crash_restart_and_recreate_keep_links_and_volumes(engine: Engine, ledger: Ledger
+                                                          ) -> None:
+    """The sandbox holds the namespace: the service container can die, start again or be
+    replaced while the link keeps working; a named volume keeps its files through all of
+    it, the writable layer only through a restart; teardown removes both."""
+    net = Mininet(topo=None, controller=None, switch=LinuxBridge, build=False)
+    bridge = f"{TAG}s2"
+    try:
+        d2 = net.addHost("d2", cls=DockerHost, engine=engine, ip="10.78.0.1/24",
+                         volumes={"data": "/var/lib/node-data"})
+        h2 = net.addHost("h2", ip="10.78.0.2/24")
+        switch = net.addSwitch(bridge)
+        ledger.record("bridge", name=bridge)
+        for host in (d2, h2):
+            link = net.addLink(host, switch)
+            ledger.record("link", name=link.intf2.name)
+        net.build()
+        net.start()
+        volume = d2.volumes["data"][0]
+        assert engine.client.volumes.get(volume).attrs["Labels"]["edge-testbed.node"] == "d2"
+        write = ["/usr/bin/sh", "-c",
+                 "echo kept > /var/lib/node-data/f && echo layer > /var/lib/layer"]
+        assert d2.exec_run(write)[0] == 0
+        assert _ping_ok(lambda: h2.cmd("ping -c1 -W1 10.78.0.1"))
+
+        d2.crash()
+        assert not d2.running()
+        assert d2.sandbox.attrs["State"]["Pid"] and _running(d2.sandbox_pid)
+        first_pid = d2.container_pid
+        assert d2.restart() != first_pid and d2.running()
+        assert _ping_ok(lambda: d2.exec_run(["ping", "-c1", "-W1", "10.78.0.2"])[1])
+        code, out = d2.exec_run(["/usr/bin/cat", "/var/lib/node-data/f", "/var/lib/layer"])
+        assert (code, out) == (0, "kept\nlayer\n")
+
+        old_id = d2.container.id
+        d2.recreate()
+        assert d2.container.id != old_id
+        assert not engine.client.containers.list(all=True, filters={"id": old_id})
+        assert _ping_ok(lambda: h2.cmd("ping -c1 -W1 10.78.0.1"))
+        assert d2.exec_run(["/usr/bin/cat", "/var/lib/node-data/f"]) == (0, "kept\n")
+        assert d2.exec_run(["/usr/bin/test", "-e", "/var/lib/layer"])[0] == 1
+    finally:
+        net.stop()
+    assert not engine.client.volumes.list(filters={"name": volume})
+    assert not engine.client.containers.list(all=True, filters={"name": d2.container_name})
+    assert all(e.data.get("name") != volume for e in ledger.open_entries())
+
+
+def test_volume_must_have_an_absolute_path(engine: Engine, ledger: Ledger) -> None:
+    before = len(ledger.open_entries())
+    with pytest.raises(EmulationError, match="absolute path"):
+        DockerHost("d3", engine=engine, volumes={"data": "relative/dir"})
+    assert len(ledger.open_entries()) == before
+
+
 # ------------------------------------------------------------------ firewall guard
 
 

@@ -384,3 +384,17 @@ def test_self_referencing_params_are_refused() -> None:
                 workload={"generator": "bursty-pareto", "params": {"rate": 1, "mu": 1, "x": loop}}
             )
         )
+
+
+def test_docker_node_volumes_are_parsed_and_round_trip() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["topology"]["nodes"][2].update(runtime="docker",
+                                        volumes={"store": "/var/lib/cargo", "logs": "/logs"})
+    node = scenario_from_dict(data).topology.node("edge")
+    assert node.volumes == (("logs", "/logs"), ("store", "/var/lib/cargo"))
+    shown = node.to_dict()
+    assert shown["volumes"] == {"logs": "/logs", "store": "/var/lib/cargo"}
+    again = copy.deepcopy(MINIMAL)
+    again["topology"]["nodes"][2] = shown
+    assert scenario_from_dict(again).topology.node("edge") == node
+    assert "volumes" not in scenario_from_dict(MINIMAL).topology.node("edge").to_dict()
