@@ -266,9 +266,6 @@ class DockerHost(Host):
                                  f"({container.attrs['State'].get('Error')})")
         return pid
 
-    def _entry_of(self, container_id: str) -> Entry:
-        return next(e for e in self._entries if e.data.get("id") == container_id)
-
     def _release_all(self) -> None:
         """Remove what this host made, newest first (service container, sandbox, volumes)."""
         while self._entries:
@@ -379,8 +376,7 @@ class DockerHost(Host):
         """Replace the service container by a fresh one of the same image and settings,
         as a node re-installed from its image: the writable layer is new, only the
         volumes (and bind mounts) carry data over. Returns the new init's pid."""
-        self.ledger.release(self._entry_of(self.container.id))
-        self._entries = [e for e in self._entries if e.data.get("id") != self.container.id]
+        self.ledger.release(self._entries.pop())  # the service container's: the newest
         self.container = self._create(self.container_name, self.name,
                                       network_mode=f"container:{self.sandbox.id}",
                                       **self._config)

@@ -9,16 +9,15 @@ lost when the Cargo's container is killed, the replication factor restored.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.emulation import require_docker
+
 pytestmark = pytest.mark.emulation
 
-if os.geteuid() != 0 or shutil.which("dockerd", path="/usr/sbin:/usr/bin") is None:
-    pytest.skip("needs root and dockerd", allow_module_level=True)
+require_docker()
 
 from testbed.experiments.armada_storage import (
     CARGO_STORE,

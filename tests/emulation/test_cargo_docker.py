@@ -12,7 +12,6 @@ kept).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,10 +22,11 @@ import numpy as np
 import pytest
 import requests
 
+from tests.emulation import require_docker
+
 pytestmark = pytest.mark.emulation
 
-if os.geteuid() != 0 or shutil.which("dockerd", path="/usr/sbin:/usr/bin") is None:
-    pytest.skip("needs root and dockerd", allow_module_level=True)
+require_docker()
 
 from testbed.emulation.executor import EmulatedTopology, emulated_topology
 from testbed.emulation.ledger import Ledger

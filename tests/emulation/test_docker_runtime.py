@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.emulation import require_docker
+
 pytestmark = pytest.mark.emulation
 
-if os.geteuid() != 0 or shutil.which("dockerd", path="/usr/sbin:/usr/bin") is None:
-    pytest.skip("needs root and dockerd", allow_module_level=True)
+require_docker()
 
 from mininet.net import Mininet
 from mininet.nodelib import LinuxBridge
@@ -214,6 +214,17 @@ def _ping_ok(ping: Callable[[], str]) -> bool:
     return bool(_wait_for(lambda: " 0% packet loss" in ping(), 10, "ping"))
 
 
+def _bridge_and_start(net: Mininet, ledger: Ledger, bridge: str, hosts: tuple) -> None:
+    """Link ``hosts`` to a new Linux bridge (both in the ledger), build and start."""
+    switch = net.addSwitch(bridge)
+    ledger.record("bridge", name=bridge)
+    for host in hosts:
+        link = net.addLink(host, switch)
+        ledger.record("link", name=link.intf2.name)
+    net.build()
+    net.start()
+
+
 def test_mininet_net_with_a_docker_host(engine: Engine, ledger: Ledger, tmp_path: Path
                                         ) -> None:
     """Ping and HTTP both ways between a DockerHost and a plain host on a Linux bridge."""
@@ -233,13 +244,7 @@ def test_mininet_net_with_a_docker_host(engine: Engine, ledger: Ledger, tmp_path
                          workdir=str(workdir))
         print(f"docker host ready in {time.monotonic() - started:.2f} s")
         h1 = net.addHost("h1", ip="10.77.0.2/24")
-        switch = net.addSwitch(bridge)
-        ledger.record("bridge", name=bridge)
-        for host in (d1, h1):
-            link = net.addLink(host, switch)
-            ledger.record("link", name=link.intf2.name)
-        net.build()
-        net.start()
+        _bridge_and_start(net, ledger, bridge, (d1, h1))
         guard_bridges(ledger, [bridge])
         # the shell lives in the container's network namespace, nothing else
         ns = os.readlink(f"/proc/{d1.container_pid}/ns/net")
@@ -352,13 +357,7 @@ def test_crash_restart_and_recreate_keep_links_and_volumes(engine: Engine, ledge
         d2 = net.addHost("d2", cls=DockerHost, engine=engine, ip="10.78.0.1/24",
                          volumes={"data": "/var/lib/node-data"})
         h2 = net.addHost("h2", ip="10.78.0.2/24")
-        switch = net.addSwitch(bridge)
-        ledger.record("bridge", name=bridge)
-        for host in (d2, h2):
-            link = net.addLink(host, switch)
-            ledger.record("link", name=link.intf2.name)
-        net.build()
-        net.start()
+        _bridge_and_start(net, ledger, bridge, (d2, h2))
         volume = d2.volumes["data"][0]
         assert engine.client.volumes.get(volume).attrs["Labels"]["edge-testbed.node"] == "d2"
         write = ["/usr/bin/sh", "-c",

@@ -130,10 +130,13 @@ class Layer:
 
 
 @asynccontextmanager
-async def storage_layer(tmp: Path, seed: int = 1) -> AsyncIterator[Layer]:
-    """A Cargo Manager (checks every 0.1 s, dead after 2 misses) behind a Beacon."""
-    manager = TestServer(cargo_manager.make_app(0.1, 0.3, 2, seed=seed), host="127.0.0.1")
-    await manager.start_server()
+async def storage_layer(tmp: Path, seed: int = 1, manager: TestServer | None = None
+                        ) -> AsyncIterator[Layer]:
+    """A Cargo Manager (checks every 0.1 s, dead after 2 misses) behind a Beacon; or
+    ``manager``, started already, behind it. The layer's manager at the end is closed."""
+    if manager is None:
+        manager = TestServer(cargo_manager.make_app(0.1, 0.3, 2, seed=seed), host="127.0.0.1")
+        await manager.start_server()
     unused = f"http://127.0.0.1:{free_port()}"
     bea = TestServer(beacon.make_app(unused, unused, [TOKEN],
                                      cargo_manager=str(manager.make_url("")).rstrip("/")),
@@ -148,7 +151,7 @@ async def storage_layer(tmp: Path, seed: int = 1) -> AsyncIterator[Layer]:
                 server.app[cargo.CARGO_KEY].config.beacon = None
                 await server.close()
             await bea.close()
-            await manager.close()
+            await layer.manager.close()
 
 
 @asynccontextmanager

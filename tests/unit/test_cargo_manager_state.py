@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from nodes.armada import beacon, cargo, cargo_manager
+from nodes.armada import cargo_manager
 from nodes.armada.cargo import free_port
 from nodes.armada.cargo_manager import (
     CARGO_MANAGER_KEY,
@@ -35,11 +35,11 @@ from tests.unit.test_armada_storage import (
     DIM,
     FAR,
     SUBURB,
-    TOKEN,
     TOWN,
     Layer,
     call,
     records,
+    storage_layer,
 )
 
 QUIET_S = 60.0  # a Cargo's --recheck-s: it does not register again on its own
@@ -58,23 +58,9 @@ async def start_manager(app: Any, port: int) -> TestServer:
 @asynccontextmanager
 async def durable_layer(tmp: Path) -> AsyncIterator[Layer]:
     """``storage_layer`` with ``--state-dir tmp/state``, the manager on a fixed port."""
-    port = free_port()
-    manager = await start_manager(manager_app(tmp / "state"), port)
-    unused = f"http://127.0.0.1:{free_port()}"
-    bea = TestServer(beacon.make_app(unused, unused, [TOKEN],
-                                     cargo_manager=f"http://127.0.0.1:{port}"),
-                     host="127.0.0.1")
-    await bea.start_server()
-    async with aiohttp.ClientSession() as http:
-        layer = Layer(tmp, http, manager, bea)
-        try:
-            yield layer
-        finally:
-            for server in layer.cargos.values():
-                server.app[cargo.CARGO_KEY].config.beacon = None
-                await server.close()
-            await bea.close()
-            await layer.manager.close()
+    manager = await start_manager(manager_app(tmp / "state"), free_port())
+    async with storage_layer(tmp, manager=manager) as layer:
+        yield layer
 
 
 def state_of(layer: Layer) -> dict[str, Any]:
