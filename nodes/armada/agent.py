@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json, error_of
+from nodes.http import PeerError, call_json, error_of
 
 
 class BeaconAgent:

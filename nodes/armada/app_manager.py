@@ -30,7 +30,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json, error_of
 from nodes.armada.fields import (
     MODULE_RE,
     NAME_RE,
@@ -63,6 +62,7 @@ from nodes.common import (
     serve,
     str_field,
 )
+from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.app_manager")
 

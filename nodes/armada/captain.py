@@ -40,7 +40,6 @@ import aiohttp
 from aiohttp import web
 
 from nodes.armada.agent import BeaconAgent
-from nodes.armada.client import PeerError, call_json
 from nodes.armada.fields import NODE_TYPES, args_to_argv, task_fields
 from nodes.armada.openapi import add_openapi, captain_spec
 from nodes.armada.scheduler import EPSILON
@@ -52,6 +51,7 @@ from nodes.common import (
     read_json_object,
     serve,
 )
+from nodes.http import PeerError, call_json
 
 _log = logging.getLogger("nodes.armada.captain")
 

@@ -73,7 +73,6 @@ import numpy as np
 from aiohttp import web
 
 from nodes.armada.agent import BeaconAgent
-from nodes.armada.client import PeerError, call_json, error_of
 from nodes.armada.fields import (
     CONSISTENCIES,
     MAX_DIM,
@@ -98,6 +97,7 @@ from nodes.common import (
     read_json_object,
     serve,
 )
+from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.cargo")
 

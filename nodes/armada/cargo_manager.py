@@ -77,7 +77,6 @@ from typing import Any
 from aiohttp import web
 
 from nodes.armada.cargo import DEFAULT_DIM, record_bytes
-from nodes.armada.client import PeerError, call_json, error_of
 from nodes.armada.fields import (
     CONSISTENCIES,
     MAX_DIM,
@@ -111,6 +110,7 @@ from nodes.common import (
     serve,
     str_field,
 )
+from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.cargo_manager")
 

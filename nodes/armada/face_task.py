@@ -183,7 +183,7 @@ class CargoFaceStore:
 
     async def match(self, vector: np.ndarray, threshold: float) -> tuple[int, float] | None:
         """The nearest stored descriptor within ``threshold``, from the nearest replica."""
-        from testbed.armada_storage import StorageError
+        from nodes.armada.sdk.storage import StorageError
 
         try:
             found = await self.client.match(vector, threshold)
@@ -193,7 +193,7 @@ class CargoFaceStore:
 
     async def insert(self, record_id: int, vector: np.ndarray) -> None:
         """Write the labelled descriptor (acknowledged per the app's consistency)."""
-        from testbed.armada_storage import StorageError
+        from nodes.armada.sdk.storage import StorageError
 
         try:
             await self.client.write(record_id, vector)
@@ -226,7 +226,7 @@ def cargo_store_factory(storage_manager: str, app: str | None = None,
                                  f"{', '.join(missing)}; a Captain sets them for its tasks")
 
     async def build() -> FaceStore:
-        from testbed.armada_storage import StorageClient, StorageError
+        from nodes.armada.sdk.storage import StorageClient, StorageError
 
         client = StorageClient(storage_manager, str(app), float(where["lat"]),
                                float(where["lon"]), keep_alive=False)

@@ -23,8 +23,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json
 from nodes.common import client_error
+from nodes.http import PeerError, call_json
 
 
 class RegisteredNode(Protocol):

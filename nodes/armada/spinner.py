@@ -25,7 +25,6 @@ from typing import Any
 
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json, error_of
 from nodes.armada.fields import (
     NODE_TYPES,
     enum_field,
@@ -53,6 +52,7 @@ from nodes.common import (
     serve,
     str_field,
 )
+from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.spinner")
 

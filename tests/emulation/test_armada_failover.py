@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.armada_failover import failover_metrics, run_failover
+from testbed.systems.armada.failover_experiment import failover_metrics, run_failover
 from testbed.traces import read_traces
 from workloads.trace import read_trace
 

@@ -17,17 +17,12 @@ import pytest
 
 from nodes.armada.app_manager import ACTIVE
 from nodes.armada.geo import haversine_km
-from testbed.experiments.armada_fleets import (
+from testbed.systems.armada.churn_experiment import churn_result, run_churn, write_churn_report
+from testbed.systems.armada.failures_experiment import run_failures, write_failures_report
+from testbed.systems.armada.load_experiment import load_episodes, run_load, write_load_report
+from testbed.systems.armada.scalability_experiment import (
     SELECTION_POLICIES,
-    churn_result,
-    load_episodes,
-    run_churn,
-    run_failures,
-    run_load,
     run_scalability,
-    write_churn_report,
-    write_failures_report,
-    write_load_report,
     write_scalability_report,
 )
 from testbed.traces import read_traces

@@ -4,7 +4,7 @@ The topology's margins are built in (``topologies/armada-selection.yaml``): each
 best node beats the next by tens of milliseconds of network alone, and user uc's nearest
 node ec has 0.04 cores, so a 16 ms frame spans at least three 100 ms CFS periods there.
 Correctness is judged against the latency matrix measured in the same run, within the
-tolerance :func:`testbed.experiments.armada.score_selection` derives from the measured
+tolerance :func:`testbed.systems.armada.selection_experiment.score_selection` derives from the measured
 spread.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.armada import run_selection
+from testbed.systems.armada.selection_experiment import run_selection
 from testbed.traces import read_traces
 from workloads.trace import read_trace
 

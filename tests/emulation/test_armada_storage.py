@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.armada_storage import (
+from testbed.systems.armada.storage_experiment import (
     SIZES,
     WORKLOADS,
     run_storage,

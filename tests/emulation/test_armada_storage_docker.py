@@ -19,7 +19,7 @@ pytestmark = pytest.mark.emulation
 
 require_docker()
 
-from testbed.experiments.armada_storage import (
+from testbed.systems.armada.storage_experiment import (
     CARGO_STORE,
     SIZES,
     WORKLOADS,

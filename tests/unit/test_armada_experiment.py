@@ -13,9 +13,9 @@ import pytest
 
 from testbed.emulation.executor import EmulatedTopology
 from testbed.errors import EmulationError, ScenarioError, TestbedError
-from testbed.experiments.armada import matrix_table, score_selection
 from testbed.runner import run_scenario
 from testbed.scenario import load_scenario, scenario_from_dict
+from testbed.systems.armada.selection_experiment import matrix_table, score_selection
 
 ARMADA: dict[str, Any] = {
     "name": "mini-armada",
@@ -53,25 +53,26 @@ def test_bad_dotted_programs_are_refused(program: str) -> None:
         scenario_from_dict(doc)
 
 
-def test_without_a_beacon_clients_need_tier_servers_and_policies() -> None:
-    echo = {"name": "echo", "program": "armada.echo_task", "node": "ctl"}
-    with pytest.raises(ScenarioError, match="tier_server that client u1"):
-        scenario_from_dict(armada(services=[echo], policies=["random"]))
+def test_without_a_beacon_clients_need_a_task_server_of_their_own_system() -> None:
+    spinner = {"name": "spinner", "program": "armada.spinner", "node": "ctl"}
+    with pytest.raises(ScenarioError, match="task server that client u1"):
+        scenario_from_dict(armada(services=[spinner], policies=["random"]))
     tier = {"name": "edge", "program": "tier_server", "node": "ctl", "port": 9000, "tier": "edge",
             "params": {"workers": 1, "mu": 1.0}}
-    with pytest.raises(ScenarioError, match="policies: expected a non-empty list"):
-        scenario_from_dict(armada(services=[echo, tier]))
+    with pytest.raises(ScenarioError, match="programs of one system"):
+        scenario_from_dict(armada(services=[spinner, tier], policies=["random"]))
 
 
-def test_builtin_armada_selection_loads_and_run_refuses_it(tmp_path: Path) -> None:
+def test_builtin_armada_selection_loads_and_the_simulator_is_refused(tmp_path: Path) -> None:
     scenario = load_scenario("armada-selection")
-    assert not scenario.tier_servers()
+    assert not scenario.task_servers()
     assert {s.node for s in scenario.services if s.program == "armada.captain"} == \
         {"ea", "eb", "ec", "cloud"}
     cores = sum(n.cpu for n in scenario.topology.nodes if n.cpu is not None) * 2
     assert cores <= 1.5
-    with pytest.raises(TestbedError, match="testbed experiment armada-selection"):
+    with pytest.raises(TestbedError, match="the armada system has no simulator"):
         run_scenario(scenario, out=tmp_path / "run", executor="sim")
+    assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
 def test_address_references_expand_to_host_addresses() -> None:

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from nodes.armada.geo import haversine_km
-from testbed.armada_sdk import Candidate
+from nodes.armada.sdk.client import Candidate
+from nodes.armada.user import BaselineClient
 from testbed.errors import TestbedError
-from testbed.experiments.armada_fleet import (
+from testbed.systems.armada.churn_experiment import churn_schedule
+from testbed.systems.armada.failures_experiment import failure_order
+from testbed.systems.armada.fleet import (
     Action,
     Fleet,
     StreamPlan,
@@ -22,18 +25,15 @@ from testbed.experiments.armada_fleet import (
     latency_stats,
     served_where,
 )
-from testbed.experiments.armada_fleets import (
+from testbed.systems.armada.load_experiment import load_schedule
+from testbed.systems.armada.scalability_experiment import (
     SCALE_SIZES,
     SELECTION_POLICIES,
     _scale_summary,
-    churn_schedule,
     co_switches,
-    failure_order,
-    load_schedule,
     rotated,
     spread,
 )
-from testbed.experiments.armada_user import BaselineClient
 
 
 @pytest.mark.parametrize("nodes,users,cloud", [(3, 1, False), (20, 30, False), (6, 10, True)])

@@ -1,4 +1,4 @@
-"""The Armada client SDK (``testbed.armada_sdk``) against stand-in tasks on loopback.
+"""The Armada client SDK (``nodes.armada.sdk.client``) against stand-in tasks on loopback.
 
 Each stand-in task is a tiny aiohttp app with ``POST /infer`` (answering after a
 configurable processing time) and ``GET /health``; a stand-in Beacon answers
@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from testbed.armada_sdk import (
+from nodes.armada.sdk.client import (
     ArmadaClient,
     ArmadaUnavailable,
     SyncArmadaClient,

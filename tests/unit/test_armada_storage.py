@@ -28,7 +28,7 @@ from aiohttp.test_utils import TestServer
 from nodes.armada import app_manager, beacon, cargo, cargo_manager
 from nodes.armada.cargo import CargoConfig, free_port, pack_records, record_bytes
 from nodes.armada.cargo_manager import CargoView, pick_cargo
-from testbed.armada_storage import (
+from nodes.armada.sdk.storage import (
     StorageClient,
     StorageFull,
     StorageUnavailable,

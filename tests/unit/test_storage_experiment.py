@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.armada_storage import (
+from testbed.systems.armada.storage_experiment import (
     SITE_DELAYS_MS,
     SIZES,
     Stream,

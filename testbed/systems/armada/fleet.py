@@ -17,7 +17,7 @@ volunteer or dedicated.
    replica added, removed or pending for ``SETTLE_QUIET_S``): auto-scaling reacts to the
    users before any measurement;
 3. for each plan in turn, every user streams the same materialised frame trace through
-   the plan's client (the Armada SDK, or a :class:`~testbed.experiments.armada_user.
+   the plan's client (the Armada SDK, or a :class:`~nodes.armada.user.
    BaselineClient`) while the plan's timed actions (crash, leave, join, load) are applied
    through the harness; the rows of plan ``k`` carry ``repetition = k``;
 4. writes the results folder (traces, ``fleet.json``, metadata) like every experiment.
@@ -37,20 +37,20 @@ import numpy as np
 
 from nodes.armada.app_manager import ACTIVE
 from testbed.errors import EmulationError
-from testbed.experiments.armada import (
+from testbed.scenario import Scenario
+from testbed.scenario.loader import scenario_from_dict
+from testbed.systems.armada.control import (
     APP,
     DETECT_MODULE,
     REPLICA_MEMORY_MB,
     Progress,
-    _beacon,
-    _poll,
-    _run_user,
-    _wait_users,
+    beacon_service,
+    poll,
     run_frames_experiment,
+    start_user,
     wait_for_captains,
+    wait_users,
 )
-from testbed.scenario import Scenario
-from testbed.scenario.loader import scenario_from_dict
 
 CENTRE = (40.1106, -88.2073)
 CLOUD = (41.6106, -89.7073)  # a data centre about 200 km away
@@ -69,6 +69,10 @@ POLICIES = ("armada", "armada-light", "geo-nearest", "random", "edge-to-cloud")
 #: ``armada-light`` is the SDK probing with a small request (one 64x128 HOG window as a
 #: JPEG of about 2 KB) instead of a whole frame.
 SDK_POLICIES = ("armada", "armada-light")
+#: Edge nodes of the small sizes (CI): a replica starts in 10-20 s on them. On 0.05 cores
+#: it takes about a minute here, so the tiny nodes are kept for the full sizes.
+SMALL_NODES = (0.1, 0.12, 0.15)
+TINY_NODES = (0.05, 0.06, 0.07)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,7 +306,7 @@ def _replica_view(status: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
             servers: list[str]) -> dict[str, Any]:
     """Steps 1 and 2 of the module docstring; returns what they measured."""
-    from testbed.armada_sdk import app_status, deploy
+    from nodes.armada.sdk.client import app_status, deploy
     from testbed.emulation.probe import in_netns
 
     ctl = topo.net.hosts[beacon.node]
@@ -323,7 +327,7 @@ def _deploy(topo: Any, fleet: Fleet, beacon: Any, token: str,
         running = [r for r in status["replicas"] if r["status"] == "running"]
         return status if len(running) >= MIN_REPLICAS + fleet.cloud else None
 
-    status = in_netns(ctl.pid, lambda: _poll("the first replicas were not running",
+    status = in_netns(ctl.pid, lambda: poll("the first replicas were not running",
                                              DEPLOY_TIMEOUT_S, ready))
     deployed = {"asked": asked, "created_at": status["created_at"],
                 "first_running_at": status["first_running_at"],
@@ -341,7 +345,7 @@ def settle(ctl: Any, local: str, fleet: Fleet) -> dict[str, Any]:
     """Register every user (again every 5 s: the Application Manager forgets a user after
     its TTL) and wait until the replica set is quiet: no replica added, removed or pending
     and no scaling decision for ``SETTLE_QUIET_S``. Returns the settled app status."""
-    from testbed.armada_sdk import app_status
+    from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import http_json, in_netns
 
     lay = fleet_layout(fleet)
@@ -373,7 +377,7 @@ def settle(ctl: Any, local: str, fleet: Fleet) -> dict[str, Any]:
                           for h in quiet))
         return status if stable else None
 
-    return in_netns(ctl.pid, lambda: _poll("the replica set did not settle",
+    return in_netns(ctl.pid, lambda: poll("the replica set did not settle",
                                            SETTLE_TIMEOUT_S, settled))
 
 
@@ -452,9 +456,9 @@ def _stream(topo: Any, fleet: Fleet, plan: StreamPlan, k: int, run: str, beacon_
                   "out": str(topo.workdir / f"result-{tag}-{user}.json"),
                   "mode": "stream" if plan.policy in SDK_POLICIES else "baseline",
                   "probe": "small" if plan.policy == "armada-light" else "frame"}
-        pids[user] = _run_user(topo, user, config, tag)
+        pids[user] = start_user(topo, user, config, tag)
     applied = _apply_actions(topo, plan, start_at, rows_of)
-    _wait_users(topo, pids, tag, start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
+    wait_users(topo, pids, tag, start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
     failed = [a for a in applied if a["error"]]
     if failed:
         raise EmulationError(f"stream {tag}: actions failed: {failed}")
@@ -472,7 +476,7 @@ def write_small_probe(frames_dir: Path) -> Path:
     """The ``armada-light`` probe: a 64x128 crop (one HOG window) of the first frame."""
     import cv2
 
-    from testbed.experiments.armada_user import SMALL_PROBE
+    from nodes.armada.user import SMALL_PROBE
 
     first = min(frames_dir.glob("*.jpg"))
     image = cv2.imdecode(np.frombuffer(first.read_bytes(), dtype=np.uint8), cv2.IMREAD_COLOR)
@@ -493,7 +497,7 @@ def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
     policy, the actions applied (wall instants), the stream's start, the users' first
     picks and switch counts, the replica set afterwards and the latency statistics.
     """
-    from testbed.armada_sdk import app_status
+    from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import in_netns
     from testbed.host_monitor import HostMonitor
 
@@ -512,7 +516,7 @@ def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
                        tuple(p.policy for p in plans))
 
     def measure(topo: Any, run: str, scen: Scenario, frames_dir: Path) -> dict[str, Any]:
-        beacon, token = _beacon(scen)
+        beacon, token = beacon_service(scen)
         servers = [s.node for s in scen.services if s.program == "armada.captain"]
         ctl = topo.net.hosts[beacon.node]
         local = f"http://127.0.0.1:{beacon.port}"

@@ -39,7 +39,7 @@ import aiohttp
 import numpy as np
 import requests
 
-from testbed.sdk_common import (
+from nodes.armada.sdk.common import (
     AsyncClient,
     EventLog,
     SyncClient,

@@ -22,8 +22,8 @@ giving up with :class:`ArmadaUnavailable`. The servers keep no state about the u
 Every query, probe round, switch and error is appended to ``events`` with its wall time,
 for experiment reports. :class:`ArmadaClient` is the asyncio API (aiohttp);
 :class:`SyncArmadaClient` the same for scripts (requests; re-probing happens lazily on
-the first call after a round is due). :func:`deploy`, :func:`app_status` and
-:func:`delete_app` drive deployments. The HTTP contract is ``docs/armada.md``.
+the first call after a round is due). :func:`deploy` and :func:`app_status` drive
+deployments. The HTTP contract is ``docs/armada.md``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from typing import Any
 import aiohttp
 import requests
 
-from testbed.frame_client import Delivery, Frame, Sender, SendError
-from testbed.sdk_common import (
+from nodes.armada.sdk.common import (
     AsyncClient,
     Event,
     EventLog,
@@ -50,6 +49,7 @@ from testbed.sdk_common import (
     failover_attempts,
     refusal,
 )
+from nodes.armada.sdk.frames import Delivery, Frame, Sender, SendError
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
 DEFAULT_SWITCH_MARGIN = 0.2
@@ -378,16 +378,11 @@ def app_status(beacon_url: str, name: str) -> dict[str, Any]:
     return _call("GET", f"{beacon_url.rstrip('/')}/apps/{name}")
 
 
-def delete_app(beacon_url: str, token: str, name: str) -> dict[str, Any]:
-    """Remove an application and its replicas (``DELETE /apps/{name}``)."""
-    return _call("DELETE", f"{beacon_url.rstrip('/')}/apps/{name}", token)
-
-
 # ------------------------------------------------------------------ streaming
 
 
 def frame_sender(client: ArmadaClient, tiers: Mapping[str, str] | None = None) -> Sender:
-    """A :mod:`testbed.frame_client` sender that lets the SDK choose and fail over.
+    """A :mod:`nodes.armada.sdk.frames` sender that lets the SDK choose and fail over.
 
     Each attempt is recorded in ``frame.tried`` as ``(node, tier)``: the replica's node id
     (its task id when the candidate list gave none) and ``tiers[node]`` (default

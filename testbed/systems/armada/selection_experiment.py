@@ -19,7 +19,7 @@ nodes and a cloud node; three users sit at different places of a heterogeneous W
 5. scores each pick against the user's best node (:func:`score_selection`), records the
    host's CPU idle share during steps 3-4, and writes the results folder.
 
-Users run as ``python -m testbed.experiments.armada_user`` inside their hosts.
+Users run as ``python -m nodes.armada.user`` inside their hosts.
 """
 
 from __future__ import annotations
@@ -27,26 +27,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from testbed.errors import EmulationError, TestbedError
-from testbed.experiments.emulated import run_emulated_experiment
-from testbed.scenario import Scenario, load_scenario
-from testbed.scenario.loader import ARMADA_BEACON
-
-Progress = Callable[[str], None]
+from testbed.scenario import Scenario
+from testbed.systems.armada.control import (
+    APP,
+    CAPTAIN,
+    Progress,
+    beacon_service,
+    check_containment,
+    deploy_everywhere,
+    run_frames_experiment,
+    size_plan,
+    start_user,
+    wait_users,
+)
 
 SCENARIO = "armada-selection"
-APP = "det"
-DETECT_MODULE = "nodes.armada.detect_task"
-REPLICA_CPU = 0.04  # cores asked per replica: fits the smallest node (0.04 cores)
-REPLICA_MEMORY_MB = 256
-REGISTER_TIMEOUT_S = 60.0
-DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.04-core node starts in about a minute
 USER_TIMEOUT_S = 120.0
 PROBE_STAGGER_S = 0.5  # between users' first probe rounds
 STREAM_LEAD_S = 2.0  # after the last user's first probe round, streaming starts
@@ -118,182 +119,15 @@ def score_selection(table: Mapping[str, Mapping[str, Mapping[str, float]]],
     return scores
 
 
-# ------------------------------------------------------------------ the run
-
-
-def _with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
-    """The scenario with every Captain keeping its task logs under ``folder``."""
-    services = tuple(
-        dataclasses.replace(s, params={**s.params, "workdir": str(folder)})
-        if s.program == "armada.captain" else s
-        for s in scenario.services)
-    return dataclasses.replace(scenario, services=services)
-
-
-def _beacon(scenario: Scenario) -> tuple[Any, str]:
-    """The Beacon service and its first token."""
-    beacon = next(s for s in scenario.services if s.program == ARMADA_BEACON)
-    return beacon, str(beacon.params["token"])
-
-
-def _poll(what: str, timeout: float, check: Callable[[], Any]) -> Any:
-    """Call ``check`` every 0.2 s until it returns something truthy; raise on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise EmulationError(f"{what} within {timeout:g} s")
-        time.sleep(0.2)
-
-
-def _containment(topo: Any, replicas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Whether each replica's process shares its node's network namespace and cgroup."""
-    from testbed.emulation.probe import http_json, in_netns
-
-    ctl = topo.net.hosts[_beacon(topo.scenario)[0].node]
-    found: dict[str, dict[str, Any]] = {}
-    for replica in replicas:
-        node = replica["node_id"]
-        captain = next(s for s in topo.scenario.services_on(node)
-                       if s.program == "armada.captain")
-        url = topo.url(captain, "", f"/tasks/{replica['task_id']}")
-        _, task = in_netns(ctl.pid, lambda url=url: http_json(url))
-        pid = task["pid"]
-        netns = Path(f"/proc/{pid}/ns/net").resolve().name == \
-            Path(f"/proc/{topo.net.hosts[node].pid}/ns/net").resolve().name
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-        cgroup = topo.net.cgroups.get(node)
-        wanted = [str(p).split("/edge-testbed/", 1)[1] for p in cgroup.paths] if cgroup else []
-        in_cgroup = bool(wanted) and all(
-            any(line.endswith("/edge-testbed/" + w) for line in lines) for w in wanted)
-        found[node] = {"pid": pid, "same_netns": netns, "in_node_cgroup": in_cgroup,
-                       "cgroup": lines}
-    return found
-
-
-def _run_user(topo: Any, user: str, config: dict[str, Any], tag: str) -> int:
-    """Start one user's client in its host; returns the launcher pid."""
-    path = topo.workdir / f"user-{tag}-{user}.json"
-    path.write_text(json.dumps(config, indent=1))
-    pid = topo.infra.launcher.spawn(topo.net.hosts[user].pid, "testbed.experiments.armada_user",
-                                    [str(path)], topo.workdir / f"user-{tag}-{user}.log")
-    topo.infra.ledger.record_process(pid, what=f"armada user {user} ({tag})")
-    return pid
-
-
-def _wait_users(topo: Any, pids: Mapping[str, int], tag: str, budget: float) -> None:
-    """Wait until every user's client ended; raise with its log when one failed."""
-    deadline = time.monotonic() + budget
-    for user, pid in pids.items():
-        code = topo.infra.launcher.wait(pid, timeout=max(0.0, deadline - time.monotonic()))
-        if code != 0:
-            log = topo.workdir / f"user-{tag}-{user}.log"
-            why = "did not finish in time" if code is None else f"exited with {code}"
-            raise EmulationError(f"user {user} ({tag}) {why}: {log.read_text()[-1500:]}")
-
-
-def wait_for_captains(topo: Any, beacon: Any, servers: list[str]) -> None:
-    """Wait until the Spinner lists every node of ``servers`` as alive."""
-    from testbed.emulation.probe import http_json, in_netns
-
-    local_beacon = f"http://127.0.0.1:{beacon.port}"
-
-    def registered() -> bool:
-        _, body = http_json(f"{local_beacon}/nodes")
-        alive = {n["node_id"] for n in body.get("nodes", []) if n["state"] == "alive"}
-        return alive >= set(servers)
-
-    in_netns(topo.net.hosts[beacon.node].pid,
-             lambda: _poll("Captains did not all register", REGISTER_TIMEOUT_S, registered))
-
-
-def deploy_everywhere(topo: Any, beacon: Any, token: str,
-                      servers: list[str]) -> tuple[dict[str, Any], float]:
-    """Wait for every Captain, deploy the detector with one replica per node through the
-    Beacon (with the token), and wait until all serve; returns the app status and the
-    wall time of the deployment request."""
-    from testbed.armada_sdk import app_status, deploy
-    from testbed.emulation.probe import in_netns
-
-    ctl = topo.net.hosts[beacon.node]
-    local_beacon = f"http://127.0.0.1:{beacon.port}"
-    wait_for_captains(topo, beacon, servers)
-    nodes = {n.name: n for n in topo.scenario.topology.nodes}
-    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
-            "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
-            "min_replicas": len(servers),
-            "locations": [{"lat": nodes[s].lat, "lon": nodes[s].lon} for s in servers]}
-    asked = time.time()
-    in_netns(ctl.pid, lambda: deploy(local_beacon, token, spec))
-
-    def serving() -> dict[str, Any] | None:
-        status = app_status(local_beacon, APP)
-        running = [r for r in status["replicas"] if r["status"] == "running"]
-        return status if len({r["node_id"] for r in running}) == len(servers) else None
-
-    status = in_netns(ctl.pid, lambda: _poll("replicas were not all running",
-                                             DEPLOY_TIMEOUT_S, serving))
-    return status, asked
-
-
-def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path, params: Mapping[str, Any],
-                          measure: Callable[..., dict[str, Any]], result_key: str,
-                          progress: Progress = print,
-                          ledger_root: Path | None = None) -> Path:
-    """Run one Armada frame experiment on the emulated network; write its results folder.
-
-    Shared by every Armada experiment: the materialised frame trace (workload ``params``
-    override the scenario's) and the frames themselves, then
-    :func:`~testbed.experiments.emulated.run_emulated_experiment` with
-    ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows`` (kind
-    ``frame``) and ``result_key``.
-    """
-    from workloads import generate
-    from workloads.frames import FrameSpec, load_frames
-    from workloads.trace import write_trace
-
-    base = load_scenario(name) if isinstance(name, str) else name
-    if out.exists() and any(out.iterdir()):
-        raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    scenario = _with_captain_workdir(base, out / "work" / "captains")
-    params = {**scenario.workload.params, **params}
-
-    def prepare(run: str, workdir: Path) -> Path:
-        frames_dir = workdir / "frames"
-        frames_dir.mkdir()
-        for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
-            (frames_dir / f"{k:04d}.jpg").write_bytes(frame)
-        users = [n.name for n in scenario.clients()]
-        tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
-                         scenario.workload.seed)
-        write_trace(tasks, out / "trace", {"generator": scenario.workload.generator,
-                                           "params": params, "seed": scenario.workload.seed,
-                                           "clients": users, "duration": plan.duration_s})
-        progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
-        return frames_dir
-
-    return run_emulated_experiment(scenario, plan, size, out, prepare, measure, result_key,
-                                   progress, ledger_root)
-
-
-def size_plan(size: str, sizes: Mapping[str, Any]) -> Any:
-    """The plan of ``size``, or the CLI's error naming the sizes an experiment has."""
-    if size not in sizes:
-        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
-    return sizes[size]
-
-
 def run_selection(size: str, out: Path, progress: Progress = print,
                   ledger_root: Path | None = None) -> Path:
     """Run ``armada-selection`` at ``size`` and write its results folder ``out``."""
     plan = size_plan(size, SIZES)
 
     def measure(topo: Any, run: str, scenario: Scenario, frames_dir: Path) -> dict[str, Any]:
-        beacon, token = _beacon(scenario)
+        beacon, token = beacon_service(scenario)
         tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
-        servers = [s.node for s in scenario.services if s.program == "armada.captain"]
+        servers = [s.node for s in scenario.services if s.program == CAPTAIN]
         users = [n.name for n in scenario.clients()]
         return _measure(topo, run, plan, users, servers, tiers, beacon, token, out,
                         frames_dir, progress)
@@ -316,7 +150,7 @@ def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[st
     startup_s = status["first_running_at"] - status["created_at"]
     progress(f"{APP}: {len(replicas)} replicas serving {time.time() - asked:.1f} s after the "
              f"deployment request (first after {startup_s:.1f} s)")
-    containment = _containment(topo, replicas)
+    containment = check_containment(topo, replicas)
 
     beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
     common = {"run": run, "app": APP, "beacon": beacon_url, "frames_dir": str(frames_dir),
@@ -325,10 +159,10 @@ def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[st
     with HostMonitor(interval_s=0.5) as monitor:
         for user in users:  # one user at a time: no user queues behind another
             result = (topo.workdir / f"matrix-{user}.json")
-            pid = _run_user(topo, user, {**common, "mode": "matrix", "user": user,
+            pid = start_user(topo, user, {**common, "mode": "matrix", "user": user,
                                          "replicas": replicas, "samples": plan.samples,
                                          "out": str(result)}, "matrix")
-            _wait_users(topo, {user: pid}, "matrix", USER_TIMEOUT_S)
+            wait_users(topo, {user: pid}, "matrix", USER_TIMEOUT_S)
             samples[user] = json.loads(result.read_text())["samples"]
         progress(f"latency matrix measured ({plan.samples} frames per user and node)")
         t0 = time.time() + 0.5
@@ -336,14 +170,14 @@ def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[st
         pids = {}
         for i, user in enumerate(users):
             node = nodes[user]
-            pids[user] = _run_user(topo, user, {
+            pids[user] = start_user(topo, user, {
                 **common, "mode": "stream", "user": user, "lat": node.lat, "lon": node.lon,
                 "probe_at": t0 + PROBE_STAGGER_S * i, "start_at": start_at,
                 "trace": str(out / "trace"),
                 "rows": str(topo.workdir / f"rows-stream-{user}.jsonl"),
                 "reprobe_s": list(REPROBE_S), "seed": scenario.seed * 1000 + i,
                 "out": str(topo.workdir / f"stream-{user}.json")}, "stream")
-        _wait_users(topo, pids, "stream",
+        wait_users(topo, pids, "stream",
                     start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
     streams = {u: json.loads((topo.workdir / f"stream-{u}.json").read_text()) for u in users}
     rows = [json.loads(line) for u in users

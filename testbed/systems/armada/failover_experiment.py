@@ -8,7 +8,7 @@ share a LAN with edge node ea. The driver:
    application through the Beacon (one replica per node) and waits until all serve;
 2. starts two streaming users at the same instant and rate: ua through the Armada SDK
    (TopN kept connections, failover on any send error), ub through the server-reconnect
-   baseline (:class:`testbed.experiments.armada_user.ReconnectClient`: one node, re-query
+   baseline (:class:`nodes.armada.user.ReconnectClient`: one node, re-query
    the Beacon on error);
 3. ``crash_after_s`` into the stream, crashes the node that served ua's latest frame
    through the harness (:meth:`EmulatedTopology.apply_event`, action ``crash``: its
@@ -34,17 +34,17 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import EmulationError
-from testbed.experiments.armada import (
+from testbed.systems.armada.control import (
     APP,
     Progress,
-    _beacon,
-    _containment,
-    _poll,
-    _run_user,
-    _wait_users,
+    beacon_service,
+    check_containment,
     deploy_everywhere,
+    poll,
     run_frames_experiment,
     size_plan,
+    start_user,
+    wait_users,
 )
 
 SCENARIO = "armada-failover"
@@ -179,12 +179,12 @@ def _crash(topo: Any, node: str, task_pid: int) -> dict[str, Any]:
 def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
              progress: Progress) -> dict[str, Any]:
     """Steps 1-4 of the module docstring on a brought-up topology."""
-    from testbed.armada_sdk import app_status
+    from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import in_netns
     from testbed.host_monitor import HostMonitor
 
     scenario = topo.scenario
-    beacon, token = _beacon(scenario)
+    beacon, token = beacon_service(scenario)
     ctl = topo.net.hosts[beacon.node]
     local_beacon = f"http://127.0.0.1:{beacon.port}"
     servers = [s.node for s in scenario.services if s.program == "armada.captain"]
@@ -195,7 +195,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
                 for r in status["replicas"]]
     progress(f"{APP}: {len(replicas)} replicas serving {time.time() - asked:.1f} s after the "
              "deployment request")
-    containment = _containment(topo, replicas)
+    containment = check_containment(topo, replicas)
 
     tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
     common = {"run": run, "app": APP, "frames_dir": str(frames_dir),
@@ -208,7 +208,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
     with HostMonitor(interval_s=0.5) as monitor:
         pids = {}
         for i, (user, mode, policy) in enumerate(CLIENTS):
-            pids[user] = _run_user(topo, user, {
+            pids[user] = start_user(topo, user, {
                 **common, "mode": mode, "policy": policy, "user": user,
                 "lat": nodes[user].lat, "lon": nodes[user].lon, "probe_at": probe_at,
                 "start_at": start_at, "rows": str(rows_of[user]),
@@ -231,7 +231,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
             same = bool(theirs) and node == max(theirs, key=lambda r: r["response_wall"])["target"]
             return mine if same or time.time() >= latest_by else None
 
-        sdk_rows = _poll("the SDK user served no frame before the crash",
+        sdk_rows = poll("the SDK user served no frame before the crash",
                          plan.crash_after_s + USER_TIMEOUT_S, due)
         victim = max(sdk_rows, key=lambda r: r["response_wall"])["target"]
         baseline_rows = _ok_rows(rows_of["ub"])
@@ -241,7 +241,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
         crash["baseline_was_on"] = baseline_on
         progress(f"crashed {victim} {crash['at'] - start_at:.2f} s into the stream "
                  f"(its task was killed by the {crash['task_killed_by']})")
-        _wait_users(topo, pids, "failover",
+        wait_users(topo, pids, "failover",
                     start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
     host = monitor.summary().to_dict()
     after = in_netns(ctl.pid, lambda: app_status(local_beacon, APP))

@@ -1,9 +1,10 @@
-"""The JSON calls Armada services make to each other.
+"""The JSON calls services and in-host clients make to each other.
 
 One helper so every service handles an unreachable peer alike: it returns the peer's
 status and decoded JSON body, and turns connection failures and timeouts into
 :class:`PeerError` with a readable reason (the caller decides whether that is a 502, a
-missed health check or a retry).
+missed health check or a retry); and the readings of an error answer every client
+reports the same way (:func:`error_of`, :func:`error_text`).
 """
 
 from __future__ import annotations
@@ -57,3 +58,14 @@ def error_of(status: int, body: Any) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return body["error"]
     return f"status {status}"
+
+
+def error_text(text: str) -> str:
+    """The ``error`` of a JSON error body given as text, or the (shortened) raw body."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return body["error"]
+    return text[:200]

@@ -43,7 +43,7 @@ from typing import IO, Any
 import aiohttp
 
 from nodes.common import sleep_until
-from testbed.dispatch import error_text
+from nodes.http import error_text
 from testbed.latency import completed_columns
 from workloads.trace import Task
 

@@ -1,8 +1,8 @@
 """One Armada user inside its emulated host: measures replicas, selects, streams.
 
-Started by the experiment driver (:mod:`testbed.experiments.armada`) through the run's
-launcher inside the user's host, so every request leaves from the user's place in the
-emulated network: ``python -m testbed.experiments.armada_user CONFIG.json``. The config
+Started by an Armada driver (:mod:`testbed.systems.armada`) through the run's launcher
+inside the user's host, so every request leaves from the user's place in the emulated
+network: ``python -m nodes.armada.user CONFIG.json``. The config
 (JSON) names the ``mode``:
 
 * ``matrix``: send real frames straight to every replica (``replicas``: ``[{task_id,
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -44,10 +43,16 @@ from typing import IO, Any
 
 import aiohttp
 
+from nodes.armada.baselines import (
+    baseline_choice,
+    check_baseline,
+    fails_over_to_cloud,
+    reconnect_order,
+)
 from nodes.armada.geo import haversine_km
+from nodes.armada.sdk.client import ArmadaClient, Candidate, frame_sender
+from nodes.armada.sdk.frames import Delivery, Frame, SendError, StreamConfig, stream_frames
 from nodes.common import sleep_until
-from testbed.armada_sdk import ArmadaClient, Candidate, frame_sender
-from testbed.frame_client import Delivery, Frame, SendError, StreamConfig, stream_frames
 from workloads.trace import read_trace
 
 JPEG = {"Content-Type": "image/jpeg"}
@@ -201,9 +206,7 @@ class ReconnectClient:
         while True:
             candidates = await self._query()
             self._event("query", candidates=[c["node_id"] for c in candidates])
-            for found in candidates:
-                if found["url"] in self.failed:
-                    continue
+            for found in reconnect_order(candidates, self.failed):
                 candidate = Candidate(task_id=found["task_id"], url=found["url"],
                                       node_id=found.get("node_id"))
                 await self._open(candidate, "reconnect")
@@ -280,22 +283,14 @@ async def reconnect_and_stream(config: dict[str, Any], frames: list[bytes],
     return result
 
 
-#: Selection baselines of the fleet experiments (:class:`BaselineClient`).
-BASELINES = ("geo-nearest", "random", "edge-to-cloud")
-
-
 class BaselineClient(ArmadaClient):
     """A user that selects without probing: the baselines the Armada SDK is compared with.
 
     Every round (at start and every ``reprobe_s``, like the SDK) it still queries the
     Beacon, so the Application Manager sees the user and scales alike, then lists every
-    running replica of the application (``GET /apps/{app}``) and chooses by ``policy``:
-
-    * ``geo-nearest``: the replica on the node nearest to the user (great-circle distance);
-      on a failure the next-nearest;
-    * ``random``: one drawn uniformly at each round (seeded); on a failure another;
-    * ``edge-to-cloud``: the nearest replica that is not on a cloud node; once a frame
-      fails there, the cloud's replica from then on (no edge node is tried again).
+    running replica of the application (``GET /apps/{app}``) and chooses by ``policy``
+    (``geo-nearest``, ``random`` or ``edge-to-cloud``: the rules of
+    :mod:`nodes.armada.baselines`; ``random`` draws again at every round).
 
     No probe frames are sent. A failed frame goes at once to the policy's next choice,
     so the baselines differ from the SDK only in how they choose.
@@ -303,10 +298,8 @@ class BaselineClient(ArmadaClient):
 
     def __init__(self, *args: Any, policy: str, cloud_nodes: Sequence[str] = (),
                  **kwargs: Any) -> None:
-        if policy not in BASELINES:
-            raise ValueError(f"policy: expected one of {', '.join(BASELINES)}, found {policy!r}")
         super().__init__(*args, **kwargs)
-        self.policy = policy
+        self.policy = check_baseline(policy)
         self.cloud_nodes = frozenset(cloud_nodes)
         self.distance_km: dict[str, float] = {}
         self.edge_failed = False
@@ -335,24 +328,12 @@ class BaselineClient(ArmadaClient):
             self.current = None  # drawn again every round
         self.choose("probe")
 
-    def _is_cloud(self, candidate: Candidate) -> bool:
-        return candidate.node_id in self.cloud_nodes
-
     def choose(self, reason: str) -> Candidate | None:
         """The policy's choice among the working candidates; logs a switch on change."""
-        working = [c for c in self.candidates if not c.failed]
         before = self.current
-        still = next((c for c in working if before is not None
-                      and c.task_id == before.task_id), None)
-        if self.policy == "random":
-            best = still or (self.rng.choice(sorted(working, key=lambda c: c.task_id))
-                             if working else None)
-        else:
-            if self.policy == "edge-to-cloud":
-                working = [c for c in working if self._is_cloud(c) == self.edge_failed]
-            nearest = sorted(working, key=lambda c: (self.distance_km.get(c.task_id, math.inf),
-                                                     c.task_id))
-            best = nearest[0] if nearest else None
+        best = baseline_choice(self.policy, [c for c in self.candidates if not c.failed],
+                               before.task_id if before is not None else None,
+                               self.distance_km, self.cloud_nodes, self.edge_failed, self.rng)
         if best is not None and (before is None or best.task_id != before.task_id):
             self.record("switch", source=before.task_id if before else None,
                         target=best.task_id, url=best.url, reason=reason)
@@ -361,7 +342,7 @@ class BaselineClient(ArmadaClient):
 
     def failed(self, candidate: Candidate, error: str) -> Candidate | None:
         """A frame failed on ``candidate``; edge-to-cloud moves to the cloud for good."""
-        if self.policy == "edge-to-cloud" and not self._is_cloud(candidate):
+        if fails_over_to_cloud(self.policy, candidate.node_id, self.cloud_nodes):
             self.edge_failed = True
         if self.policy == "random" and self.current is candidate:
             self.current = None
@@ -372,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the mode of the config file given as the only argument."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m testbed.experiments.armada_user CONFIG.json", file=sys.stderr)
+        print("usage: python -m nodes.armada.user CONFIG.json", file=sys.stderr)
         return 2
     config = json.loads(Path(args[0]).read_text())
     frames = read_frames(Path(config["frames_dir"]))
