@@ -10,24 +10,65 @@ from pathlib import Path
 from testbed.errors import TestbedError
 
 
-def _cmd_list(_args: argparse.Namespace) -> int:
+def listing() -> dict[str, list[dict[str, str]]]:
+    """What ``testbed list`` shows: scenarios, experiments, policies and generators,
+    each with its system and a one-line description."""
     from testbed.scenario.loader import builtin_scenarios, load_scenario
+    from testbed.systems import experiments, generators, systems
 
+    def first_line(text: str) -> str:
+        return text.strip().splitlines()[0] if text and text.strip() else ""
+
+    scenarios = []
     for name in sorted(builtin_scenarios()):
         scenario = load_scenario(name)
-        print(f"{name:<20} {scenario.description.strip().splitlines()[0] if scenario.description else ''}")
+        scenarios.append({"name": name, "system": scenario.system,
+                          "description": first_line(scenario.description)})
+    made = generators()
+    return {
+        "scenarios": scenarios,
+        "experiments": [{"name": name, "system": system.name,
+                         "description": first_line(exp.description)}
+                        for name, (system, exp) in sorted(experiments().items())],
+        "policies": [{"name": name, "system": system.name, "description": first_line(text)}
+                     for system in systems().values()
+                     for name, text in sorted(system.policies.items())],
+        "generators": [{"name": name, "system": system.name,
+                        "description": first_line(
+                            sys.modules[type(made[name]).__module__].__doc__ or "")}
+                       for system in systems().values() for name in sorted(system.generators)],
+    }
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    found = listing()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for section, items in found.items():
+        print(f"{section}:")
+        for item in items:
+            print(f"  {item['name']:<20} {item['system']:<14} {item['description']}")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from testbed.runner import run_scenario
+    from testbed.runner import check_executor, run_scenario
     from testbed.scenario.loader import load_scenario
+    from testbed.systems import get_system
 
     scenario = load_scenario(args.scenario)
+    system = get_system(scenario.system)
     policies = args.policies.split(",") if args.policies else None
+    for name in policies or ():
+        if name not in system.policies:
+            raise TestbedError(f"--policies: expected names of {system.name} policies "
+                               f"({', '.join(sorted(system.policies))}), found {name!r}")
+    executor = args.executor or scenario.executor.default
+    check_executor(system, executor, "--executor" if args.executor else
+                   f"{scenario.source}: executor.default")
     scenario = scenario.with_overrides(policies=policies, seed=args.seed,
                                        duration=args.duration, repetitions=args.repetitions)
-    executor = args.executor or scenario.executor.default
     run_scenario(scenario, out=Path(args.out) if args.out else None, executor=executor,
                  progress=lambda line: print(line, flush=True))
     return 0
@@ -59,108 +100,67 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
+    """Run a registered experiment at ``--size`` on ``--executors`` and write its report."""
     import shlex
     import time
 
-    if args.cargo_runtime != "process" and args.name != "armada-storage":
-        raise TestbedError("--cargo-runtime applies to armada-storage only")
-    if args.name.startswith("armada-"):
-        return _armada_experiment(args)
-    if args.name == "person-search":
-        return _person_search_experiment(args)
-
-    from testbed.experiments.claims import write_report
-    from testbed.experiments.offloading import run_experiment
     from testbed.runner import RESULTS_ROOT
+    from testbed.systems import experiments, resolve
 
-    executors = [e for e in args.executors.split(",") if e]
-    report_dir = args.report or "docs/results/offloading"
-    out = Path(args.out) if args.out else \
-        RESULTS_ROOT / f"offloading-{args.size}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    metrics = run_experiment(args.size, executors, out,
-                             progress=lambda line: print(line, flush=True))
-    command = "testbed experiment offloading " + shlex.join(
-        ["--size", args.size, "--executors", ",".join(executors), "--report", report_dir])
-    report = write_report(metrics, Path(report_dir), command)
-    print(f"runs and metrics.json: {out}\nreport: {report}")
-    return 0
-
-
-def _armada_experiment(args: argparse.Namespace) -> int:
-    """Run an Armada experiment (emulation) and write its report next to the others."""
-    import shlex
-    import time
-
-    from testbed.experiments import armada, armada_failover, armada_fleets, armada_storage
-    from testbed.runner import RESULTS_ROOT
-
-    run, write, report_name = {
-        "armada-selection": (armada.run_selection, armada.write_selection_report,
-                             "selection.md"),
-        "armada-failover": (armada_failover.run_failover,
-                            armada_failover.write_failover_report, "failover.md"),
-        "armada-scalability": (armada_fleets.run_scalability,
-                               armada_fleets.write_scalability_report, "scalability.md"),
-        "armada-failures": (armada_fleets.run_failures, armada_fleets.write_failures_report,
-                            "failures.md"),
-        "armada-churn": (armada_fleets.run_churn, armada_fleets.write_churn_report,
-                         "churn.md"),
-        "armada-load": (armada_fleets.run_load, armada_fleets.write_load_report, "load.md"),
-        "armada-storage": (armada_storage.run_storage, armada_storage.write_storage_report,
-                           "storage.md"),
-    }[args.name]
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else RESULTS_ROOT / f"{args.name}-{args.size}-{stamp}"
-    report_dir = Path(args.report or "docs/results/armada")
-    extra: dict[str, str] = {}
+    _, exp = experiments()[args.name]
+    if args.size not in exp.sizes:
+        raise TestbedError(f"--size: {exp.name} has {', '.join(exp.sizes)}, "
+                           f"found {args.size!r}")
     options = ["--size", args.size]
-    if args.name == "armada-storage" and args.cargo_runtime != "process":
-        extra["cargo_runtime"] = args.cargo_runtime
-        options += ["--cargo-runtime", args.cargo_runtime]
-        report_name = f"storage-{args.cargo_runtime}.md"
-    run(args.size, out, progress=lambda line: print(line, flush=True), **extra)
-    command = f"testbed experiment {args.name} " + shlex.join(
-        [*options, "--report", str(report_dir)])
-    report = write(out, report_dir / report_name, command)
-    print(f"results: {out}\nreport: {report}")
-    return 0
-
-
-def _person_search_experiment(args: argparse.Namespace) -> int:
-    """Person search: the simulator's experiments (Fig. 3, Fig. 4, the 2-D grid) and the
-    emulated comparison, each with its report in the same folder."""
-    import shlex
-    import time
-
-    from testbed.experiments import person_search, person_search_report
-    from testbed.runner import RESULTS_ROOT
-
-    executors = [e for e in args.executors.split(",") if e]
-    unknown = sorted(set(executors) - {"sim", "emulation"})
-    if unknown or not executors:
-        raise TestbedError(f"--executors: expected sim, emulation or both, found "
-                           f"{args.executors!r}")
-    if args.size not in ("small", "full"):
-        raise TestbedError(f"--size: person-search has small and full, found {args.size!r}")
+    if args.executors is None:
+        executors = exp.executors
+    else:
+        executors = tuple(e for e in args.executors.split(",") if e)
+        wrong = [e for e in executors if e not in exp.executors]
+        if wrong or not executors:
+            raise TestbedError(f"--executors: {exp.name} runs on "
+                               f"{' and '.join(exp.executors)}, found {args.executors!r}")
+    if len(exp.executors) > 1:
+        options += ["--executors", ",".join(executors)]
+    chosen: dict[str, str] = {}
+    for flag in _experiment_options():
+        value = getattr(args, flag.replace("-", "_"))
+        if value is None:
+            continue
+        if flag not in exp.options:
+            raise TestbedError(f"--{flag}: {exp.name} takes no such option (it applies to "
+                               f"{', '.join(n for n, (_, e) in experiments().items() if flag in e.options)})")
+        if value not in exp.options[flag]:
+            raise TestbedError(f"--{flag}: expected one of {', '.join(exp.options[flag])}, "
+                               f"found {value!r}")
+        chosen[flag.replace("-", "_")] = value
+        if value != exp.options[flag][0]:
+            options += [f"--{flag}", value]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else RESULTS_ROOT / f"person-search-{args.size}-{stamp}"
-    report_dir = Path(args.report or "docs/results/person-search")
-    progress = lambda line: print(line, flush=True)
-    reports = []
-    for executor in executors:
-        command = "testbed experiment person-search " + shlex.join(
-            ["--size", args.size, "--executors", executor, "--report", str(report_dir)])
-        if executor == "sim":
-            folder = person_search_report.run_simulation(out / "sim", args.size,
-                                                         progress=progress)
-            reports.append(person_search_report.write_simulation_report(
-                folder, report_dir / "simulation.md", command))
-        else:
-            folder = person_search.run_person_search(args.size, out / "emulation", progress)
-            reports.append(person_search.write_emulation_report(
-                folder, report_dir / "emulation.md", command))
-    print(f"results: {out}\nreports: {', '.join(map(str, reports))}")
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}-{stamp}"
+    report_dir = Path(args.report or exp.report_dir)
+    folder = resolve(exp.run)(args.size, out, _print_flush, executors, **chosen)
+    command = f"testbed experiment {exp.name} " + shlex.join(
+        [*options, "--report", str(report_dir)])
+    reports = resolve(exp.report)(folder, report_dir, command, executors, **chosen)
+    print(f"results: {folder}\nreports: {', '.join(map(str, reports))}")
     return 0
+
+
+def _print_flush(line: str) -> None:
+    """Progress lines go straight to the terminal."""
+    print(line, flush=True)
+
+
+def _experiment_options() -> dict[str, set[str]]:
+    """Every experiment-specific option flag with the choices any experiment gives it."""
+    from testbed.systems import experiments
+
+    flags: dict[str, set[str]] = {}
+    for _, exp in experiments().values():
+        for flag, choices in exp.options.items():
+            flags.setdefault(flag, set()).update(choices)
+    return flags
 
 
 def _cmd_clean(_args: argparse.Namespace) -> int:
@@ -178,7 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("list", help="name the built-in scenarios").set_defaults(fn=_cmd_list)
+    lst = sub.add_parser("list", help="built-in scenarios, experiments, policies and "
+                                      "generators, with their systems")
+    lst.add_argument("--json", action="store_true", help="print the same as JSON")
+    lst.set_defaults(fn=_cmd_list)
 
     run = sub.add_parser("run", help="run a scenario (built-in name or YAML path)")
     run.add_argument("scenario")
@@ -205,25 +208,25 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(fn=_cmd_calibrate)
 
-    exp = sub.add_parser("experiment", help="run a built-in experiment and write its report")
-    exp.add_argument("name", choices=("offloading", "armada-selection", "armada-failover",
-                                      "armada-scalability", "armada-failures",
-                                      "armada-churn", "armada-load", "armada-storage",
-                                      "person-search"))
-    exp.add_argument("--size", choices=("small", "medium", "full"), default="small",
-                     help="offloading and armada-selection also have medium; the other "
-                          "Armada experiments and person-search small and full")
-    exp.add_argument("--executors", default="sim,emulation",
-                     help="comma-separated: sim, emulation or both (default; offloading "
-                          "and person-search)")
-    exp.add_argument("--cargo-runtime", choices=("process", "docker"), default="process",
-                     help="armada-storage: run the Cargos as processes on the sites' nodes "
-                          "(default) or in containers with Docker volumes (report "
-                          "storage-docker.md)")
-    exp.add_argument("--out", help="runs and metrics.json (default: a new folder under results/)")
+    from testbed.systems import experiments
+
+    registered = experiments()
+    exp = sub.add_parser("experiment", help="run a registered experiment and write its report")
+    exp.add_argument("name", choices=sorted(registered))
+    exp.add_argument("--size", default="small",
+                     help="; ".join(f"{n}: {', '.join(e.sizes)}"
+                                    for n, (_, e) in sorted(registered.items())))
+    exp.add_argument("--executors", default=None,
+                     help="comma-separated executors (default: every one the experiment "
+                          "runs on)")
+    for flag, choices in sorted(_experiment_options().items()):
+        users = [n for n, (_, e) in sorted(registered.items()) if flag in e.options]
+        exp.add_argument(f"--{flag}", default=None, help=f"{', '.join(users)}: one of "
+                                                         f"{', '.join(sorted(choices))}")
+    exp.add_argument("--out", help="runs and metrics (default: a new folder under results/)")
     exp.add_argument("--report", default=None,
-                     help="folder of the generated report (default: docs/results/offloading, "
-                          "docs/results/armada, docs/results/person-search)")
+                     help="folder of the generated report (default: the experiment's, "
+                          "under docs/results/)")
     exp.set_defaults(fn=_cmd_experiment)
 
     sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \

@@ -61,15 +61,20 @@ from nodes.common import configure_logging, sleep_until
 from testbed.errors import EmulationError, TestbedError
 from testbed.latency import completed_columns
 from testbed.policies import make_policy
-from testbed.policies.base import Backlog, Outcome, Policy, TargetState, TaskInfo, View
+from testbed.policies.base import (
+    DELAY_EWMA_ALPHA,
+    POLL_TIMEOUT_S,
+    Backlog,
+    Outcome,
+    Policy,
+    TargetState,
+    TaskInfo,
+    View,
+)
 from workloads.trace import Task, read_trace
 
 DEFAULT_MAX_INFLIGHT = 10_000
 DEFAULT_READY_TIMEOUT_S = 30.0
-#: Weight of the newest poll round trip in the ``delay_s`` moving average.
-DELAY_EWMA_ALPHA = 0.2
-#: Longest a single ``/state`` poll may take before it counts as failed (wall seconds).
-POLL_TIMEOUT_S = 5.0
 #: Pause between readiness attempts on a target that is not answering yet.
 READY_RETRY_S = 0.05
 

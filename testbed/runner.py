@@ -23,7 +23,7 @@ from typing import Any
 from testbed import __version__
 from testbed.errors import TestbedError
 from testbed.scenario.model import Scenario
-from workloads import generate
+from workloads import generate_with
 from workloads.trace import write_trace
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -38,24 +38,24 @@ def new_run_id(scenario: Scenario) -> str:
 
 
 def materialise(scenario: Scenario, folder: Path) -> Path:
-    """Generate the workload trace once, before any policy runs, and write it."""
+    """Generate the workload trace once, before any policy runs, and write it.
+
+    A generator that keeps more than the trace schema holds (ground truth, who each
+    frame shows) writes it beside the trace with its ``write_side_files`` hook.
+    """
+    from testbed.systems import generators
+
+    generator = generators()[scenario.workload.generator]
     clients = [n.name for n in scenario.clients()]
-    tasks = generate(scenario.workload.generator, scenario.workload.params, clients,
-                     scenario.duration, scenario.workload.seed)
+    tasks = generate_with(generator, scenario.workload.params, clients, scenario.duration,
+                          scenario.workload.seed)
     write_trace(tasks, folder, {"generator": scenario.workload.generator,
                                 "params": dict(scenario.workload.params),
                                 "seed": scenario.workload.seed, "clients": clients,
                                 "duration": scenario.duration})
-    if scenario.workload.generator == "person-search":
-        from workloads.person_search import write_ground_truth
-
-        # the trace schema has no room for where the targets are: the executor's truth
-        write_ground_truth(folder, scenario.workload.params, scenario.workload.seed)
-    elif scenario.workload.generator == "face-recognition":
-        from workloads.faces import write_plan
-
-        # who each frame shows: the stand-in for a face-embedding model, beside the trace
-        write_plan(folder, scenario.workload.params, scenario.workload.seed)
+    side_files = getattr(generator, "write_side_files", None)
+    if side_files is not None:
+        side_files(folder, scenario.workload.params, scenario.workload.seed)
     return folder
 
 
@@ -97,19 +97,27 @@ def machine_details() -> dict[str, Any]:
             "os": platform.platform()}
 
 
+def check_executor(system: Any, executor: str, option: str) -> None:
+    """Refuse, in one line naming ``option``, an executor ``system`` cannot run."""
+    if executor not in EXECUTORS:
+        raise TestbedError(f"{option}: expected one of {', '.join(EXECUTORS)}, "
+                           f"found {executor!r}")
+    if executor not in system.executors:
+        has = " and ".join(system.executors) or "no executor"
+        raise TestbedError(f"{option} {executor}: the {system.name} system has no "
+                           f"{'simulator' if executor == 'sim' else 'emulation driver'} "
+                           f"(it runs on {has})")
+
+
 def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "emulation",
                  progress: Callable[[str], None] = print,
                  ledger_root: Path | None = None) -> Path:
     """Run ``scenario`` with every policy and write the results folder; returns it."""
     from testbed import report, traces
+    from testbed.systems import get_system, resolve
 
-    if executor not in EXECUTORS:
-        raise TestbedError(f"--executor: expected one of {', '.join(EXECUTORS)}, "
-                           f"found {executor!r}")
-    if not scenario.tier_servers():
-        raise TestbedError(f"{scenario.name}: no tier_server for the dispatchers to replay "
-                           "tasks onto; an Armada scenario runs with `testbed experiment "
-                           f"{scenario.name}`")
+    system = get_system(scenario.system)
+    check_executor(system, executor, "--executor")
     if executor == "emulation" and os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
                            "run as root")
@@ -126,13 +134,13 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     progress(f"run {run}: {trace_meta['n']} tasks materialised; policies "
              f"{', '.join(scenario.policies)} x {scenario.repetitions} repetition(s)")
     if executor == "sim":
-        from testbed.sim.executor import run_sim
-
-        details = run_sim(scenario, run, trace_dir, workdir, progress)
+        details = resolve(system.simulate)(scenario, run, trace_dir, workdir, progress)
     else:
         from testbed.emulation.executor import run_emulation
 
-        details = run_emulation(scenario, run, trace_dir, workdir, progress, ledger_root)
+        driver = resolve(system.emulate)(scenario)
+        details = run_emulation(scenario, run, trace_dir, workdir, progress, driver,
+                                ledger_root)
     df = traces.rows_to_frame(details.pop("rows"))
     traces.write_traces(df, folder)
     summary = traces.summarize(df)
@@ -140,6 +148,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     report.plot_cdfs(df, folder)
     meta = {
         "run": run,
+        "system": scenario.system,
         "scenario": scenario.resolved(),
         "source": scenario.source,
         "executor": executor,

@@ -20,7 +20,8 @@ from workloads.frame_stream import FrameStream
 from workloads.person_search import PersonSearch
 from workloads.trace import Task, read_trace, write_trace
 
-__all__ = ["GENERATORS", "Generator", "Task", "generate", "read_trace", "write_trace"]
+__all__ = ["GENERATORS", "Generator", "Task", "generate", "generate_with", "read_trace",
+           "write_trace"]
 
 
 class Generator(Protocol):
@@ -60,16 +61,29 @@ GENERATORS: dict[str, Generator] = {
 def generate(
     name: str, params: Mapping[str, Any], clients: list[str], duration: float, seed: int
 ) -> list[Task]:
-    """Generate the trace of generator ``name``: tasks sorted by arrival, ids 0..n-1.
+    """Generate the trace of the shipped generator ``name`` (see :func:`generate_with`).
 
-    Raises :class:`TestbedError` for an unknown generator, invalid params (carrying the
-    generator's ``params.<field>`` message), an empty or duplicated client list, a
-    non-positive duration or a negative seed.
+    Raises :class:`TestbedError` for an unknown generator, besides what
+    :func:`generate_with` raises.
     """
     generator = GENERATORS.get(name)
     if generator is None:
         known = ", ".join(sorted(GENERATORS))
         raise TestbedError(f"unknown workload generator {name!r}; known: {known}")
+    return generate_with(generator, params, clients, duration, seed)
+
+
+def generate_with(
+    generator: Generator, params: Mapping[str, Any], clients: list[str], duration: float,
+    seed: int
+) -> list[Task]:
+    """Generate ``generator``'s trace: tasks sorted by arrival, ids 0..n-1.
+
+    Raises :class:`TestbedError` for invalid params (carrying the generator's
+    ``params.<field>`` message), an empty or duplicated client list, a non-positive
+    duration or a negative seed.
+    """
+    name = generator.name
     if (
         not clients
         or len(set(clients)) != len(clients)

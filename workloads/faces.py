@@ -819,6 +819,11 @@ class FaceRecognition:
         """Every frame has the same nominal demand, ``demand_s``."""
         return float(params.get("demand_s", DEFAULT_DEMAND_S))
 
+    def write_side_files(self, folder: Path, params: Mapping[str, Any], seed: int) -> None:
+        """Write who each frame shows, beside the trace: the stand-in for a face-embedding
+        model (``write_plan``)."""
+        write_plan(folder, params, seed)
+
     def generate(
         self, params: Mapping[str, Any], clients: Sequence[str], duration: float, seed: int
     ) -> list[Task]:

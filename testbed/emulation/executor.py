@@ -7,15 +7,17 @@ removed in reverse order on success, exception, SIGINT or SIGTERM):
    service launcher, a private Docker engine (docker nodes), userspace OVS and the
    os-ken controller (``switch: ovs``);
 2. build the topology on Mininet and start every service, waiting until each answers;
-3. for each repetition and policy: reset the services, start one dispatcher per client
-   host at a common start instant, apply the scenario's events on schedule, collect the
-   dispatchers' rows, and restore the network and services for the next policy;
+3. hand the running topology to the scenario's system's driver (:class:`Driver`): it
+   prepares once, then replays the trace for each repetition and policy (applying the
+   scenario's events on schedule through :meth:`EmulatedTopology.schedule_events`); the
+   network and services are restored after every replay;
 4. tear everything down. The caller (:mod:`testbed.runner`) materialised the trace
    before and writes traces, summary, plots and metadata after.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -28,22 +30,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from testbed.emulation import links as linkmod
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
-from testbed.emulation.probe import http_json, in_netns, wait_http_ok
+from testbed.emulation.probe import wait_http_ok
 from testbed.emulation.shaping import resolve_backend
 from testbed.errors import EmulationError
 from testbed.scenario.model import Event, Scenario, Service
 
 Progress = Callable[[str], None]
 SERVICE_START_TIMEOUT_S = 60.0
-START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
-RESET_LEAD_S = 0.02  # extra lead per tier server to reset before the start instant
-PROGRESS_EVERY_S = 5.0  # wall seconds between progress lines while a policy replays
 #: ``{ip:NODE}`` in a service parameter stands for NODE's address in the emulated network.
 ADDRESS_REF = re.compile(r"\{ip:([a-z][a-z0-9]{0,7})\}")
 
@@ -85,11 +84,14 @@ class Infrastructure:
     controller: Any = None
 
     def start(self, scenario: Scenario) -> None:
+        from testbed.systems import get_system
+
         if self.backend == "userspace":
             from testbed.emulation.delayer import start_delayer
 
             self.delayer = start_delayer(self.ledger, self.workdir)
-        self.launcher = start_launcher(self.ledger, self.workdir)
+        self.launcher = start_launcher(self.ledger, self.workdir,
+                                       preload=get_system(scenario.system).preload)
         if any(n.runtime == "docker" for n in scenario.topology.nodes if not n.is_switch):
             from testbed.emulation.docker_engine import ensure_base_image, start_engine
 
@@ -147,14 +149,36 @@ class EmulatedTopology:
 
     # ----- services -------------------------------------------------------------------
     def service_argv(self, svc: Service) -> list[str]:
-        """Command-line arguments for a service program (``--key value`` per param)."""
+        """The command line of a service: address, the values its program takes from
+        the scenario (``Program.context``), then its params with ``{ip:NODE}`` expanded,
+        rendered by the program's Config (``--key value`` when it has none)."""
+        from testbed.systems import find_program, resolve
+
+        _, program = find_program(svc.program)
         argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
-        if svc.is_tier_server:
-            node = self.scenario.node(svc.node)
-            argv += ["--speed", repr(node.speed), "--time-scale", repr(self.scenario.time_scale)]
-        for key, value in svc.params.items():
-            argv += [f"--{key.replace('_', '-')}", self.expand(str(value))]
+        context = {"speed": self.scenario.node(svc.node).speed,
+                   "time_scale": self.scenario.time_scale}
+        for key in program.context:
+            argv += [f"--{key.replace('_', '-')}", repr(context[key])]
+        params = self.expand_all(svc.params)
+        declared = resolve(program.config) if program.config else None
+        if declared is not None and dataclasses.is_dataclass(declared):
+            from nodes.config import to_argv
+
+            return argv + to_argv(declared, params)
+        for key, value in params.items():
+            argv += [f"--{key.replace('_', '-')}", str(value)]
         return argv
+
+    def expand_all(self, value: Any) -> Any:
+        """:meth:`expand` applied to every string inside a params structure."""
+        if isinstance(value, str):
+            return self.expand(value)
+        if isinstance(value, dict):
+            return {k: self.expand_all(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.expand_all(v) for v in value]
+        return value
 
     def expand(self, text: str) -> str:
         """Replace every ``{ip:NODE}`` in ``text`` with NODE's address (services that must
@@ -182,7 +206,10 @@ class EmulatedTopology:
         return RunningService(svc, pid=pid)
 
     def start_service(self, svc: Service) -> None:
-        self.services[svc.name] = self.spawn(svc, f"nodes.{svc.program}",
+        from testbed.systems import find_program
+
+        module = find_program(svc.program)[1].module
+        self.services[svc.name] = self.spawn(svc, module,
                                              self.service_argv(svc),
                                              self.workdir / f"service-{svc.name}.log")
 
@@ -242,24 +269,12 @@ class EmulatedTopology:
                                  SERVICE_START_TIMEOUT_S)
         return took
 
-    def reset_services(self, since: float, timeout: float = 60.0) -> None:
-        """Clear every tier server's counters, dating their rate windows to ``since``
-        (the next trace's start, wall epoch); waits while tasks are still in flight."""
-        for svc in self.scenario.tier_servers():
-            host = self.net.hosts[svc.node]
-            url = f"http://127.0.0.1:{svc.port}/reset"
-
-            def reset(url: str = url) -> None:
-                deadline = time.monotonic() + timeout
-                while True:
-                    status, body = http_json(url, method="POST", body={"since": since})
-                    if status == 200:
-                        return
-                    if status != 409 or time.monotonic() > deadline:
-                        raise EmulationError(f"reset of {url} failed: {status} {body}")
-                    time.sleep(0.05)
-
-            in_netns(host.pid, reset)
+    def schedule_events(self, start_at: float) -> EventScheduler:
+        """Start applying the scenario's events at ``start_at + at / time_scale`` (wall
+        epoch); the caller stops the returned scheduler when its replay ends."""
+        scheduler = EventScheduler(self, start_at, self.workdir / "events.jsonl")
+        scheduler.start()
+        return scheduler
 
     # ----- events ---------------------------------------------------------------------
     def apply_event(self, event: Event) -> None:
@@ -341,6 +356,11 @@ class EventScheduler(threading.Thread):
         self.stopped = threading.Event()
         self.errors: list[str] = []
 
+    def stop(self) -> None:
+        """Apply no further event and wait until the scheduler has ended."""
+        self.stopped.set()
+        self.join()
+
     def run(self) -> None:
         scale = self.topo.scenario.time_scale
         with self.log.open("a") as fh:
@@ -409,69 +429,35 @@ def emulated_topology(scenario: Scenario, ledger: Ledger, workdir: Path, prefix:
                 progress("teardown left errors: " + "; ".join(errors))
 
 
-def replay_policy(topo: EmulatedTopology, run: str, policy: str, repetition: int,
-                  trace_dir: Path, progress: Progress) -> list[dict]:
-    """Replay the materialised trace once with ``policy``; returns the trace rows."""
-    scenario = topo.scenario
-    # The lead leaves time to reset every server and start every dispatcher.
-    start_at = time.time() + START_LEAD_S + RESET_LEAD_S * len(scenario.tier_servers())
-    topo.reset_services(since=start_at)
-    poll = scenario.executor.poll_interval_ms / 1000.0
-    timeout_model = max(scenario.duration, 60.0)
-    pids: dict[str, int] = {}
-    outs: dict[str, Path] = {}
-    tag = f"{policy}-r{repetition}"
-    for client in scenario.clients():
-        targets = [{"name": s.name, "tier": s.tier, "url": topo.url(s, client.name)}
-                   for s in scenario.servers_for(client)]
-        out = topo.workdir / f"rows-{tag}-{client.name}.jsonl"
-        config = {"run": run, "client": client.name, "policy": policy,
-                  "policy_seed": scenario.seed * 1000 + repetition, "repetition": repetition,
-                  "trace": str(trace_dir), "targets": targets, "poll_interval_s": poll,
-                  "time_scale": scenario.time_scale, "start_at": start_at, "out": str(out),
-                  "timeout_s": timeout_model}
-        config_path = topo.workdir / f"dispatch-{tag}-{client.name}.json"
-        config_path.write_text(json.dumps(config, indent=1))
-        host = topo.net.hosts[client.name]
-        pid = topo.infra.launcher.spawn(host.pid, "testbed.dispatch", [str(config_path)],
-                                        topo.workdir / f"dispatch-{tag}-{client.name}.log")
-        topo.infra.ledger.record_process(pid, what=f"dispatcher {client.name}")
-        pids[client.name], outs[client.name] = pid, out
-    events = EventScheduler(topo, start_at, topo.workdir / "events.jsonl")
-    events.start()
-    budget = START_LEAD_S + (scenario.duration + timeout_model) / scenario.time_scale + 60.0
-    deadline = time.monotonic() + budget
-    try:
-        for client, pid in pids.items():
-            while (code := topo.infra.launcher.wait(pid, timeout=PROGRESS_EVERY_S)) is None:
-                if time.monotonic() > deadline:
-                    raise EmulationError(f"dispatcher on {client} did not finish within "
-                                         f"{budget:.0f} s")
-                model_now = (time.time() - start_at) * scenario.time_scale
-                progress(f"  {policy} (repetition {repetition}): model time "
-                         f"{min(model_now, scenario.duration):.0f}/{scenario.duration:g} s")
-            if code != 0:
-                log = topo.workdir / f"dispatch-{tag}-{client}.log"
-                raise EmulationError(f"dispatcher on {client} exited with {code}: "
-                                     f"{log.read_text()[-1500:]}")
-    finally:
-        events.stopped.set()
-        events.join()
-    rows = []
-    for out in outs.values():
-        with out.open() as fh:
-            rows.extend(json.loads(line) for line in fh if line.strip())
-    ok = sum(1 for r in rows if r.get("outcome") == "ok")
-    progress(f"  {policy} (repetition {repetition}): {ok}/{len(rows)} tasks ok")
-    if events.errors:
-        progress(f"  events that failed: {'; '.join(events.errors)}")
-    topo.restore(scenario.events)
-    return rows
+class Driver(Protocol):
+    """How a system replays its scenario's policies on the emulated topology.
+
+    A system registers a factory ``make_driver(scenario) -> Driver`` as
+    ``System.emulate``. :func:`run_emulation` calls :meth:`prepare` once after
+    bring-up, :meth:`replay` for every repetition and policy (restoring the network and
+    services after each), then :meth:`details` for the run's metadata.
+    """
+
+    def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
+                progress: Progress) -> None:
+        """Get the running topology ready for the first replay."""
+        ...
+
+    def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
+               progress: Progress) -> list[dict[str, Any]]:
+        """Replay the materialised trace once with ``policy``; the trace rows."""
+        ...
+
+    def details(self) -> dict[str, Any]:
+        """What the driver learned beyond the rows (recorded in ``metadata.json``)."""
+        ...
 
 
 def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
-                  progress: Progress, ledger_root: Path | None = None) -> dict[str, Any]:
-    """Run every repetition and policy of ``scenario``; returns rows and run details."""
+                  progress: Progress, driver: Driver,
+                  ledger_root: Path | None = None) -> dict[str, Any]:
+    """Run every repetition and policy of ``scenario`` with ``driver``; returns rows and
+    run details."""
     prefix = f"tb{run[-4:]}"
     ledger = Ledger(run, root=ledger_root)
     started = time.time()
@@ -482,10 +468,13 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
         details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
                                    "runtime": scenario.node(name).runtime}
                             for name, host in topo.net.hosts.items()}
+        driver.prepare(topo, run, trace_dir, progress)
         rows: list[dict] = []
         for rep in range(scenario.repetitions):
             for policy in scenario.policies:
-                rows += replay_policy(topo, run, policy, rep, trace_dir, progress)
+                rows += driver.replay(topo, policy, rep, progress)
+                topo.restore(scenario.events)
+        details["system"] = driver.details()
     details["rows"] = rows
     details["wall_s"] = time.time() - started
     details["teardown_errors"] = errors

@@ -31,14 +31,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.netns import enter_netns_of
 from testbed.errors import EmulationError
 
-PRELOAD = ("asyncio", "aiohttp", "aiohttp.web", "numpy", "nodes.common", "nodes.tier_server",
-           "testbed.dispatch", "testbed.policies", "workloads.trace")
+#: Modules every run's services share; a system adds its own (``System.preload``).
+PRELOAD = ("asyncio", "aiohttp", "aiohttp.web", "numpy", "nodes.common", "workloads.trace")
 
 
 def _child(req: dict) -> None:
@@ -167,8 +168,10 @@ class _Server:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--control", required=True, help="unix socket path to listen on")
+    parser.add_argument("--preload", action="append", default=[],
+                        help="a further module to import before forking (repeatable)")
     args = parser.parse_args(argv)
-    for name in PRELOAD:
+    for name in (*PRELOAD, *args.preload):
         importlib.import_module(name)
     gc.collect()
     gc.freeze()  # keep preloaded objects out of the children's copy-on-write churn
@@ -222,12 +225,17 @@ class LauncherClient:
         self._sock.close()
 
 
-def start_launcher(ledger: Ledger, workdir: Path, timeout: float = 30.0) -> LauncherClient:
-    """Start the fork server in its own process group and wait until it answers."""
+def start_launcher(ledger: Ledger, workdir: Path, timeout: float = 30.0,
+                   preload: Sequence[str] = ()) -> LauncherClient:
+    """Start the fork server in its own process group and wait until it answers.
+
+    ``preload`` adds modules (a system's services) to import once before forking.
+    """
     control = workdir / "launcher.sock"
     log = (workdir / "launcher.log").open("ab")
+    extra = [arg for name in preload for arg in ("--preload", name)]
     proc = subprocess.Popen([sys.executable, "-m", "testbed.emulation.launcher",
-                             "--control", str(control)], stdout=log, stderr=log,
+                             "--control", str(control), *extra], stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     ledger.record_process(proc.pid, group=True, what="service launcher")

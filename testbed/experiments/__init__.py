@@ -1,6 +1,6 @@
-"""Experiments that reproduce published claims with the harness, and their reports.
+"""What every system's paper experiments share.
 
-:mod:`testbed.experiments.offloading` defines and runs the queue-aware offloading
-experiments and computes their metrics; :mod:`testbed.experiments.claims` writes the
-claims document (Markdown and plots) from those metrics.
+:mod:`testbed.experiments.emulated` is the frame of an emulated experiment (checks,
+bring-up, teardown, results folder) and the report helpers; the experiments themselves
+live in their systems' packages (``testbed/systems/<name>/``) and are registered there.
 """

@@ -17,6 +17,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+#: Weight of the newest poll round trip in a target's ``delay_s`` moving average (the
+#: dispatcher and the tier simulator observe delay the same way).
+DELAY_EWMA_ALPHA = 0.2
+#: Longest a single ``/state`` poll may take before it counts as failed (wall seconds).
+POLL_TIMEOUT_S = 5.0
+
 
 @dataclass(frozen=True)
 class TaskInfo:

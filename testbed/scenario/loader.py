@@ -3,15 +3,16 @@
 Validation stops at the first problem and raises one :class:`ScenarioError` naming the
 file, the field path (``topology.links[2].delay_ms``), what was expected and what was
 found. Whatever a file contains, nothing but ``ScenarioError`` escapes from here. The
-loader is pure: it reads files and imports the registries it validates names against
-(``workloads.GENERATORS``, ``testbed.policies.POLICIES``), but builds nothing.
+loader is pure: it reads files and consults the system registry
+(:mod:`testbed.systems`) for programs and their parameter declarations, generators,
+policies and scenario builders, but builds nothing and names no system.
 The accepted format is documented field by field in ``docs/scenario.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import importlib.util
 import math
 import random
 import re
@@ -29,10 +30,8 @@ from testbed.scenario.model import (
     NODE_ACTIONS,
     ROLES,
     RUNTIMES,
-    SERVICE_MODELS,
     SHAPINGS,
     SWITCHES,
-    TIER_SERVER,
     TIMING_FLOOR_S,
     Event,
     ExecutorDefaults,
@@ -49,23 +48,15 @@ NODE_NAME = re.compile(r"[a-z][a-z0-9]{0,7}")
 SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63}){0,3}")
-#: The Armada entry point: clients of a scenario running it find their servers through it.
-ARMADA_BEACON = "armada.beacon"
-#: The person-search coordinator: it drives its own edge data servers (no tier servers).
-PERSON_SEARCH_COORDINATOR = "person_search.coordinator"
-#: Programs that bring their own servers: a scenario running one needs no tier_server
-#: for its clients and no dispatch policies.
-SELF_CONTAINED = (ARMADA_BEACON, PERSON_SEARCH_COORDINATOR)
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 VOLUME_PATH = re.compile(r"(/(?!\.\.?(/|$))[A-Za-z0-9._-]+)+")
-_GENERATOR_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
-                              r"found (?P<found>.*)", re.DOTALL)
+_PARAMS_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
+                           r"found (?P<found>.*)", re.DOTALL)
 
 MAX_SEED = 2**63 - 1
 MAX_EVENTS = 10_000  # expected events per random schedule
 MAX_REPETITIONS = 1_000
-MAX_WORKERS = 4_096
 MAX_DELAY_MS = 60_000.0
 MAX_BW_MBIT = 1_000_000.0
 MAX_QUEUE = 1_000_000
@@ -350,13 +341,32 @@ class _Checker:
         return copy(value, path, 0)
 
 
-def _registry(c: _Checker, module: str, attr: str, path: str) -> Mapping[str, Any]:
-    """A name registry, imported only now so the model stays importable without it."""
+def _systems(c: _Checker, path: str) -> Any:
+    """The system registry, imported only now so the model stays importable without it."""
     try:
-        registry = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        c.fail(path, f"a name registered in {module}.{attr}", f"<registry unavailable: {exc}>")
-    return registry
+        return importlib.import_module("testbed.systems")
+    except ImportError as exc:
+        c.fail(path, "a name registered by a system", f"<registry unavailable: {exc}>")
+
+
+def _hook_error(c: _Checker, prefix: str, what: str, exc: BaseException) -> NoReturn:
+    """Report a registered hook's error at ``prefix.params...`` of the file.
+
+    Hooks (generators, builders, program configs) report
+    ``ValueError("params.<field>: expected ..., found ...")``; that becomes a
+    ``ScenarioError`` at ``<prefix>.params.<field>``. Any other ``ValueError``,
+    ``KeyError``, ``TypeError`` or arithmetic error is reported at ``<prefix>.params``.
+    """
+    if isinstance(exc, ValueError):
+        match = _PARAMS_ERROR.fullmatch(str(exc))
+        if match:
+            c.fail(_join(prefix, match["path"]), match["expected"], f"<{match['found']}>")
+        c.fail(_join(prefix, "params"), f"parameters accepted by {what}", f"<{exc}>")
+    c.fail(_join(prefix, "params"), f"parameters accepted by {what}",
+           f"<{type(exc).__name__}: {exc}>")
+
+
+_HOOK_ERRORS = (ValueError, KeyError, TypeError, ArithmeticError)
 
 
 # --- topology -----------------------------------------------------------------------
@@ -511,33 +521,72 @@ def _link(c: _Checker, value: object, path: str, names: set[str]) -> Link:
 # --- scenario -------------------------------------------------------------------------
 
 
+_TOP_KEYS = ("name", "system", "build", "description", "seed", "topology", "services",
+             "workload", "policies", "duration", "repetitions", "time_scale", "events",
+             "executor")
+_BUILT_KEYS = ("description", "seed", "topology", "services", "workload", "policies",
+               "duration", "time_scale", "events", "executor")
+
+
+def _built(c: _Checker, data: dict[str, Any]) -> dict[str, Any]:
+    """The document with its ``build:`` expanded: the builder's keys, then the file's.
+
+    ``build: {builder: NAME, params: {...}}`` calls the scenario builder a system
+    registered as NAME; keys the file itself gives replace the builder's whole.
+    """
+    if "build" not in data:
+        return data
+    spec = c.mapping(data["build"], "build", required=("builder",), optional=("params",))
+    name = c.string(spec["builder"], "build.builder")
+    registry = _systems(c, "build.builder")
+    found = registry.find_builder(name)
+    if found is None:
+        known = sorted(b for sys_ in registry.systems().values() for b in sys_.builders)
+        c.fail("build.builder", f"one of the scenario builders {', '.join(known) or 'none'}",
+               name)
+    params = c.free(spec.get("params", {}), "build.params")
+    try:
+        made = registry.resolve(found[1])(plain_copy(params))
+    except _HOOK_ERRORS as exc:
+        _hook_error(c, "build", f"scenario builder {name}", exc)
+    if not isinstance(made, dict) or set(made) - set(_BUILT_KEYS):
+        c.fail("build", f"a builder returning some of {', '.join(_BUILT_KEYS)}",
+               f"<builder {name} returned {_shown(made)}>")
+    return {**plain_copy(made), **{k: v for k, v in data.items() if k != "build"}}
+
+
 def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     """Validate a whole scenario document."""
-    data = c.mapping(
-        value,
-        "",
-        required=("name", "topology", "services", "workload", "policies", "duration"),
-        optional=("description", "seed", "repetitions", "time_scale", "events", "executor"),
-    )
+    c.mapping(value, "", optional=_TOP_KEYS)
+    data = _built(c, value)
+    for key in ("name", "topology", "services", "workload", "duration"):
+        if key not in data:
+            c.fail(key, "a value (the field is required)", "<missing>")
     name = c.string(data["name"], "name", SCENARIO_NAME,
                     "a scenario name matching ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description = c.string(data.get("description", ""), "description")
     seed = c.integer(data.get("seed", 1), "seed", 0, MAX_SEED)
     topology = _topology_ref(c, data["topology"], base_dir)
     services = _services(c, data["services"], topology)
+    system = _system_of(c, data.get("system"), services)
+    _check_clients(c, services, topology)
     workload, generator = _workload(c, data["workload"], seed)
-    contained = any(s.program in SELF_CONTAINED for s in services)
-    policies = _policies(c, data["policies"], nonempty=not contained)
+    contained = any(s.self_contained for s in (_program(c, svc.program, "services")[1]
+                                               for svc in services))
+    if "policies" not in data:
+        c.fail("policies", "a value (the field is required)", "<missing>")
+    policies = _policies(c, data["policies"], system, nonempty=not contained)
     repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
     duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
     time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
-    speeds = [topology.node(s.node).speed for s in services if s.is_tier_server]
+    speeds = [topology.node(s.node).speed for s in services if s.task_server]
     if speeds:
         _check_timing_floor(c, workload, generator, max(speeds), time_scale)
     events = _events(c, data.get("events", []), topology, duration, seed)
     executor = _executor(c, data.get("executor", {}))
     return Scenario(
         name=name,
+        system=system.name,
         description=description,
         seed=seed,
         topology=topology,
@@ -550,7 +599,7 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
         events=events,
         executor=executor,
         source=c.file,
-        raw=plain_copy(data),
+        raw=plain_copy(value),
     )
 
 
@@ -566,12 +615,43 @@ def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
     return _topology(c, value, "topology")
 
 
-def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, ...]:
-    """Validate the services and check every client has a server to place tasks on.
+def _program(c: _Checker, program: str, path: str) -> tuple[Any, Any]:
+    """The system registering ``program`` and its registration, or a ScenarioError."""
+    registry = _systems(c, path)
+    found = registry.find_program(program)
+    if found is None:
+        c.fail(path, f"a program registered by a system ({', '.join(registry.program_names())})",
+               program)
+    return found
 
-    In a scenario that runs an Armada Beacon, clients find their servers through it
-    (the SDK's candidate list), so no client needs a tier server of its own.
+
+def _program_params(c: _Checker, program: Any, value: object, path: str) -> dict[str, Any]:
+    """A service's params, checked against its program's registered declaration.
+
+    ``program.config`` names a Config dataclass (checked by
+    :func:`nodes.config.validate_params`, which refuses the values the executor passes
+    itself) or a function returning the clean params; without one the params are free.
     """
+    params = c.free(value, path)
+    if program.config is None:
+        return params
+    try:
+        declared = _systems(c, path).resolve(program.config)
+    except (ImportError, AttributeError) as exc:
+        c.fail(path, f"parameters of program {program.name}",
+               f"<its declaration {program.config} is unavailable: {exc}>")
+    try:
+        if dataclasses.is_dataclass(declared):
+            from nodes.config import validate_params
+
+            return validate_params(declared, params, reserved=program.context)
+        return declared(params)
+    except _HOOK_ERRORS as exc:
+        _hook_error(c, path[: -len(".params")], f"program {program.name}", exc)
+
+
+def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, ...]:
+    """Validate the services: registered programs, nodes, ports, tiers and params."""
     services: list[Service] = []
     for i, item in enumerate(c.sequence(value, "services", nonempty=True)):
         path = f"services[{i}]"
@@ -582,9 +662,9 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
         if any(s.name == name for s in services):
             c.fail(f"{path}.name", "a service name not used before", name)
         program = c.string(data["program"], f"{path}.program", PROGRAM_NAME,
-                           "a module name from the nodes package (dotted for "
-                           "sub-packages, e.g. armada.beacon)")
-        _check_program(c, program, f"{path}.program")
+                           "a registered program name (dotted for a system's sub-package, "
+                           "e.g. armada.beacon)")
+        _, registered = _program(c, program, f"{path}.program")
         node_name = c.string(data["node"], f"{path}.node")
         try:
             node = topology.node(node_name)
@@ -598,29 +678,52 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
             c.fail(f"{path}.port", f"a port not used by another service on {node.name}", port)
         tier = c.nullable(data, "tier", path, lambda v, p: c.string(v, p, LABEL, _EXPECT_LABEL))
         tier = node.tier if tier is None else tier
-        if program == TIER_SERVER:
-            params = _tier_server_params(c, data.get("params", {}), f"{path}.params")
-            if tier is None:
-                c.fail(f"{path}.tier", "a tier label (neither the service nor its node has one)",
-                       None)
-        else:
-            params = c.free(data.get("params", {}), f"{path}.params")
-            _check_address_refs(c, params, f"{path}.params", topology)
+        if registered.task_server and tier is None:
+            c.fail(f"{path}.tier", f"a tier label (neither the service nor its node has one; "
+                                   f"a {program} records its tier in every task row)", None)
+        params = _program_params(c, registered, data.get("params", {}), f"{path}.params")
+        _check_address_refs(c, params, f"{path}.params", topology)
         services.append(Service(name=name, program=program, node=node.name, port=port,
-                                tier=tier, params=params))
+                                tier=tier, params=params, task_server=registered.task_server))
+    return tuple(services)
+
+
+def _system_of(c: _Checker, value: object, services: tuple[Service, ...]) -> Any:
+    """The scenario's system: named by ``system:``, else the one owning its programs."""
+    registry = _systems(c, "system")
+    owners = sorted({owner.name for owner in (_program(c, s.program, "services")[0]
+                                               for s in services) if owner is not None})
+    if value is not None:
+        name = c.choice(value, "system", tuple(sorted(registry.systems())))
+        foreign = [o for o in owners if o != name]
+        if foreign:
+            c.fail("system", f"the system of the scenario's programs ({', '.join(owners)})",
+                   name)
+        return registry.systems()[name]
+    if len(owners) != 1:
+        c.fail("services", "programs of one system (or a system: key naming it)",
+               f"<programs of {', '.join(owners)}>")
+    return registry.systems()[owners[0]]
+
+
+def _check_clients(c: _Checker, services: tuple[Service, ...], topology: Topology) -> None:
+    """Every client can reach a task server, unless a self-contained program serves them.
+
+    A self-contained entry point (registered so, e.g. a service that hands clients
+    their candidate servers) finds or drives its own servers, so clients need none.
+    """
     scenario_clients = [n for n in topology.nodes if n.role == "client"]
     if not scenario_clients:
         c.fail("topology", "a topology with at least one client node", "<no client>")
-    if any(s.program in SELF_CONTAINED for s in services):
-        return tuple(services)
+    if any(_program(c, s.program, "services")[1].self_contained for s in services):
+        return
     for client in scenario_clients:
         if not any(
-            s.is_tier_server and (s.node == client.name or topology.node(s.node).role != "client")
+            s.task_server and (s.node == client.name or topology.node(s.node).role != "client")
             for s in services
         ):
-            c.fail("services", f"a tier_server that client {client.name} can use (on its own "
+            c.fail("services", f"a task server that client {client.name} can use (on its own "
                                "node or on a non-client node)", "<none>")
-    return tuple(services)
 
 
 _ADDRESS_REF = re.compile(r"\{ip:([^}]*)\}")
@@ -642,51 +745,20 @@ def _check_address_refs(c: _Checker, value: object, path: str, topology: Topolog
             _check_address_refs(c, item, f"{path}[{i}]", topology)
 
 
-def _check_program(c: _Checker, program: str, path: str) -> None:
-    """Refuse a program that is not a module of the top-level ``nodes`` package."""
-    try:
-        spec = importlib.util.find_spec(f"nodes.{program}")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        c.fail(path, "a module of the nodes package (nodes/<program>.py)", program)
-
-
-def _tier_server_params(c: _Checker, value: object, path: str) -> dict[str, Any]:
-    """Validate ``workers``, ``mu`` and ``model`` of a tier server."""
-    data = c.mapping(value, path, required=("workers", "mu"), optional=("model",))
-    return {
-        "workers": c.integer(data["workers"], f"{path}.workers", 1, MAX_WORKERS),
-        "mu": c.number(data["mu"], f"{path}.mu", lo=0, lo_open=True),
-        "model": c.choice(data.get("model", "hold"), f"{path}.model", SERVICE_MODELS),
-    }
-
-
 def _call_generator(c: _Checker, name: str, hook: Callable[[dict[str, Any]], Any],
                     params: Mapping[str, Any]) -> Any:
-    """Call a generator hook on a copy of the params, mapping its errors to the file.
-
-    Generators report ``ValueError("params.<field>: expected ..., found ...")``; that
-    becomes a ``ScenarioError`` at ``workload.params.<field>``. Any other ``ValueError``,
-    ``KeyError``, ``TypeError`` or arithmetic error is reported at ``workload.params``.
-    """
+    """Call a generator hook on a copy of the params, mapping its errors to the file."""
     try:
         return hook(plain_copy(params))
-    except ValueError as exc:
-        match = _GENERATOR_ERROR.fullmatch(str(exc))
-        if match:
-            c.fail(f"workload.{match['path']}", match["expected"], f"<{match['found']}>")
-        c.fail("workload.params", f"parameters accepted by generator {name}", f"<{exc}>")
-    except (KeyError, TypeError, ArithmeticError) as exc:
-        c.fail("workload.params", f"parameters accepted by generator {name}",
-               f"<{type(exc).__name__}: {exc}>")
+    except _HOOK_ERRORS as exc:
+        _hook_error(c, "workload", f"generator {name}", exc)
 
 
 def _workload(c: _Checker, value: object, seed: int) -> tuple[Workload, Any]:
     """Validate the workload; also return the generator object for the timing check."""
     data = c.mapping(value, "workload", required=("generator",), optional=("params", "seed"))
     name = c.string(data["generator"], "workload.generator")
-    generators = _registry(c, "workloads", "GENERATORS", "workload.generator")
+    generators = _systems(c, "workload.generator").generators()
     if name not in generators:
         c.fail("workload.generator", f"one of the generators {', '.join(sorted(generators))}",
                name)
@@ -699,17 +771,20 @@ def _workload(c: _Checker, value: object, seed: int) -> tuple[Workload, Any]:
     return Workload(generator=name, params=params, seed=workload_seed), generator
 
 
-def _policies(c: _Checker, value: object, nonempty: bool = True) -> tuple[str, ...]:
-    """Validate the list of policy names against ``testbed.policies.POLICIES``.
+def _policies(c: _Checker, value: object, system: Any, nonempty: bool = True
+              ) -> tuple[str, ...]:
+    """Validate the list of policy names against the policies the system registers.
 
-    An Armada scenario may list none (``nonempty=False``): its users' SDK selects.
+    A scenario whose clients select for themselves (a self-contained entry point) may
+    list none (``nonempty=False``).
     """
     items = c.sequence(value, "policies", nonempty=nonempty)
-    registry = _registry(c, "testbed.policies", "POLICIES", "policies")
+    registry = system.policies
     names: list[str] = []
     for i, item in enumerate(items):
         if not isinstance(item, str) or item not in registry:
-            c.fail(f"policies[{i}]", f"one of the policies {', '.join(sorted(registry))}", item)
+            c.fail(f"policies[{i}]", f"one of the {system.name} policies "
+                                     f"{', '.join(sorted(registry))}", item)
         if item in names:
             c.fail(f"policies[{i}]", "a policy not listed before", item)
         names.append(item)

@@ -21,9 +21,6 @@ from typing import Any
 #: whose shortest compressed service time falls below it is refused.
 TIMING_FLOOR_S = 0.001
 
-#: The program that implements a tier's queueing server (``nodes/tier_server.py``).
-TIER_SERVER = "tier_server"
-
 ROLES = ("client", "server", "switch")
 RUNTIMES = ("process", "docker")
 SWITCHES = ("linuxbridge", "ovs")
@@ -32,7 +29,6 @@ LINK_ACTIONS = ("link_down", "link_up", "link_change")
 ACTIONS = NODE_ACTIONS + LINK_ACTIONS
 EXECUTORS = ("emulation", "sim")
 SHAPINGS = ("auto", "netem", "userspace")
-SERVICE_MODELS = ("hold", "compute")
 
 
 @dataclass(frozen=True)
@@ -175,11 +171,11 @@ class Topology:
 
 @dataclass(frozen=True)
 class Service:
-    """A program from the ``nodes`` package started on one node.
+    """A registered program started on one node.
 
-    For ``tier_server`` the loader guarantees ``params`` holds ``workers`` (int >= 1),
-    ``mu`` (float > 0, tasks per model-second per worker) and ``model``
-    (``hold`` | ``compute``), and that ``tier`` is set.
+    ``params`` were checked by the program's registered ``Config`` when the scenario
+    loaded. ``task_server`` is set for programs registered as task servers (clients
+    replay trace tasks onto them); the loader guarantees such a service has a ``tier``.
     """
 
     name: str
@@ -188,11 +184,7 @@ class Service:
     port: int = 8000
     tier: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    @property
-    def is_tier_server(self) -> bool:
-        """Whether this service is a queueing server that tasks can be placed on."""
-        return self.program == TIER_SERVER
+    task_server: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form with every field set."""
@@ -289,6 +281,7 @@ class Scenario:
     name: str
     topology: Topology
     services: tuple[Service, ...]
+    system: str
     workload: Workload
     policies: tuple[str, ...]
     duration: float
@@ -320,20 +313,20 @@ class Scenario:
         """The services placed on ``node``, in declaration order."""
         return tuple(s for s in self.services if s.node == node)
 
-    def tier_servers(self) -> tuple[Service, ...]:
-        """Every ``tier_server`` service, in declaration order."""
-        return tuple(s for s in self.services if s.is_tier_server)
+    def task_servers(self) -> tuple[Service, ...]:
+        """Every task-server service, in declaration order."""
+        return tuple(s for s in self.services if s.task_server)
 
     def servers_for(self, client: str | Node) -> tuple[Service, ...]:
-        """The tier servers ``client`` may place tasks on.
+        """The task servers ``client`` may place tasks on.
 
-        Those are the tier servers on non-client nodes plus the ones on the client's own
+        Those are the task servers on non-client nodes plus the ones on the client's own
         node (its local tier); another client's local server is not a candidate.
         """
         name = client.name if isinstance(client, Node) else client
         return tuple(
             s
-            for s in self.tier_servers()
+            for s in self.task_servers()
             if s.node == name or self.topology.node(s.node).role != "client"
         )
 
@@ -344,6 +337,7 @@ class Scenario:
         """
         return {
             "name": self.name,
+            "system": self.system,
             "description": self.description,
             "seed": self.seed,
             "topology": self.topology.to_dict(),

@@ -1,11 +1,12 @@
-"""The discrete-event executor: the scenario's tiers, links and polling in model time.
+"""The discrete-event simulators, pure (no Mininet, aiohttp, Docker or requests).
 
-:mod:`testbed.sim.engine` is the event loop (tier servers, network, state polling,
-events); :mod:`testbed.sim.executor` turns a scenario and its materialised trace into
-replays and trace rows (:func:`~testbed.sim.executor.run_sim`, used by
-``testbed run --executor sim``). ``docs/simulator.md`` documents the model.
+A system with a simulator registers its ``run_sim`` as ``System.simulate``:
+
+- :mod:`testbed.sim.tiers` is the tier-server engine (c FIFO servers per tier, links,
+  state polling, events) and :mod:`testbed.sim.tiers_replay` turns an offloading
+  scenario and its materialised trace into replays and trace rows;
+- :mod:`testbed.sim.person_search` is the person-search engine (Algorithm 1 over N
+  edge data servers).
+
+``docs/simulator.md`` documents the models.
 """
-
-from testbed.sim.executor import build_model, run_sim, simulate
-
-__all__ = ["build_model", "run_sim", "simulate"]

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.systems.offloading.driver import reset_tier_servers
 from tests.bench import Sandbox, percentile
 
 LINK_DELAY_MS = 1.0
@@ -177,7 +178,7 @@ class DispatchBench:
         trace = write_bench_trace(self.sandbox.workdir / f"trace-{tag}", n, rate)
         out = self.sandbox.workdir / f"out-{tag}.json"
         start_at = time.time() + START_LEAD_S
-        self.topo.reset_services(since=start_at)
+        reset_tier_servers(self.topo, since=start_at)
         if client == "dispatcher":
             config = {"run": self.sandbox.run_id, "client": "c1", "policy": "jsq",
                       "policy_seed": 1, "repetition": 0, "trace": str(trace),

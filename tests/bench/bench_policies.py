@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from testbed.policies import POLICIES, make_policy
 from testbed.policies.base import Decision, Policy, TaskInfo, View
-from testbed.sim.engine import Simulation
-from testbed.sim.executor import build_model
+from testbed.sim.tiers import Simulation
+from testbed.sim.tiers_replay import build_model
 from tests.bench.bench_sim import CAPACITY, RHO, bench_scenario, trace_for
 
 PAPER_HYBRID_MEAN_US = 7.4

@@ -35,8 +35,8 @@ from testbed.policies import make_policy
 from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.scenario.model import Scenario
-from testbed.sim.engine import OK
-from testbed.sim.executor import TIER_WINDOW_S, build_model, simulate
+from testbed.sim.tiers import OK
+from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, simulate
 from workloads import generate
 from workloads.trace import Task
 

@@ -41,7 +41,7 @@ import ciw
 
 from testbed.policies import make_policy
 from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
-from testbed.sim.engine import SimModel
+from testbed.sim.tiers import SimModel
 from workloads.trace import Task
 
 # Where a customer is in its life: the phase decides where it goes next.

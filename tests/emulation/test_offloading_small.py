@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments import claims, offloading
+from testbed.systems.offloading import claims
+from testbed.systems.offloading import experiment as offloading
 
 
 @pytest.mark.emulation

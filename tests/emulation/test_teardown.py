@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import executor
 from testbed.emulation.ledger import Entry, is_running, read_ledger
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
+from testbed.systems.offloading.driver import DispatchDriver
 
 pytestmark = pytest.mark.emulation
 PROJECT = Path(__file__).resolve().parents[2]
@@ -46,13 +46,13 @@ def _assert_gone(entries: list[Entry]) -> None:
 
 def test_success_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Entry] = []
-    real = executor.replay_policy
+    real = DispatchDriver.replay
 
-    def spy(topo, *args, **kwargs):
+    def spy(self, topo, *args, **kwargs):
         seen.extend(read_ledger(topo.infra.ledger.path)[1])
-        return real(topo, *args, **kwargs)
+        return real(self, topo, *args, **kwargs)
 
-    monkeypatch.setattr(executor, "replay_policy", spy)
+    monkeypatch.setattr(DispatchDriver, "replay", spy)
     scenario = load_scenario("continuum").with_overrides(duration=4, policies=["jsq"])
     run_scenario(scenario, out=tmp_path / "run", progress=lambda _l: None,
                  ledger_root=tmp_path / "ledgers")
@@ -63,11 +63,11 @@ def test_success_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_exception_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Entry] = []
 
-    def failing(topo, *args, **kwargs):
+    def failing(self, topo, *args, **kwargs):
         seen.extend(read_ledger(topo.infra.ledger.path)[1])
         raise RuntimeError("policy blew up")
 
-    monkeypatch.setattr(executor, "replay_policy", failing)
+    monkeypatch.setattr(DispatchDriver, "replay", failing)
     scenario = load_scenario("continuum").with_overrides(duration=4)
     with pytest.raises(RuntimeError, match="blew up"):
         run_scenario(scenario, out=tmp_path / "run", progress=lambda _l: None,

@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.experiments import claims, offloading
-from testbed.experiments.offloading import (
+from testbed.scenario import load_scenario
+from testbed.systems.offloading import claims
+from testbed.systems.offloading import experiment as offloading
+from testbed.systems.offloading.experiment import (
     SIZES,
     corrected,
     large_latency_share,
@@ -23,7 +25,6 @@ from testbed.experiments.offloading import (
     tier_shares_over_time,
     worst_wait,
 )
-from testbed.scenario import load_scenario
 
 
 def _frame(**columns) -> pd.DataFrame:

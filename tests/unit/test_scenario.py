@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,9 @@ def test_builtin_continuum_is_listed_and_loads() -> None:
     assert [n.name for n in s.clients()] == ["c1", "c2"]
     assert s.node("s1").is_switch and s.node("s1").runtime is None
     assert (s.node("edge").speed, s.node("cloud").speed, s.node("c1").speed) == (2.0, 1.5, 1.0)
-    workers = {sv.node: sv.params["workers"] for sv in s.tier_servers()}
+    workers = {sv.node: sv.params["workers"] for sv in s.task_servers()}
     assert workers == {"c1": 1, "c2": 1, "edge": 4, "cloud": 16}
-    assert {sv.tier for sv in s.tier_servers()} == {"local", "edge", "cloud"}
+    assert {sv.tier for sv in s.task_servers()} == {"local", "edge", "cloud"}
     cloud = s.topology.link("s1", "cloud")
     assert (cloud.delay_ms, cloud.jitter_ms, cloud.bw_mbit) == (20.0, 1.0, 100.0)
     assert s.topology.link("c1", "s1").delay_ms == 1.0
@@ -327,22 +328,41 @@ def test_link_changes_are_checked_in_time_order() -> None:
 # --- the generator contract ----------------------------------------------------------------
 
 
-def test_generator_without_hooks_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    import workloads
+class Plain:
+    """A generator with neither hook: any params, no timing check."""
 
-    monkeypatch.setitem(workloads.GENERATORS, "plain", object())
+    name = "plain"
+
+
+class Picky:
+    """A generator whose validation fails with something other than a ValueError."""
+
+    name = "picky"
+
+    def validate(self, params: dict[str, Any]) -> None:
+        raise KeyError("rate")
+
+
+@pytest.fixture
+def test_generators() -> Iterator[None]:
+    """A system registering the two generators above, removed after the test."""
+    from testbed.systems import System, register
+
+    remove = register(System(name="generator-tests", description="test generators",
+                             generators={"plain": f"{__name__}:Plain",
+                                         "picky": f"{__name__}:Picky"}))
+    yield
+    remove()
+
+
+@pytest.mark.usefixtures("test_generators")
+def test_generator_without_hooks_is_accepted() -> None:
     doc = minimal(workload={"generator": "plain", "params": {"anything": [1, "x"]}}, time_scale=1e9)
     assert scenario_from_dict(doc).workload.params == {"anything": [1, "x"]}
 
 
-def test_generator_errors_are_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import workloads
-
-    class Picky:
-        def validate(self, params: dict[str, Any]) -> None:
-            raise KeyError("rate")
-
-    monkeypatch.setitem(workloads.GENERATORS, "picky", Picky())
+@pytest.mark.usefixtures("test_generators")
+def test_generator_errors_are_wrapped() -> None:
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict(minimal(workload={"generator": "picky"}))
     assert err.value.path == "workload.params"

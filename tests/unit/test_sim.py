@@ -22,7 +22,7 @@ from testbed import cli, policies
 from testbed.policies.base import Decision, Policy, TaskInfo, View
 from testbed.runner import materialise
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.sim.executor import TIER_WINDOW_S, build_model, run_sim, simulate
+from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, run_sim, simulate
 from testbed.traces import rows_to_frame
 from workloads.trace import Task
 

@@ -23,7 +23,7 @@ import pytest
 
 from testbed.queueing import allen_cunneen_wait, mmc_wait, pareto_scv
 from testbed.scenario import scenario_from_dict
-from testbed.sim.executor import build_model, simulate
+from testbed.sim.tiers_replay import build_model, simulate
 from workloads.trace import Task
 
 WORKERS = 4

@@ -1,6 +1,6 @@
 """The claims document of the offloading experiments: Markdown and plots from metrics.
 
-:func:`write_report` turns what :func:`testbed.experiments.offloading.run_experiment`
+:func:`write_report` turns what :func:`testbed.systems.offloading.experiment.run_experiment`
 returns (also stored as ``metrics.json`` next to the runs) into ``README.md`` and PNG
 plots in a tracked folder. Every number in the document comes from those metrics; each
 of the paper's seven claims gets its statement, our numbers per executor and a verdict
@@ -19,7 +19,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from testbed.experiments.offloading import (
+from testbed.systems.offloading.experiment import (
     ALL_POLICIES,
     ESTIMATORS,
     RECOVERY_TOLERANCE,

@@ -24,7 +24,7 @@ from typing import Any
 
 from testbed.policies import make_policy
 from testbed.scenario.model import Scenario
-from testbed.sim.engine import (
+from testbed.sim.tiers import (
     OK,
     OUTCOME_NAMES,
     Results,
@@ -54,7 +54,7 @@ def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
     links = tuple(SimLink(lk.name, lk.a, lk.b, lk.delay_ms, lk.jitter_ms, lk.loss_pct)
                   for lk in topology.links)
     link_index = {lk.name: j for j, lk in enumerate(topology.links)}
-    services = scenario.tier_servers()
+    services = scenario.task_servers()
     servers = []
     for svc in services:
         node = topology.node(svc.node)

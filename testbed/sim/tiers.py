@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
-from testbed.dispatch import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
+from testbed.policies.base import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
 from testbed.errors import TestbedError
 from testbed.policies.base import (
     Backlog,
@@ -111,7 +111,7 @@ class SimRoute:
 
 @dataclass(frozen=True)
 class SimModel:
-    """Everything fixed about a simulated scenario; built by :mod:`testbed.sim.executor`.
+    """Everything fixed about a simulated scenario; built by :mod:`testbed.sim.tiers_replay`.
 
     ``client_routes[k]`` lists the routes (candidate targets) of client ``k`` in the
     order the scenario declares the services. ``time_scale`` converts the wall-clock

@@ -106,7 +106,7 @@ SIZES: dict[str, Size] = {
 def capacity(scenario: Scenario) -> float:
     """Work all tier servers can do per model second (speed-1 seconds): ``sum c * speed``."""
     return sum(int(s.params["workers"]) * scenario.node(s.node).speed
-               for s in scenario.tier_servers())
+               for s in scenario.task_servers())
 
 
 def offered_load(scenario: Scenario) -> float:
@@ -183,7 +183,7 @@ def plan(size: Size) -> list[Point]:
 
 def _edge_workers(scenario: Scenario) -> int:
     """Total workers of the scenario's edge tier."""
-    return sum(int(s.params["workers"]) for s in scenario.tier_servers() if s.tier == "edge")
+    return sum(int(s.params["workers"]) for s in scenario.task_servers() if s.tier == "edge")
 
 
 # --- metrics -----------------------------------------------------------------------------
@@ -376,7 +376,7 @@ def path_rtts(scenario: Scenario) -> dict[str, tuple[float, list[float]]]:
     """Per tier server: configured round trip (s) from the first client and its link delays."""
     client = scenario.clients()[0].name
     out = {}
-    for svc in scenario.tier_servers():
+    for svc in scenario.task_servers():
         if svc.node == client or scenario.node(svc.node).role != "client":
             delays = [lk.delay_ms for lk in scenario.topology.path(client, svc.node)]
             out[svc.tier or svc.name] = (2.0 * sum(delays) / 1000.0, delays)
@@ -434,7 +434,7 @@ def run_point(point: Point, executor: str, folder: Path, progress: Progress) -> 
 def penalty_sweep(size: Size, folder: Path, progress: Progress) -> list[dict[str, Any]]:
     """``hybrid`` with each factor of ``PENALTY_SWEEP`` in simulation at the penalty load."""
     from testbed.runner import materialise
-    from testbed.sim.executor import build_model, policy_seed, results_to_rows, simulate
+    from testbed.sim.tiers_replay import build_model, policy_seed, results_to_rows, simulate
     from testbed.traces import rows_to_frame
     from workloads.trace import read_trace
 
@@ -477,7 +477,7 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     """Run every experiment at ``size_name`` with ``executors``; returns all metrics.
 
     Run folders go to ``out/<executor>/<scenario name>``; the metrics are also written to
-    ``out/metrics.json`` (what :func:`testbed.experiments.claims.write_report` reads).
+    ``out/metrics.json`` (what :func:`testbed.systems.offloading.claims.write_report` reads).
     """
     from testbed.runner import machine_details
 
@@ -547,3 +547,17 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     return result
 
+
+
+def run(size: str, out: Path, progress: Progress, executors: Sequence[str]) -> Path:
+    """``testbed experiment offloading``: every experiment into ``out`` (metrics.json)."""
+    run_experiment(size, executors, out, progress)
+    return out
+
+
+def report(out: Path, report_dir: Path, command: str, executors: Sequence[str]) -> list[Path]:
+    """The claims report of the metrics in ``out``, written into ``report_dir``."""
+    from testbed.systems.offloading.claims import write_report
+
+    del executors  # the metrics record which executors ran
+    return [write_report(json.loads((out / "metrics.json").read_text()), report_dir, command)]

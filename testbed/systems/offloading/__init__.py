@@ -1,0 +1,54 @@
+"""Queue-aware offloading (seed 002): clients place tasks on local, edge and cloud tiers.
+
+The tier-server path: ``nodes/tier_server.py`` (the queueing servers), the in-host
+dispatcher (:mod:`testbed.dispatch`), the placement policies (:mod:`testbed.policies`),
+the tier simulator (:mod:`testbed.sim.tiers`), the emulation driver
+(:mod:`testbed.systems.offloading.driver`) and the paper experiments
+(:mod:`testbed.systems.offloading.experiment`, :mod:`testbed.systems.offloading.claims`).
+"""
+
+from collections.abc import Iterator, Mapping
+
+from testbed.policies import POLICIES
+from testbed.systems import Experiment, Program, System
+
+
+class _PolicyLines(Mapping[str, str]):
+    """The placement policies of :data:`testbed.policies.POLICIES`, live, each with the
+    first line of its class docstring (a policy added there is registered here too)."""
+
+    def __getitem__(self, name: str) -> str:
+        doc = (POLICIES[name].__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(POLICIES)
+
+    def __len__(self) -> int:
+        return len(POLICIES)
+
+
+SYSTEM = System(
+    name="offloading",
+    description="queue-aware offloading over local, edge and cloud tiers (seed 002)",
+    programs=(
+        Program("tier_server", "nodes.tier_server",
+                "a tier's c-server FIFO queue that clients offload tasks to",
+                config="testbed.systems.offloading.params:tier_server_params",
+                context=("speed", "time_scale"), task_server=True),
+    ),
+    generators={"bursty-pareto": "workloads.bursty_pareto:BurstyPareto"},
+    policies=_PolicyLines(),
+    emulate="testbed.systems.offloading.driver:make_driver",
+    simulate="testbed.sim.tiers_replay:run_sim",
+    experiments=(
+        Experiment("offloading",
+                   "load sweep, bursts and edge capacity on both executors, and the claims "
+                   "report",
+                   run="testbed.systems.offloading.experiment:run",
+                   report="testbed.systems.offloading.experiment:report",
+                   sizes=("small", "medium", "full"), executors=("sim", "emulation"),
+                   report_dir="docs/results/offloading"),
+    ),
+    preload=("nodes.tier_server", "testbed.dispatch", "testbed.policies"),
+)

@@ -1,0 +1,49 @@
+"""Context-based person search (seed 001): a coordinator searches N edge data servers.
+
+The priority P_i = Tc_i (k_i + 1) / (E_i + w V_i) against random and load-balance
+selection, in the discrete-event simulator and over real HTTP to emulated edge servers.
+
+The system's parts, by layer: the services ``nodes/person_search/`` (edge data server,
+coordinator); the generator ``workloads/person_search.py`` (world, trace, ground truth);
+here, the pure model (:mod:`.model`: Eq. 1, Algorithm 1, the response model), the
+policies (:mod:`.policies`), what a scenario deploys (:mod:`.deployment`), the scenario
+builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the experiments
+(:mod:`.experiment`, :mod:`.experiment_sim`, :mod:`.experiment_emulation`) and their
+reports (:mod:`.report`); the simulator is :mod:`testbed.sim.person_search`.
+
+Everything is named by import path: importing this package imports nothing heavy.
+"""
+
+from testbed.systems import Experiment, Program, System
+
+SYSTEM = System(
+    name="person-search",
+    description="context-based person search over edge data servers (seed 001)",
+    programs=(
+        Program("person_search.coordinator", "nodes.person_search.coordinator",
+                "runs every search of a request against the edge servers (Algorithm 1)",
+                self_contained=True),
+        Program("person_search.edge_server", "nodes.person_search.edge_server",
+                "an edge data server answering analyses after the paper's response model",
+                context=("time_scale",)),
+    ),
+    generators={"person-search": "workloads.person_search:PersonSearch"},
+    policies={
+        "priority": "the item with the smallest P_i = Tc_i (k_i + 1) / (E_i + w V_i) (Eq. 1)",
+        "random": "a uniformly random unanalysed item at the required time T_R",
+        "load-balance": "the unanalysed T_R item on the server running the fewest analyses",
+    },
+    builders={"person-search": "testbed.systems.person_search.builders:person_search_line"},
+    emulate="testbed.systems.person_search.driver:make_driver",
+    simulate="testbed.sim.person_search:run_sim",
+    experiments=(
+        Experiment("person-search",
+                   "the simulator's Fig. 3, Fig. 4 and 2-D grid (sim), and the same searches "
+                   "over real HTTP beside their simulated twins (emulation)",
+                   run="testbed.systems.person_search.experiment:run",
+                   report="testbed.systems.person_search.experiment:report",
+                   sizes=("small", "full"), executors=("sim", "emulation"),
+                   report_dir="docs/results/person-search"),
+    ),
+    preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
+)
