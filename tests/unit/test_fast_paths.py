@@ -28,8 +28,8 @@ from testbed.policies.jsq import least_loaded
 from testbed.policies.queue_aware import QueueAwarePolicy
 from testbed.policies.random_policy import serving_targets
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.sim.engine import Simulation
-from testbed.sim.executor import build_model
+from testbed.sim.tiers import Simulation
+from testbed.sim.tiers_replay import build_model
 from workloads import generate
 
 ESTIMATING = ("model-only", "queue-only", "hybrid", "hybrid-global-rate", "hybrid-fixed-beta")
