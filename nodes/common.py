@@ -8,13 +8,19 @@
   are refused so a typo never passes silently.
 * :func:`sleep_until` waits for a loop-clock deadline to within tens of microseconds,
   which plain :func:`asyncio.sleep` (millisecond-granular ``epoll``) does not.
+* Routes are declared once, as a table of :class:`Route` (method, path, handler and
+  the endpoint's OpenAPI operation): :func:`add_routes` builds the router from it and
+  serves the OpenAPI document generated from the same table at ``GET /openapi.json``.
 * :func:`serve` runs an app until SIGTERM/SIGINT and then shuts it down gracefully,
   logging exactly one ``listening on host:port`` line (with the real port when 0 was
   asked for, so a parent process can read it); :func:`free_port` finds a port to bind.
+* :func:`run_service` is every service's ``main``: ``--host``/``--port``, the options of
+  the service's parameter dataclass (:mod:`nodes.config`), logging, the app, serving.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -22,11 +28,13 @@ import math
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import web
+
+from nodes.config import CannotStart, add_options, fields_of, params_from_args
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
@@ -93,6 +101,77 @@ async def json_errors(
 def make_base_app() -> web.Application:
     """An application with JSON errors and the body-size limit every service uses."""
     return web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
+
+
+# ------------------------------------------------------------------------ routes
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of a service: ``method`` on ``path`` is served by ``handler``; what
+    it does is ``summary``, and ``operation`` holds the rest of its OpenAPI operation
+    object (request body, responses, security). A service lists its routes once;
+    :func:`add_routes` makes the router, and the OpenAPI document when it has one,
+    from that list."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    operation: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The path of a service's OpenAPI document.
+OPENAPI_PATH = "/openapi.json"
+#: The document a service serves, kept on its application (tests compare it with the
+#: router).
+OPENAPI_KEY = web.AppKey("openapi", dict)
+_OPENAPI_OPERATION = {
+    "responses": {"200": {"description": "success",
+                          "content": {"application/json": {"schema": {"type": "object"}}}}},
+}
+
+
+def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
+                     components: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.0 document of ``routes``: one path item per path, one operation
+    per method, in the order of the table."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        operation = {"summary": route.summary, **route.operation}
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    document: dict[str, Any] = {"openapi": "3.0.3", "info": dict(info), "paths": paths}
+    if components is not None:
+        document["components"] = dict(components)
+    return document
+
+
+def add_routes(app: web.Application, routes: Iterable[Route],
+               info: Mapping[str, Any] | None = None,
+               components: Mapping[str, Any] | None = None) -> None:
+    """Register ``routes`` on ``app``. With ``info`` (the document's ``info`` object:
+    title, version, description) also serve their OpenAPI document at ``GET
+    /openapi.json``, which describes itself too; the document is ``app[OPENAPI_KEY]``."""
+    table = list(routes)
+    document: dict[str, Any] = {}
+
+    async def handle_openapi(request: web.Request) -> web.Response:
+        """``GET /openapi.json``."""
+        return web.json_response(document)
+
+    if info is not None:
+        table.append(Route("GET", OPENAPI_PATH, handle_openapi, "this description",
+                           _OPENAPI_OPERATION))
+    for route in table:
+        if route.method == "GET":  # with HEAD, as aiohttp's add_get does
+            app.router.add_get(route.path, route.handler)
+        else:
+            app.router.add_route(route.method, route.path, route.handler)
+    if info is not None:
+        document.update(openapi_document(info, table, components))
+        app[OPENAPI_KEY] = document
 
 
 # ---------------------------------------------------------------- body validation
@@ -276,3 +355,83 @@ def serve(app: web.Application, host: str, port: int, *, logger: logging.Logger 
           backlog: int = 128) -> None:
     """Blocking form of :func:`serve_async`, for a service's ``main``."""
     asyncio.run(serve_async(app, host, port, logger=logger, backlog=backlog))
+
+
+# ------------------------------------------------------------------------ running
+
+
+class Address(NamedTuple):
+    """Where a service listens (``--host``, ``--port``)."""
+
+    host: str
+    port: int
+
+    def reachable_host(self, advertised: str | None = None) -> str:
+        """The host others use to reach the service: ``advertised`` when given, else
+        the listening host (127.0.0.1 for the wildcard 0.0.0.0)."""
+        if advertised:
+            return advertised
+        return "127.0.0.1" if self.host == "0.0.0.0" else self.host
+
+    def url(self, advertised: str | None = None) -> str:
+        """``http://<reachable host>:<port>``."""
+        return f"http://{self.reachable_host(advertised)}:{self.port}"
+
+
+P = TypeVar("P")
+
+
+def _port(text: str) -> int:
+    """An argparse ``type``: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 65535], found {text!r}")
+    return value
+
+
+def run_service(
+    config_cls: type[P],
+    make_app_from_config: Callable[[P, Address], web.Application],
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str,
+    description: str,
+    port: int,
+    logger: logging.Logger,
+    server: Callable[..., None] = serve,
+    pick_free_port: bool = False,
+) -> int:
+    """Every service's ``main``: parse ``--host`` (default 0.0.0.0), ``--port`` (default
+    ``port``) and the options of ``config_cls``; configure logging; build the app with
+    ``make_app_from_config(params, address)``; serve it with ``server`` (:func:`serve`,
+    or a variant such as person search's larger backlog) until SIGTERM/SIGINT.
+
+    A bad option exits with status 2 naming it. A service that must know its own port
+    before it listens (it advertises its URL) sets ``pick_free_port``: ``--port 0`` then
+    means a free port chosen before the app is built. When the factory raises
+    :class:`~nodes.config.CannotStart`, the runner logs ``refusing to start: <reason>``
+    and returns 1; otherwise it returns 0 after a graceful stop.
+    """
+    clash = {f.name for f in fields_of(config_cls)} & {"host", "port"}
+    if clash:
+        raise TypeError(f"{config_cls.__name__}: {min(clash)} is the runner's option")
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on "
+                        "(default: 0.0.0.0)")
+    parser.add_argument("--port", type=_port, default=port,
+                        help=f"port to listen on, 0 for any free one (default: {port})")
+    add_options(parser, config_cls)
+    args = parser.parse_args(argv)
+    params = params_from_args(config_cls, args, parser)
+    address = Address(args.host, (args.port or free_port()) if pick_free_port else args.port)
+    configure_logging()
+    try:
+        app = make_app_from_config(params, address)
+    except CannotStart as exc:
+        logger.error("refusing to start: %s", exc)
+        return 1
+    server(app, address.host, address.port, logger=logger)
+    return 0

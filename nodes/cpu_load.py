@@ -8,10 +8,21 @@ work on a shared edge device would. Used by the ``load`` scenario event.
 
 from __future__ import annotations
 
-import argparse
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nodes.config import option, parse_argv
 
 PERIOD_S = 0.010
+
+
+@dataclass(frozen=True)
+class CpuLoadParams:
+    """``python -m nodes.cpu_load`` (no aiohttp: this module is its own config module)."""
+
+    duty: float = option(required=True, gt=0, hi=1, help="share of one core to burn")
+    seconds: float | None = option(gt=0, help="stop after this long (default: at SIGTERM)")
 
 
 def burn(duty: float, seconds: float | None) -> None:
@@ -27,15 +38,11 @@ def burn(duty: float, seconds: float | None) -> None:
             time.sleep(rest)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duty", type=float, required=True,
-                        help="share of one core to burn, in (0, 1]")
-    parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
-    args = parser.parse_args(argv)
-    if not 0 < args.duty <= 1:
-        parser.error(f"--duty: expected a number in (0, 1], found {args.duty}")
-    burn(args.duty, args.seconds)
+def main(argv: Sequence[str] | None = None) -> None:
+    """Burn the duty cycle of the command line."""
+    params = parse_argv(CpuLoadParams, argv, "python -m nodes.cpu_load",
+                        __doc__.splitlines()[0])
+    burn(params.duty, params.seconds)
 
 
 if __name__ == "__main__":

@@ -27,33 +27,32 @@ Run it as ``python -m nodes.tier_server --host H --port P --workers C --speed S
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import heapq
 import itertools
 import logging
-import math
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from nodes.common import (
+    Address,
+    Route,
+    add_routes,
     client_error,
-    configure_logging,
     int_field,
     make_base_app,
     positive_number_field,
     read_json_object,
-    serve,
+    run_service,
     sleep_until,
     str_field,
 )
-
-MODELS = ("hold", "compute")
+from nodes.tier_server_config import MODELS, TierServerParams
 
 _log = logging.getLogger("nodes.tier_server")
 
@@ -337,49 +336,29 @@ def make_app(
         raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
     tier = TierServer(workers, speed, time_scale, mu, window_s, model)
     app = make_base_app()
-    app.router.add_post("/task", tier.handle_task)
-    app.router.add_get("/state", tier.handle_state)
-    app.router.add_get("/health", tier.handle_health)
-    app.router.add_post("/reset", tier.handle_reset)
-    app.router.add_post("/admin/workers", tier.handle_workers)
+    add_routes(app, [
+        Route("POST", "/task", tier.handle_task, "serve one task"),
+        Route("GET", "/state", tier.handle_state,
+              "what a client may observe (?detail=1 adds the backlog, for an oracle)"),
+        Route("GET", "/health", tier.handle_health, "liveness and the number of workers"),
+        Route("POST", "/reset", tier.handle_reset, "clear the counters between repetitions"),
+        Route("POST", "/admin/workers", tier.handle_workers,
+              "let only n workers serve (fault events)"),
+    ])
     app.on_cleanup.append(tier.close)
     return app
 
 
-def _bounded(kind: Callable[[str], float], low: float, strict: bool) -> Callable[[str], float]:
-    """An argparse ``type``: a finite ``kind`` value > ``low`` (>= when not ``strict``)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
-        if not math.isfinite(value) or value < low or (strict and value == low):
-            sign = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(f"expected a value {sign} {low}, found {text!r}")
-        return value
-
-    return parse
+def app_from_params(params: TierServerParams, address: Address) -> web.Application:
+    """The tier server of a command line."""
+    return make_app(params.workers, params.speed, params.time_scale, params.mu,
+                    params.window_s, params.model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.tier_server", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=_bounded(int, 0, strict=False), default=8000)
-    parser.add_argument("--workers", type=_bounded(int, 1, strict=False), required=True)
-    parser.add_argument("--speed", type=_bounded(float, 0, strict=True), required=True)
-    parser.add_argument("--time-scale", type=_bounded(float, 1, strict=False), required=True)
-    parser.add_argument("--mu", type=_bounded(float, 0, strict=True), required=True)
-    parser.add_argument("--window-s", type=_bounded(float, 0, strict=True), default=10.0)
-    parser.add_argument("--model", choices=MODELS, default="hold")
-    args = parser.parse_args(argv)
-    configure_logging()
-    app = make_app(args.workers, args.speed, args.time_scale, args.mu, args.window_s, args.model)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the tier server of the command line until SIGTERM/SIGINT."""
+    return run_service(TierServerParams, app_from_params, argv, prog="python -m nodes.tier_server",
+                       description=__doc__.splitlines()[0], port=8000, logger=_log)
 
 
 if __name__ == "__main__":

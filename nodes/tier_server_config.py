@@ -1,0 +1,34 @@
+"""The tier server's parameters (:mod:`nodes.tier_server`), importable without aiohttp.
+
+The scenario loader checks a ``tier_server`` service's ``params`` against
+:class:`TierServerParams`; ``speed`` and ``time_scale`` are not the scenario's to give
+there: the executor passes the node's speed and the scenario's time compression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodes.config import option
+
+#: How a task holds its worker: a timed wait, or a thread burning one CPU.
+MODELS = ("hold", "compute")
+#: The most workers one tier server may have.
+MAX_WORKERS = 4_096
+
+
+@dataclass(frozen=True)
+class TierServerParams:
+    """``python -m nodes.tier_server`` (see ``docs/services.md``)."""
+
+    workers: int = option(required=True, lo=1, hi=MAX_WORKERS,
+                          help="workers; one FIFO queue feeds them")
+    speed: float = option(required=True, gt=0,
+                          help="speed factor: a task of size x model seconds needs x / S")
+    time_scale: float = option(required=True, lo=1,
+                               help="model-time compression: service times are divided by it")
+    mu: float = option(required=True, gt=0,
+                       help="nominal per-worker service rate, reported as mu * speed")
+    window_s: float = option(10.0, gt=0, help="arrival-rate window, wall seconds")
+    model: str = option("hold", choices=MODELS,
+                        help="hold: a timed wait; compute: a thread busy-loops one CPU")
