@@ -68,7 +68,6 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from nodes.armada.client import PeerError, call_json, error_of
 from nodes.common import (
     Field,
     client_error,
@@ -78,16 +77,16 @@ from nodes.common import (
     make_base_app,
     positive_number_field,
 )
+from nodes.http import PeerError, call_json, error_of
 from nodes.person_search import read_large_json_object, serve
 from nodes.person_search.openapi import add_openapi, coordinator_spec
-from testbed.person_search import (
-    SEARCH_POLICIES,
+from testbed.systems.person_search.model import (
+    ACCOUNTINGS,
     PriorityParams,
     Search,
     compensation_factor,
-    make_search_policy,
 )
-from testbed.person_search_sim import ACCOUNTINGS
+from testbed.systems.person_search.policies import SEARCH_POLICIES, make_search_policy
 from workloads.person_search import LAYOUTS, MAX_SLOTS, MAX_TARGETS, Items, Layout
 
 _log = logging.getLogger("nodes.person_search.coordinator")

@@ -66,7 +66,7 @@ from nodes.common import (
 )
 from nodes.person_search import read_large_json_object, serve
 from nodes.person_search.openapi import add_openapi, edge_server_spec
-from testbed.person_search import SHARING_MODES, AnalysisServer
+from testbed.systems.person_search.model import SHARING_MODES, AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
 _log = logging.getLogger("nodes.person_search.edge_server")

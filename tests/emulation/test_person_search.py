@@ -1,11 +1,14 @@
-"""Person search in emulation at its small size: real HTTP between a coordinator and ten
-edge data servers over shaped links, beside the simulator on the same worlds.
+"""Person search in emulation: real HTTP between a coordinator and ten edge data servers
+over shaped links, beside the simulator on the same worlds.
 
-The experiment runs once (fixture); the tests check what it must show: every search
-ends on the item that really holds its target, the random policy (whose choices do not
-depend on timing) analyses exactly the items the simulator does, the emulated totals
-stay near the simulated ones, the servers keep the paper's response rule, and the
-traces and the report are complete.
+Two runs, one fixture each. The built-in scenario through ``run_scenario`` (the generic
+``testbed run`` path with the system's driver) must write the standard results folder,
+end every search on the item that really holds its target and stay near its simulated
+twin. The experiment at its small size (both movements, each point a ``testbed run`` in
+emulation and one in the simulator) must show that the random policy (whose choices do
+not depend on timing) analyses exactly the items the simulator does, that the emulated
+totals stay near the simulated ones, that the servers keep the paper's response rule,
+and that its traces and report are complete.
 """
 
 from __future__ import annotations
@@ -15,22 +18,57 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.person_search import SIZES, run_person_search, write_emulation_report
+from testbed.pytest_plugin import ScenarioRun
+from testbed.systems.person_search.builders import edge_name
+from testbed.systems.person_search.experiment_emulation import (
+    RESULT_NAME,
+    SIZES,
+    point_name,
+    run_emulation,
+)
+from testbed.systems.person_search.report import write_emulation_report
 from testbed.traces import read_traces
+from workloads.person_search import read_ground_truth
 
 pytestmark = pytest.mark.emulation
 PLAN = SIZES["small"]
+POLICIES = ("priority", "random", "load-balance")
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_person_search("small", tmp_path_factory.mktemp("search") / "run",
-                             progress=lambda _line: None)
+    return run_emulation("small", tmp_path_factory.mktemp("search") / "run",
+                         progress=lambda _line: None)
 
 
 def _results(out: Path) -> list[dict]:
-    table = json.loads((out / "person_search.json").read_text())
+    table = json.loads((out / RESULT_NAME).read_text())
     return [r for p in table["points"] for r in p["results"]]
+
+
+def test_builtin_scenario_runs_through_the_generic_path(run_scenario) -> None:
+    run: ScenarioRun = run_scenario("person-search")
+    folder = run.folder
+    for name in ("metadata.json", "summary.json", "traces.parquet", "traces.csv",
+                 "trace/person_search.json", *(f"cdf_{p}.png" for p in POLICIES)):
+        assert (folder / name).exists(), name
+    meta = run.metadata
+    assert meta["executor"] == "emulation" and meta["teardown_errors"] == []
+    assert meta["shaping_backend"] in ("netem", "userspace")
+    world = read_ground_truth(folder / "trace")
+    df = run.traces
+    assert len(df) == world.targets * len(POLICIES)
+    assert set(run.summary["policies"]) == set(POLICIES)
+    for policy in POLICIES:
+        rows = df[df.policy == policy].sort_values("task_id")
+        assert list(rows["item"].astype(int)) == \
+            [world.required_item(k) for k in range(world.targets)]
+        assert list(rows["target"]) == \
+            [edge_name(int(world.holder[k, world.slots])) for k in range(world.targets)]
+        assert (rows["latency_s"] > 0).all() and (rows["network_s"] > 0).all()
+    replays = {r["policy"]: r for r in meta["system"]["replays"]}
+    assert all(r["all_found"] for r in replays.values())
+    assert replays["random"]["total_analyses"] == int((df[df.policy == "random"].step + 1).sum())
 
 
 def test_every_search_finds_the_item_holding_its_target(searched: Path) -> None:
@@ -64,14 +102,18 @@ def test_servers_keep_the_papers_response_rule(searched: Path) -> None:
 
 def test_traces_have_one_row_per_search_and_the_report_compares(searched: Path,
                                                                  tmp_path: Path) -> None:
-    run = searched / f"n{PLAN.servers[0]:03d}"
-    df = read_traces(run)
-    assert len(df) == PLAN.targets * len(PLAN.movements) * len(PLAN.policies)
-    assert set(df["kind"]) == {"search"}
-    assert (df["latency_s"] > 0).all()
-    meta = json.loads((run / "metadata.json").read_text())
-    assert meta["executor"] == "emulation" and meta["teardown_errors"] == []
-    assert (run / "trace-normal" / "person_search.json").exists()
+    for movement in PLAN.movements:
+        point = searched / point_name(PLAN.servers[0], movement)
+        for executor in ("emulation", "sim"):
+            df = read_traces(point / executor)
+            assert len(df) == PLAN.targets * len(PLAN.policies)
+            assert set(df["kind"]) == {"search"}
+            assert (df["latency_s"] > 0).all()
+            meta = json.loads((point / executor / "metadata.json").read_text())
+            assert meta["executor"] == executor
+            assert (point / executor / "trace" / "person_search.json").exists()
+        meta = json.loads((point / "emulation" / "metadata.json").read_text())
+        assert meta["teardown_errors"] == []
     report = write_emulation_report(searched, tmp_path / "emulation.md", "test")
     text = report.read_text()
     assert "| 10 | normal | priority |" in text and "| 10 | straight | random |" in text

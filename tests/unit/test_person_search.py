@@ -12,21 +12,23 @@ import pytest
 
 import workloads
 from testbed.errors import TestbedError
-from testbed.person_search import (
+from testbed.systems.person_search.model import (
     AnalysisServer,
-    LoadBalancePolicy,
     PriorityParams,
-    PriorityPolicy,
-    RandomPolicy,
     Search,
     compensation_factor,
     effective_candidates,
-    make_search_policy,
     priority_loop,
     priority_matrix,
     select,
     select_loop,
     sigma_of,
+)
+from testbed.systems.person_search.policies import (
+    LoadBalancePolicy,
+    PriorityPolicy,
+    RandomPolicy,
+    make_search_policy,
 )
 from workloads.person_search import (
     TRUTH_NAME,

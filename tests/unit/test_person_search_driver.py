@@ -1,21 +1,29 @@
-"""The person-search emulation driver's pure parts: the generated scenario, how the
-ground truth is split among the edge servers, trace rows and the report's reductions."""
+"""The person-search emulation driver's pure parts: the built scenario, how the ground
+truth is split among the edge servers, trace rows and the report's reductions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from testbed.experiments.person_search import (
-    SIZES,
-    edge_name,
-    overheads,
-    reductions,
-    run_rows,
-    search_scenario,
-    world_truths,
-)
+from testbed.scenario import Scenario
+from testbed.scenario.loader import scenario_from_dict
+from testbed.systems.person_search.builders import edge_name
+from testbed.systems.person_search.driver import overheads, run_rows, world_truths
+from testbed.systems.person_search.experiment_emulation import SIZES
+from testbed.systems.person_search.report import reductions
 from testbed.traces import rows_to_frame
 from workloads.person_search import build_world
+
+
+def search_scenario(servers: int, targets: int = 1000, movement: str = "normal",
+                    time_scale: float = 500.0, seed: int = 0) -> Scenario:
+    """The ``person-search`` builder's scenario, loaded as a scenario file would be."""
+    params: dict[str, Any] = {"servers": servers, "targets": targets, "movement": movement,
+                              "time_scale": time_scale, "seed": seed}
+    return scenario_from_dict({"name": "person-search",
+                               "build": {"builder": "person-search", "params": params}})
 
 
 @pytest.mark.parametrize("servers", [10, 50])
@@ -65,9 +73,11 @@ def test_rows_split_a_search_into_network_and_service_time() -> None:
                             "response_model_s": 50.0, "found_item": 9}],
               "analyses": [_analysis(0, 1, 1, t0 + 0.12, t0 + 0.13, t0 + 0.23, t0 + 0.25),
                            _analysis(0, 0, 2, t0, t0 + 0.01, t0 + 0.11, t0 + 0.12, k=3)]}
-    rows = run_rows(result, "r", "random", 0, t0, 200.0, 10.0)
+    names = [edge_name(s) for s in range(3)]
+    rows = run_rows(result, "r", "random", 0, t0, 200.0, 10.0, "cloud", names)
     (row,) = rows
     assert row["target"] == edge_name(1) and row["step"] == 1 and row["item"] == "9"
+    assert row["client"] == "cloud"
     assert row["queue_at_arrival"] == 3
     assert row["network_s"] == pytest.approx(200.0 * (0.02 + 0.03))
     assert row["service_s"] == pytest.approx(50.0 - 10.0)

@@ -14,21 +14,17 @@ import numpy as np
 import pytest
 
 from testbed.errors import TestbedError
-from testbed.experiments.person_search_report import (
-    REPORT_READINGS,
-    RESULT_NAME,
-    run_simulation,
-    write_simulation_report,
-)
-from testbed.person_search_sim import (
+from testbed.sim.person_search import isolated_analyses, run_stats, simulate
+from testbed.systems.person_search.experiment_sim import (
     FIG3_POLICIES,
     GRID_READINGS,
+    REPORT_READINGS,
+    RESULT_NAME,
     Reading,
     grid_table,
-    isolated_analyses,
-    run_stats,
-    simulate,
+    run_simulation,
 )
+from testbed.systems.person_search.report import write_simulation_report
 from workloads.person_search import Layout, SearchWorld, build_world
 
 
@@ -195,9 +191,21 @@ def test_unknown_size(tmp_path: Path) -> None:
         run_simulation(tmp_path, "medium")
 
 
-def test_module_is_pure() -> None:
-    code = ("import sys, testbed.experiments.person_search_report as m; "
-            "bad = [k for k in ('mininet', 'aiohttp', 'docker', 'matplotlib') "
+PURE_MODULES = ("testbed.systems.person_search", "testbed.systems.person_search.model",
+                "testbed.systems.person_search.policies",
+                "testbed.systems.person_search.builders",
+                "testbed.systems.person_search.deployment",
+                "testbed.systems.person_search.driver",
+                "testbed.systems.person_search.experiment",
+                "testbed.systems.person_search.experiment_sim",
+                "testbed.systems.person_search.experiment_emulation",
+                "testbed.systems.person_search.report", "testbed.sim.person_search")
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_module_is_pure(module: str) -> None:
+    code = (f"import sys, {module}; "
+            "bad = [k for k in ('mininet', 'aiohttp', 'docker', 'requests', 'matplotlib') "
             "if k in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)

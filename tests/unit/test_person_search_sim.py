@@ -1,4 +1,4 @@
-"""Tests of the person-search discrete-event executor (``testbed.person_search_sim``).
+"""Tests of the person-search discrete-event executor (``testbed.sim.person_search``).
 
 Tiny hand-built worlds (static targets on a 3-server line) whose schedules are worked
 out by hand, plus small generated worlds for the invariants; every run is well under a
@@ -12,16 +12,14 @@ import math
 import numpy as np
 import pytest
 
-from testbed.person_search import PriorityParams
-from testbed.person_search_sim import (
-    FIG3_POLICIES,
+from testbed.sim.person_search import (
     analysis_rows,
-    fig3_table,
-    fig4_table,
     policy_seed_for,
     request_rows,
     simulate,
 )
+from testbed.systems.person_search.experiment_sim import FIG3_POLICIES, fig3_table, fig4_table
+from testbed.systems.person_search.model import PriorityParams
 from testbed.traces import rows_to_frame
 from workloads.person_search import Layout, SearchWorld, build_world
 

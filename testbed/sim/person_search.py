@@ -1,14 +1,17 @@
 """Discrete-event executor of context-based person search (pure Python + numpy, no network).
 
 :func:`simulate` runs every search of a ``person-search`` world concurrently against its
-``N`` edge servers in model time and returns a :class:`SearchRun`; :func:`fig3_table` and
-:func:`fig4_table` are the paper's two experiments on top of it, :func:`grid_table` the
-2-D grid against the 1-D line with Eq. 7-8's compensation. :func:`run_stats` breaks a
-run's analyses down (before ``T_R`` or at it, with or without the target) and
+``N`` edge servers in model time and returns a :class:`SearchRun`; :func:`run_sim` is
+``testbed run --executor sim`` for a person-search scenario (the materialised trace and
+its ground truth in, trace rows out, every policy and repetition). :func:`run_stats`
+breaks a run's analyses down (before ``T_R`` or at it, with or without the target) and
 :func:`isolated_analyses` runs each search alone on idle servers. The pieces it drives
-(policies, :class:`~testbed.person_search.Search`, the response model
-:class:`~testbed.person_search.AnalysisServer`) live in :mod:`testbed.person_search`; the
-world and its ground truth in :mod:`workloads.person_search`.
+(:class:`~testbed.systems.person_search.model.Search`, the response model
+:class:`~testbed.systems.person_search.model.AnalysisServer`, the policies of
+:mod:`testbed.systems.person_search.policies`) are the person-search system's pure
+layer; the world and its ground truth come from :mod:`workloads.person_search`. The
+paper's experiments on top of it (Fig. 3, Fig. 4, the grid) are
+:mod:`testbed.systems.person_search.experiment_sim`.
 
 The model, and the choices the paper leaves open:
 
@@ -55,10 +58,12 @@ The model, and the choices the paper leaves open:
    ``policy_seed`` (default :func:`policy_seed_for` ``(seed)``, a different entropy: the
    policies' ``SeedSequence(policy_seed, spawn_key=(k,))`` would otherwise coincide with
    the world's own ``spawn_key=(0,)`` and ``(1,)`` streams for searches 0 and 1).
+   Repetition ``r > 0`` of a scenario run adds ``r`` to that entropy, so repetition 0
+   is the experiments' single run and the emulated coordinator gets the same seed.
 7. **Results.** Per request: number of analyses, response time (arrival 0 to the end
    of the analysis that found its ``T_R`` item) and the item found; the run's total
    response time is their sum (the paper's "total response time", module note 9 of
-   :mod:`testbed.person_search`). Per analysis: search, step, item, server, start, end,
+   :mod:`testbed.systems.person_search.model`). Per analysis: search, step, item, server, start, end,
    the analyses already running there at admission and the decision time. Both turn
    into trace rows of kind ``search`` (:func:`request_rows`, :func:`analysis_rows`).
 """
@@ -68,44 +73,59 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.person_search import (
+from testbed.errors import TestbedError
+from testbed.systems.person_search.deployment import deployment
+from testbed.systems.person_search.model import (
+    ACCOUNTINGS,
     SHARING_MODES,
     AnalysisServer,
     PriorityParams,
     Search,
     compensation_factor,
-    make_search_policy,
 )
-from workloads.person_search import DEFAULTS, PersonSearch, SearchWorld, build_world
+from testbed.systems.person_search.policies import make_search_policy
+from workloads.person_search import (
+    DEFAULTS,
+    PersonSearch,
+    SearchWorld,
+    build_world,
+    read_ground_truth,
+)
 
-ACCOUNTINGS = ("plain", "compensated")
-FIG3_POLICIES = ("priority", "random", "load-balance")
-FIG4_WS = (0.001, 0.01, 0.1, 0.3, 1.0)
-GRID_SIDES = (3, 5, 7, 10)
+if TYPE_CHECKING:
+    from testbed.scenario.model import Scenario
+
 SERVER_PREFIX = "edge-"
 DEFAULT_CLIENT = "coordinator"
 _POLICY_DOMAIN = 0x5EA4C4  # mixed into the policy seed's entropy (see policy_seed_for)
 
 
-def policy_seed_for(seed: int) -> int:
-    """The policies' seed derived from a run's ``seed`` (module note 6).
+def policy_seed_for(seed: int, repetition: int = 0) -> int:
+    """The policies' seed derived from a run's ``seed`` and ``repetition`` (module note 6).
 
-    ``SeedSequence((seed, domain))`` has another entropy than the world's
+    ``SeedSequence((seed, domain[, repetition]))`` has another entropy than the world's
     ``SeedSequence(seed, spawn_key=...)``; its first 63-bit word is the policy seed.
+    Repetition 0 leaves the repetition out, so it is the seed of a single run.
     """
-    state = np.random.SeedSequence((int(seed), _POLICY_DOMAIN)).generate_state(1, np.uint64)
+    entropy = (int(seed), _POLICY_DOMAIN, *((int(repetition),) if repetition else ()))
+    state = np.random.SeedSequence(entropy).generate_state(1, np.uint64)
     return int(state[0] >> np.uint64(1))
 
 
 def server_name(server: int) -> str:
-    """The trace's ``target`` for edge server ``server`` (``edge-<index>``)."""
+    """The trace's default ``target`` for edge server ``server`` (``edge-<index>``)."""
     return f"{SERVER_PREFIX}{server}"
+
+
+#: Names the trace rows give edge server ``s`` (``names[s]``); None: :func:`server_name`
+ServerNames = Sequence[str] | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,13 +371,55 @@ def simulate(world_or_params: SearchWorld | Mapping[str, Any], policy_name: str,
         wall_s=time.perf_counter() - began)
 
 
+# --- testbed run --executor sim ---------------------------------------------------------------
+
+
+def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
+            progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Replay every policy and repetition of a person-search ``scenario`` in model time.
+
+    The world is the materialised trace's ground truth (``trace_dir``, written by the
+    generator's side files and checked against the trace); the servers' ``Tc`` and
+    sharing are the scenario's edge servers' (:func:`~testbed.systems.person_search.
+    deployment.deployment`). Repetition ``r`` seeds the policies with
+    ``policy_seed_for(workload seed, r)``, as the emulation driver does. Returns the
+    trace rows (one per search, :func:`request_rows`, named after the scenario's nodes)
+    and, under ``system``, one summary per replay. ``workdir`` is unused (nothing runs
+    outside this process).
+    """
+    del workdir
+    dep = deployment(scenario)
+    world = read_ground_truth(trace_dir)
+    if world.items.n_servers != len(dep.edges):
+        raise TestbedError(f"{scenario.name}: the workload has {world.items.n_servers} "
+                           f"servers, the scenario {len(dep.edges)} edge servers")
+    seed = scenario.workload.seed
+    rows: list[dict[str, Any]] = []
+    replays: list[dict[str, Any]] = []
+    for repetition in range(scenario.repetitions):
+        pseed = policy_seed_for(seed, repetition)
+        for policy in scenario.policies:
+            result = simulate(world, policy, seed, tc=dep.tc, sharing=dep.sharing,
+                              policy_seed=pseed)
+            rows += request_rows(result, run, repetition, dep.client, scenario.time_scale,
+                                 dep.names)
+            replays.append({"repetition": repetition, "policy_seed": pseed,
+                            **result.summary()})
+            progress(f"  {policy} #{repetition}: total {result.total_response:.0f} model s, "
+                     f"{result.mean_analyses:.1f} analyses per search "
+                     f"({result.wall_s:.2f} s wall)")
+    return {"rows": rows, "system": {"replays": replays, "tc": dep.tc,
+                                     "sharing": dep.sharing, "accounting": "plain"}}
+
+
 # --- trace rows ----------------------------------------------------------------------------
 
 
 def _base_row(run_id: str, policy: str, repetition: int, task_id: int, client: str,
-              server: int, tc: float, decision: float) -> dict[str, Any]:
+              server: int, names: ServerNames, tc: float, decision: float) -> dict[str, Any]:
+    target = server_name(server) if names is None else names[server]
     return {"run": run_id, "policy": policy, "repetition": repetition, "kind": "search",
-            "task_id": task_id, "client": client, "target": server_name(server),
+            "task_id": task_id, "client": client, "target": target,
             "tier": "edge", "size": tc, "cls": "search", "arrival_model": 0.0,
             "arrival_wall": 0.0, "estimate_s": None, "state_age_s": 0.0,
             "decision_us": decision, "network_s": 0.0, "wait_s": 0.0, "outcome": "ok",
@@ -365,7 +427,8 @@ def _base_row(run_id: str, policy: str, repetition: int, task_id: int, client: s
 
 
 def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
-                 client: str = DEFAULT_CLIENT, time_scale: float = 1.0) -> list[dict[str, Any]]:
+                 client: str = DEFAULT_CLIENT, time_scale: float = 1.0,
+                 names: ServerNames = None) -> list[dict[str, Any]]:
     """One trace row per request (``docs/traces.md``, kind ``search``).
 
     The whole search is one task served by the edge servers: ``latency_s`` =
@@ -376,7 +439,8 @@ def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
     final analysis; ``queue_at_arrival`` is what the first analysis found running on its
     server. Wall columns are ``model / time_scale`` from a virtual start at 0 (as the
     sim executor fills them); ``state_age_s`` is 0 (the loads are exact);
-    ``decision_us`` sums the request's choices.
+    ``decision_us`` sums the request's choices. ``names[s]`` is edge server ``s``'s
+    ``target`` (default :func:`server_name`).
     """
     inv_k = 1.0 / time_scale
     first_of = np.empty(run.requests, dtype=np.int64)
@@ -389,7 +453,8 @@ def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
     for k in range(run.requests):
         item = int(run.found[k])
         row = _base_row(run_id, run.policy, repetition, k, client,
-                        int(run.a_server[last_of[k]]), run.tc, float(run.decision_us[k]))
+                        int(run.a_server[last_of[k]]), names, run.tc,
+                        float(run.decision_us[k]))
         latency = float(run.response[k])
         row.update(dispatch_model=0.0, dispatch_wall=0.0, response_model=latency,
                    server_arrival_wall=0.0, start_wall=0.0, end_wall=latency * inv_k,
@@ -402,7 +467,8 @@ def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
 
 
 def analysis_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
-                  client: str = DEFAULT_CLIENT, time_scale: float = 1.0) -> list[dict[str, Any]]:
+                  client: str = DEFAULT_CLIENT, time_scale: float = 1.0,
+                  names: ServerNames = None) -> list[dict[str, Any]]:
     """One trace row per analysis (kind ``search``, ``step`` from 0 within its search).
 
     ``task_id`` is the search, ``arrival_model`` its arrival (0); ``dispatch_model`` the
@@ -416,7 +482,7 @@ def analysis_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
         k = int(run.a_search[j])
         start, end = float(run.a_start[j]), float(run.a_end[j])
         row = _base_row(run_id, run.policy, repetition, k, client, int(run.a_server[j]),
-                        run.tc, float(run.decision_us[k] / run.analyses[k]))
+                        names, run.tc, float(run.decision_us[k] / run.analyses[k]))
         row.update(dispatch_model=start, dispatch_wall=start * inv_k, response_model=end,
                    server_arrival_wall=start * inv_k, start_wall=start * inv_k,
                    end_wall=end * inv_k, response_wall=end * inv_k, latency_s=end - start,
@@ -476,198 +542,3 @@ def isolated_analyses(world: SearchWorld, policy_name: str, seed: int = 0, *,
         search = Search.for_target(world, k)
         out[k] = len(search.run(policy, lambda item, k=k: world.contains(k, item)))
     return out
-
-
-# --- the paper's experiments ------------------------------------------------------------------
-
-
-def _world_params(servers: int, movement: str, targets: int,
-                  world: Mapping[str, Any] | None) -> dict[str, Any]:
-    params = dict(world or {})
-    params.update(servers=servers, movement=movement, targets=targets)
-    return params
-
-
-def fig3_table(servers: Iterable[int] = (10, 50, 100),
-               movements: Iterable[str] = ("normal", "straight"),
-               policies: Sequence[str] = FIG3_POLICIES, targets: int = 1000, seed: int = 0,
-               *, world: Mapping[str, Any] | None = None,
-               **options: Any) -> list[dict[str, Any]]:
-    """The paper's Fig. 3: total response time of every policy per (movement, N).
-
-    For each movement and server count one world (``person-search`` params ``world``
-    plus ``servers``, ``movement``, ``targets``; built with ``seed``) is searched by every
-    policy, so the policies face the same targets. ``options`` go to :func:`simulate`
-    (``sharing``, ``accounting``, priority parameters such as ``w``: only the priority
-    policy takes the latter). One row per run: ``movement``, ``servers``, ``policy``,
-    ``total_response_s``, ``mean_analyses``, the fields of :func:`run_stats`,
-    ``reduction_vs_random`` (``1 - total / total of random`` on the same world; None
-    without a random run) and ``wall_s``.
-    """
-    priority_keys = set(PriorityParams.__dataclass_fields__) | {"params"}
-    rows: list[dict[str, Any]] = []
-    for movement in movements:
-        for n in servers:
-            params = _world_params(n, movement, targets, world)
-            PersonSearch().validate(params)
-            the_world = build_world(params, seed)
-            tc = float(params.get("tc_s", DEFAULTS["tc_s"]))
-            block = []
-            for name in policies:
-                own = options if name == "priority" else \
-                    {k: v for k, v in options.items() if k not in priority_keys}
-                began = time.perf_counter()
-                run = simulate(the_world, name, seed, **{"tc": tc, **own})
-                block.append({"movement": movement, "servers": n, "policy": name,
-                              "total_response_s": run.total_response,
-                              "mean_analyses": run.mean_analyses,
-                              **run_stats(run, the_world),
-                              "wall_s": time.perf_counter() - began})
-            random_total = next((r["total_response_s"] for r in block
-                                 if r["policy"] == "random"), None)
-            for r in block:
-                r["reduction_vs_random"] = None if random_total is None else \
-                    1.0 - r["total_response_s"] / random_total
-            rows += block
-    return rows
-
-
-def fig4_table(ws: Sequence[float] = FIG4_WS, servers: Iterable[int] = (10, 50, 100),
-               movements: Iterable[str] = ("normal", "straight"), targets: int = 1000,
-               seed: int = 0, *, reference: float = 0.001,
-               world: Mapping[str, Any] | None = None,
-               **options: Any) -> list[dict[str, Any]]:
-    """The paper's Fig. 4: the priority policy's total response time against ``w``.
-
-    Per (movement, N) one world as in :func:`fig3_table`, searched with each ``w`` of
-    ``ws``; ``normalised`` is the total divided by the total at ``w = reference`` (which
-    must be in ``ws``; the paper normalises to 0.001). ``options`` go to
-    :func:`simulate` (not ``w``). One row per run: ``movement``, ``servers``, ``w``,
-    ``total_response_s``, ``mean_analyses``, the fields of :func:`run_stats`,
-    ``normalised``, ``wall_s``.
-    """
-    ws = [float(w) for w in ws]
-    if reference not in ws:
-        raise ValueError(f"reference w {reference!r} is not among ws {ws!r}")
-    if "w" in options or "params" in options:
-        raise ValueError("fig4_table sets w itself; pass other priority options only")
-    rows: list[dict[str, Any]] = []
-    for movement in movements:
-        for n in servers:
-            params = _world_params(n, movement, targets, world)
-            PersonSearch().validate(params)
-            the_world = build_world(params, seed)
-            tc = float(params.get("tc_s", DEFAULTS["tc_s"]))
-            block = []
-            for w in ws:
-                began = time.perf_counter()
-                run = simulate(the_world, "priority", seed, **{"tc": tc, **options, "w": w})
-                block.append({"movement": movement, "servers": n, "w": w,
-                              "total_response_s": run.total_response,
-                              "mean_analyses": run.mean_analyses,
-                              **run_stats(run, the_world),
-                              "wall_s": time.perf_counter() - began})
-            base = next(r["total_response_s"] for r in block if r["w"] == reference)
-            for r in block:
-                r["normalised"] = r["total_response_s"] / base
-            rows += block
-    return rows
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One setting of :func:`grid_table`: a server ``layout`` (``grid`` or ``line``), an
-    ``accounting`` (``plain`` or ``compensated``) and options of the priority policy
-    (``priority``, e.g. ``{"compensation": "response-time"}``), named ``label``."""
-
-    label: str
-    layout: str
-    accounting: str = "plain"
-    priority: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: The grid as generated (2-D servers, 2-D movement) and the line of the same ``N`` with
-#: plain accounting, with Eq. 7-8 in the accounting, and with Eq. 7-8 in Eq. 1.
-GRID_READINGS = (
-    Reading("grid", "grid"),
-    Reading("line", "line"),
-    Reading("line-compensated", "line", "compensated"),
-    Reading("line-response-time", "line", priority={"compensation": "response-time"}),
-)
-
-
-def _frozen(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, repr(v)) for k, v in options.items()))
-
-
-def grid_table(sides: Iterable[int] = GRID_SIDES,
-               movements: Iterable[str] = ("normal", "straight"),
-               policies: Sequence[str] = FIG3_POLICIES, targets: int = 1000, seed: int = 0,
-               *, readings: Sequence[Reading] = GRID_READINGS,
-               world: Mapping[str, Any] | None = None,
-               **options: Any) -> list[dict[str, Any]]:
-    """The 2-D grid, where the search area really grows in two dimensions, beside the 1-D
-    line of the same ``N`` with and without Eq. 7-8's ``l_i`` compensation.
-
-    For each movement and grid side ``side`` (``N = side^2`` servers), every reading of
-    ``readings`` runs every policy on the world of its layout: ``layout: grid``
-    (``side x side`` servers, 2-D normal movement, ``straight`` = +x) or ``layout: line``
-    (``N`` servers in a row). The worlds of one (movement, N) are built with ``seed``, so
-    the readings of one layout share their targets. ``options`` go to :func:`simulate`
-    for every reading (priority parameters only to the priority policy; a reading's own
-    ``priority`` options override them; ``accounting`` is the reading's). A run that two
-    readings share (a baseline, which takes no priority options) is simulated once.
-
-    One row per (movement, N, reading): ``movement``, ``servers``, ``side``, ``reading``
-    (its label), ``layout``, ``accounting``, ``priority_options``, per policy
-    ``total_response_s``, ``mean_analyses`` and ``reduction_vs_random`` (dicts keyed by
-    policy name; the reduction is ``1 - total / total of random`` of the same row, None
-    without a random run), ``end_share`` (share of targets whose ``T_R`` server is in the
-    last column along x, where a straight mover stops) and ``wall_s`` (the runs made for
-    the row).
-    """
-    if "accounting" in options:
-        raise ValueError("grid_table takes the accounting from each reading")
-    priority_keys = set(PriorityParams.__dataclass_fields__) | {"params"}
-    rows: list[dict[str, Any]] = []
-    for movement in movements:
-        for side in sides:
-            n = int(side) * int(side)
-            worlds: dict[str, tuple[SearchWorld, float]] = {}
-            done: dict[tuple[Any, ...], tuple[float, float]] = {}
-            for reading in readings:
-                if reading.layout not in worlds:
-                    params = {**_world_params(n, movement, targets, world),
-                              "layout": reading.layout}
-                    PersonSearch().validate(params)
-                    worlds[reading.layout] = (build_world(params, seed),
-                                              float(params.get("tc_s", DEFAULTS["tc_s"])))
-                the_world, tc = worlds[reading.layout]
-                totals: dict[str, float] = {}
-                analyses: dict[str, float] = {}
-                wall = 0.0
-                for name in policies:
-                    own = {**options, **reading.priority} if name == "priority" else \
-                        {k: v for k, v in options.items() if k not in priority_keys}
-                    key = (reading.layout, reading.accounting, name, _frozen(own))
-                    if key not in done:
-                        began = time.perf_counter()
-                        run = simulate(the_world, name, seed, **{
-                            "tc": tc, **own, "accounting": reading.accounting})
-                        wall += time.perf_counter() - began
-                        done[key] = (run.total_response, run.mean_analyses)
-                    totals[name], analyses[name] = done[key]
-                random_total = totals.get("random")
-                layout = the_world.layout
-                last = the_world.holder[:, the_world.slots] % layout.side == layout.side - 1
-                rows.append({
-                    "movement": movement, "servers": n, "side": int(side),
-                    "reading": reading.label, "layout": reading.layout,
-                    "accounting": reading.accounting,
-                    "priority_options": dict(reading.priority),
-                    "total_response_s": totals, "mean_analyses": analyses,
-                    "reduction_vs_random": {
-                        k: None if random_total is None else 1.0 - v / random_total
-                        for k, v in totals.items()},
-                    "end_share": float(last.mean()), "wall_s": wall})
-    return rows

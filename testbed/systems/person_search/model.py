@@ -1,9 +1,9 @@
-"""Context-based person search on edge servers: policies, Algorithm 1, the response model.
+"""Context-based person search on edge servers: Eq. 1, Algorithm 1, the response model.
 
-Pure (numpy only): shared by a discrete-event simulator and an emulated coordinator.
-The world and the item metadata (:class:`~workloads.person_search.Items`) come from the
-``person-search`` workload. Times are slot times (``T_j = j``) for items and model seconds
-for analyses.
+Pure (numpy only): shared by the discrete-event simulator (:mod:`testbed.sim.person_search`)
+and the emulated services (``nodes/person_search/``). The world and the item metadata
+(:class:`~workloads.person_search.Items`) come from the ``person-search`` workload. Times
+are slot times (``T_j = j``) for items and model seconds for analyses.
 
 Pieces:
 
@@ -11,13 +11,13 @@ Pieces:
   the next item, takes the answer (target present or not), moves the last discovery
   point and stops when the item at the required time ``T_R`` containing the target is
   found. One item at a time.
-* The policies (:data:`SEARCH_POLICIES`) share :class:`SearchPolicy`: ``priority``
-  (Eq. 1, :class:`PriorityPolicy`), ``random`` and ``load-balance`` (the paper's
-  baselines). They see a search's state and the number of analyses running on every
-  server now (``load``), nothing of the ground truth.
 * :func:`priority_matrix` computes Eq. 1 for many searches at once (numpy);
-  :func:`priority_loop` is the plain per-item reference it is tested against.
-* :class:`AnalysisServer` is the response model of one edge server.
+  :func:`priority_loop` is the plain per-item reference it is tested against. The
+  policies that rank items with it (``priority``) or without it (``random``,
+  ``load-balance``) are :mod:`testbed.systems.person_search.policies`.
+* :class:`AnalysisServer` is the response model of one edge server;
+  :data:`SHARING_MODES` its two readings and :data:`ACCOUNTINGS` the two readings of
+  Eq. 7-8 in the simulated (and emulated) durations.
 
 Gaps in the paper's text, and how they are closed here (each also in the docstring
 where it applies):
@@ -65,18 +65,23 @@ from __future__ import annotations
 
 import heapq
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workloads.person_search import Items, SearchWorld
 
+if TYPE_CHECKING:
+    from testbed.systems.person_search.policies import SearchPolicy
+
 COMPENSATIONS = ("none", "response-time")
 CANDIDATE_RULES = ("unanalysed", "after-discovery")
 SHARING_MODES = ("paper", "processor-sharing")
+#: How an analysis's duration accounts Eq. 7-8: ``plain`` (as the response model gives
+#: it) or ``compensated`` (times ``compensation_factor(T_i, T_L)``, the paper's 1-D reading)
+ACCOUNTINGS = ("plain", "compensated")
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
@@ -328,190 +333,6 @@ def select_loop(priorities: Sequence[Sequence[float]],
     return out
 
 
-# --- policies ------------------------------------------------------------------------------
-
-
-class SearchState(Protocol):
-    """What a policy may read of a search (a :class:`Search` provides it)."""
-
-    search_id: int
-    mu_l: tuple[float, float]
-    t_l: float
-    t_r: float
-    candidates: np.ndarray  # bool per item: not yet dispatched by this search
-
-
-class SearchPolicy(ABC):
-    """Chooses the next item of a search. Pure; randomness is seeded per search.
-
-    ``load`` is the number of analyses running on each server now (``k``), an int array
-    of length ``items.n_servers``. A policy never sees the ground truth.
-    """
-
-    name: ClassVar[str]
-
-    def __init__(self, items: Items, seed: int = 0) -> None:
-        """Bind the item metadata; ``seed`` seeds every search's random stream."""
-        self.items = items
-        self.seed = seed
-        self._streams: dict[int, np.random.Generator] = {}
-
-    def rng(self, search_id: int) -> np.random.Generator:
-        """Search ``search_id``'s own stream, ``SeedSequence(seed, spawn_key=(id,))``.
-
-        Per-search streams keep a search's draws independent of how the searches'
-        decisions interleave (which differs between the simulator and the emulation).
-        """
-        stream = self._streams.get(search_id)
-        if stream is None:
-            stream = np.random.default_rng(np.random.SeedSequence(self.seed,
-                                                                  spawn_key=(search_id,)))
-            self._streams[search_id] = stream
-        return stream
-
-    @abstractmethod
-    def choose(self, search: SearchState, load: np.ndarray) -> int:
-        """The item ``search`` analyses next (a candidate); raises if none is left."""
-
-    def choose_many(self, searches: Sequence[SearchState], load: np.ndarray, *,
-                    sequential: bool = True) -> list[int]:
-        """The next item of each of ``searches``, decided in order.
-
-        With ``sequential`` each choice counts as running on its server for the later
-        ones (the paper's simulator selected for the requests one after the other);
-        without it every search sees ``load`` as given. ``load`` is not modified.
-        """
-        k = np.array(load, dtype=np.int64)
-        picks = []
-        for search in searches:
-            item = self.choose(search, k)
-            picks.append(item)
-            if sequential:
-                k[self.items.server[item]] += 1
-        return picks
-
-    def _t_r_candidates(self, search: SearchState) -> np.ndarray:
-        """Ids of the search's remaining items at the required time ``T_R``."""
-        ids = np.flatnonzero(search.candidates & (self.items.time == search.t_r))
-        if ids.size == 0:
-            raise ValueError(f"search {search.search_id}: no item at T_R = {search.t_r:g} left")
-        return ids
-
-
-class PriorityPolicy(SearchPolicy):
-    """``priority``: the item with the smallest Eq. 1 priority (see the module notes).
-
-    ``P_i = Tc_i (k_i + 1) / (E_i + w V_i)`` over the search's remaining candidates,
-    ties to the lowest item id. Deterministic; ``seed`` is unused.
-    """
-
-    name = "priority"
-
-    def __init__(self, items: Items, seed: int = 0,
-                 params: PriorityParams | None = None, **options: Any) -> None:
-        """``params`` or keyword options (``alpha``, ``w``, ...) of :class:`PriorityParams`."""
-        super().__init__(items, seed)
-        if params is not None and options:
-            raise ValueError("give either params or keyword options, not both")
-        self.params = params if params is not None else PriorityParams(**options)
-
-    def priorities(self, search: SearchState, load: np.ndarray) -> np.ndarray:
-        """The search's P over all items (+inf for non-candidates), shape ``(I,)``."""
-        return priority_matrix(self.items, search.mu_l, search.t_l, search.t_r, load,
-                               self.params, search.candidates)[0]
-
-    def choose(self, search: SearchState, load: np.ndarray) -> int:
-        """The remaining item with the smallest P."""
-        allowed = effective_candidates(self.items, search.candidates, search.t_l, self.params)
-        item = int(select(self.priorities(search, load), allowed)[0])
-        if item < 0:
-            raise ValueError(f"search {search.search_id}: no candidate item left")
-        return item
-
-    def choose_many(self, searches: Sequence[SearchState], load: np.ndarray, *,
-                    sequential: bool = True) -> list[int]:
-        """Vectorised over the searches: one :func:`unit_priority` matrix for all.
-
-        Without ``sequential`` it is one matrix product and one row-wise argmin; with it
-        the rows are scaled by the load as it grows with each choice (one row at a time,
-        each a numpy operation over the items). Same choices as :meth:`choose` in turn.
-        """
-        if not searches:
-            return []
-        mu = np.array([s.mu_l for s in searches], dtype=float)
-        t_l = np.array([s.t_l for s in searches], dtype=float)
-        t_r = np.array([s.t_r for s in searches], dtype=float)
-        cand = effective_candidates(self.items, np.stack([s.candidates for s in searches]),
-                                    t_l, self.params)
-        unit = unit_priority(self.items, mu, t_l, t_r, self.params, cand)
-        k = np.array(load, dtype=np.int64)
-        if not sequential:
-            with np.errstate(over="ignore"):
-                scaled = unit * (k[self.items.server] + 1.0)[None, :]
-            picks = select(scaled, cand)
-            if (picks < 0).any():
-                raise ValueError("a search has no candidate item left")
-            return [int(p) for p in picks]
-        out = []
-        for row in range(len(searches)):
-            with np.errstate(over="ignore"):
-                scaled = unit[row] * (k[self.items.server] + 1.0)
-            item = int(select(scaled, cand[row])[0])
-            if item < 0:
-                raise ValueError(f"search {searches[row].search_id}: no candidate item left")
-            out.append(item)
-            k[self.items.server[item]] += 1
-        return out
-
-
-class RandomPolicy(SearchPolicy):
-    """``random``: a uniformly random remaining item at ``T_R``, per-search seeded stream.
-
-    Dispatched items leave the search's candidates, so the draws are without replacement
-    and at most one per server before the target is found.
-    """
-
-    name = "random"
-
-    def choose(self, search: SearchState, load: np.ndarray) -> int:
-        """A random remaining ``T_R`` item (``load`` is ignored)."""
-        ids = self._t_r_candidates(search)
-        return int(ids[self.rng(search.search_id).integers(ids.size)])
-
-
-class LoadBalancePolicy(SearchPolicy):
-    """``load-balance``: the remaining ``T_R`` item on the server with the fewest analyses
-    running now; ties broken uniformly at random with the search's seeded stream (no draw
-    when there is no tie)."""
-
-    name = "load-balance"
-
-    def choose(self, search: SearchState, load: np.ndarray) -> int:
-        """The least-loaded server's ``T_R`` item."""
-        ids = self._t_r_candidates(search)
-        k = np.asarray(load)[self.items.server[ids]]
-        best = ids[k == k.min()]
-        if best.size == 1:
-            return int(best[0])
-        return int(best[self.rng(search.search_id).integers(best.size)])
-
-
-SEARCH_POLICIES: dict[str, type[SearchPolicy]] = {
-    p.name: p for p in (PriorityPolicy, RandomPolicy, LoadBalancePolicy)
-}
-
-
-def make_search_policy(name: str, items: Items, seed: int = 0, **options: Any) -> SearchPolicy:
-    """A fresh policy ``name`` over ``items``; options go to :class:`PriorityParams`."""
-    cls = SEARCH_POLICIES.get(name)
-    if cls is None:
-        raise ValueError(f"unknown search policy {name!r}; known: "
-                         f"{', '.join(sorted(SEARCH_POLICIES))}")
-    if options and cls is not PriorityPolicy:
-        raise ValueError(f"search policy {name!r} takes no options, found {sorted(options)}")
-    return cls(items, seed, **options)
-
-
 # --- Algorithm 1 -----------------------------------------------------------------------------
 
 
@@ -524,7 +345,8 @@ class Search:
     target) and ``found`` (the ``T_R`` item with the target, which ends the search).
 
     Use :meth:`next_item` (or :meth:`dispatch` with a choice made elsewhere, e.g. by
-    :meth:`SearchPolicy.choose_many`), send the item to its server, then :meth:`answer`.
+    :meth:`~testbed.systems.person_search.policies.SearchPolicy.choose_many`),
+    send the item to its server, then :meth:`answer`.
     """
 
     def __init__(self, search_id: int, items: Items, mu_l: tuple[float, float],

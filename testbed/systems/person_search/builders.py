@@ -1,0 +1,156 @@
+"""The ``person-search`` scenario builder: a coordinator and N edge data servers on a line.
+
+A scenario file names it with parameters::
+
+    build: {builder: person-search, params: {servers: 10, targets: 100, time_scale: 200}}
+
+and gets the deployment of the paper's person search: a ``cloud`` node running the
+search coordinator (``person_search.coordinator``) behind a WAN switch, and ``N`` edge
+nodes (``e001`` ...), each running an edge data server (``person_search.edge_server``,
+``server_index`` 0 .. N-1) behind its own link to the switch with a seeded one-way delay
+drawn uniformly from ``edge_delay_ms``. The workload is the ``person-search`` generator
+over the same ``N`` servers on a line (one search per target, all at time 0). The
+servers' ``Tc`` and the workload's ``tc_s`` are the same number, and the servers take
+the scenario's ``time_scale`` (their registered context), so the simulator and the
+emulation run the same model.
+
+Pure: a function of its parameters (no I/O, numpy only for the seeded delays). A bad
+parameter raises ``ValueError("params.<field>: expected ..., found ...")``, which the
+scenario loader reports at ``build.params.<field>`` of the file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from testbed.systems.person_search.model import SHARING_MODES
+from testbed.systems.person_search.policies import SEARCH_POLICIES
+from workloads.person_search import MAX_SLOTS, MAX_TARGETS, MOVEMENTS
+
+COORDINATOR_PORT = 9000
+EDGE_PORT = 9100
+MAX_SERVERS = 999  # host names e001 .. e999
+MAX_DELAY_MS = 60_000.0
+#: ``spawn_key`` of the link delays' stream (the world uses 0 and 1 of the same seed)
+_DELAY_STREAM = 7
+
+#: The builder's parameters and their defaults.
+DEFAULTS: dict[str, Any] = {
+    "servers": 10,
+    "targets": 100,
+    "movement": "normal",
+    "slots": 5,
+    "tc": 10.0,
+    "time_scale": 200.0,
+    "sharing": "paper",
+    "seed": 0,
+    "cloud_delay_ms": 10.0,
+    "edge_delay_ms": [1.0, 5.0],
+}
+
+
+def edge_name(server: int) -> str:
+    """Host name of edge server ``server`` (0-based): ``e001`` for server 0."""
+    return f"e{server + 1:03d}"
+
+
+def _integer(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"params.{field}: expected an integer in [{low}, {high}], "
+                         f"found {value!r}")
+    return value
+
+
+def _number(value: Any, field: str, low: float, *, open_low: bool = False,
+            high: float = math.inf) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value) and (value > low if open_low else value >= low) \
+        and value <= high
+    if not ok:
+        bound = f"> {low:g}" if open_low else f">= {low:g}"
+        limit = "" if math.isinf(high) else f" and <= {high:g}"
+        raise ValueError(f"params.{field}: expected a finite number {bound}{limit}, "
+                         f"found {value!r}")
+    return float(value)
+
+
+def _choice(value: Any, field: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"params.{field}: expected one of {', '.join(allowed)}, "
+                         f"found {value!r}")
+    return str(value)
+
+
+def _delay_range(value: Any, field: str) -> tuple[float, float]:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError(f"params.{field}: expected [low, high] in ms, found {value!r}")
+    low = _number(value[0], f"{field}[0]", 0.0, high=MAX_DELAY_MS)
+    high = _number(value[1], f"{field}[1]", low, high=MAX_DELAY_MS)
+    return low, high
+
+
+_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "servers": lambda v, f: _integer(v, f, 1, MAX_SERVERS),
+    "targets": lambda v, f: _integer(v, f, 1, MAX_TARGETS),
+    "movement": lambda v, f: _choice(v, f, MOVEMENTS),
+    "slots": lambda v, f: _integer(v, f, 1, MAX_SLOTS),
+    "tc": lambda v, f: _number(v, f, 0.0, open_low=True),
+    "time_scale": lambda v, f: _number(v, f, 1.0),
+    "sharing": lambda v, f: _choice(v, f, SHARING_MODES),
+    "seed": lambda v, f: _integer(v, f, 0, 2**63 - 1),
+    "cloud_delay_ms": lambda v, f: _number(v, f, 0.0, high=MAX_DELAY_MS),
+    "edge_delay_ms": _delay_range,
+}
+
+
+def line_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` checked and completed with :data:`DEFAULTS` (a ``ValueError`` if bad)."""
+    if not isinstance(params, Mapping):
+        # The builder contract reports every bad parameter as ValueError.
+        raise ValueError(f"params: expected a mapping, found {params!r}")  # noqa: TRY004
+    unknown = sorted(set(params) - set(_CHECKS), key=str)
+    if unknown:
+        raise ValueError(f"params.{unknown[0]}: expected one of the builder's parameters "
+                         f"({', '.join(_CHECKS)}), found an unknown one")
+    return {k: check(params.get(k, DEFAULTS[k]), k) for k, check in _CHECKS.items()}
+
+
+def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The partial scenario document of ``N`` edge servers and a coordinator (see module)."""
+    p = line_params(params)
+    n, seed = p["servers"], p["seed"]
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_DELAY_STREAM,)))
+    nodes: list[dict[str, Any]] = [{"name": "cloud", "role": "client", "tier": "cloud"},
+                                   {"name": "wan", "role": "switch"}]
+    links: list[dict[str, Any]] = [{"a": "cloud", "b": "wan", "delay_ms": p["cloud_delay_ms"],
+                                    "bw_mbit": 1000}]
+    services: list[dict[str, Any]] = [
+        {"name": "coordinator", "program": "person_search.coordinator", "node": "cloud",
+         "port": COORDINATOR_PORT, "params": {}}]
+    for s in range(n):
+        name = edge_name(s)
+        nodes.append({"name": name, "role": "server", "tier": "edge"})
+        links.append({"a": name, "b": "wan",
+                      "delay_ms": round(float(rng.uniform(*p["edge_delay_ms"])), 2),
+                      "bw_mbit": 100})
+        services.append({"name": f"data-{name}", "program": "person_search.edge_server",
+                         "node": name, "port": EDGE_PORT,
+                         "params": {"server_index": s, "tc": p["tc"], "sharing": p["sharing"]}})
+    return {
+        "description": f"person search over {n} edge servers on a line, "
+                       f"{p['targets']} searches ({p['movement']} movement)",
+        "seed": seed,
+        "topology": {"nodes": nodes, "links": links},
+        "services": services,
+        "workload": {"generator": "person-search", "seed": seed,
+                     "params": {"servers": n, "movement": p["movement"],
+                                "targets": p["targets"], "layout": "line",
+                                "slots": p["slots"], "tc_s": p["tc"]}},
+        "policies": list(SEARCH_POLICIES),
+        "duration": 1.0,
+        "time_scale": p["time_scale"],
+    }

@@ -1,0 +1,64 @@
+"""``testbed experiment person-search``: the simulator's experiments and the emulated one.
+
+:func:`run` computes, per executor of ``--executors``, the results folder of one part
+(``<out>/sim``: :func:`~testbed.systems.person_search.experiment_sim.run_simulation`;
+``<out>/emulation``: :func:`~testbed.systems.person_search.experiment_emulation.
+run_emulation`); :func:`report` writes the matching reports (``simulation.md``,
+``emulation.md``) into the report folder. Both parts take the same ``--size`` names
+(:func:`plan_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from testbed.errors import TestbedError
+
+Plan = TypeVar("Plan")
+PARTS = ("sim", "emulation")
+
+
+def plan_for(size: str, sizes: Mapping[str, Plan]) -> Plan:
+    """The plan of ``size``, or the CLI's error naming the sizes the experiment has."""
+    if size not in sizes:
+        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
+    return sizes[size]
+
+
+def _check(executors: tuple[str, ...]) -> None:
+    unknown = [e for e in executors if e not in PARTS]
+    if unknown or not executors:
+        raise TestbedError(f"--executors: expected sim, emulation or both, found "
+                           f"{','.join(executors)!r}")
+
+
+def run(size: str, out: Path, progress: Callable[[str], None] = print,
+        executors: tuple[str, ...] = PARTS) -> Path:
+    """Run each part of ``executors`` at ``size`` into ``out/<executor>``; returns ``out``."""
+    from testbed.systems.person_search.experiment_emulation import run_emulation
+    from testbed.systems.person_search.experiment_sim import run_simulation
+
+    _check(executors)
+    for executor in executors:
+        if executor == "sim":
+            run_simulation(out / "sim", size, progress=progress)
+        else:
+            run_emulation(size, out / "emulation", progress)
+    return out
+
+
+def report(out: Path, report_dir: Path, command: str,
+           executors: tuple[str, ...] = PARTS) -> list[Path]:
+    """The report of each part of ``executors`` run into ``out``, written to ``report_dir``."""
+    from testbed.systems.person_search.report import (
+        write_emulation_report,
+        write_simulation_report,
+    )
+
+    _check(executors)
+    return [write_simulation_report(out / "sim", report_dir / "simulation.md", command)
+            if executor == "sim" else
+            write_emulation_report(out / "emulation", report_dir / "emulation.md", command)
+            for executor in executors]
