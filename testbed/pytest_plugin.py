@@ -5,8 +5,11 @@ Registered as a ``pytest11`` entry point, so any project that installs the testb
 - the ``emulation`` marker, for tests that build real networks: they are skipped with a
   clear reason when not running as root;
 - the ``run_scenario`` fixture: ``run_scenario("continuum", duration=20,
-  policies=["random", "jsq"])`` runs a built-in scenario (or a YAML path) in emulation
-  and returns a :class:`ScenarioRun` with its ``summary``, ``traces`` and ``metadata``;
+  policies=["random", "jsq"])`` runs a built-in scenario (or a YAML path) on the
+  scenario's default executor (``executor.default``, emulation unless it says ``sim``),
+  or on ``executor="sim"`` / ``"emulation"``, and returns a :class:`ScenarioRun` with its
+  ``summary``, ``traces`` and ``metadata``; an executor the scenario's system lacks is
+  refused with the CLI's one-line error;
 - the ``load_scenario`` fixture, the loader itself, for tests of scenario files.
 """
 
@@ -64,19 +67,21 @@ def load_scenario() -> Callable[..., Any]:
 
 @pytest.fixture
 def run_scenario(tmp_path: Path) -> Callable[..., ScenarioRun]:
-    """Run a scenario in emulation with overrides; results go under ``tmp_path``."""
+    """Run a scenario with overrides on its default executor (or ``executor=``); results
+    go under ``tmp_path``."""
     from testbed.runner import run_scenario as runner
     from testbed.scenario.loader import load_scenario as loader
 
     counter = iter(range(1000))
 
     def run(name_or_path: str, progress: Callable[[str], None] | None = None,
-            **overrides: Any) -> ScenarioRun:
+            executor: str | None = None, **overrides: Any) -> ScenarioRun:
         scenario = loader(str(name_or_path))
         if overrides:
             scenario = scenario.with_overrides(**overrides)
         folder = tmp_path / f"run{next(counter)}"
-        runner(scenario, out=folder, progress=progress or (lambda _line: None))
+        runner(scenario, out=folder, executor=executor or scenario.executor.default,
+               progress=progress or (lambda _line: None))
         return ScenarioRun(folder=folder,
                            summary=json.loads((folder / "summary.json").read_text()),
                            metadata=json.loads((folder / "metadata.json").read_text()))

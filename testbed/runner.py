@@ -3,7 +3,7 @@
 A run folder holds ``metadata.json`` (resolved scenario, seeds, versions, git commit,
 kernel, shaping backend, host and runtime details, wall time), the materialised
 ``trace/`` the policies replayed, ``traces.parquet`` + ``traces.csv``, ``summary.json``,
-one latency-CDF plot per policy, and ``work/`` (service and dispatcher logs).
+one latency-CDF plot per policy, and ``work/`` (service and driver logs).
 """
 
 from __future__ import annotations

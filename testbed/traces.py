@@ -1,6 +1,6 @@
 """The per-task trace: one row per placed task, its schema, files and summary.
 
-Every dispatcher writes rows (dicts) following :data:`SCHEMA`; the harness gathers them
+Every system's driver writes rows (dicts) following :data:`SCHEMA`; the harness gathers them
 with :func:`rows_to_frame`, stores them with :func:`write_traces` (``traces.parquet`` for
 analysis, ``traces.csv`` for people) and condenses them with :func:`summarize`.
 ``docs/traces.md`` is the human reference of the same schema.

@@ -1,1 +1,1 @@
-"""The emulation executor: Mininet hosts, shaped links, real services and dispatchers."""
+"""The emulation executor: Mininet hosts, shaped links, real services, systems' drivers."""

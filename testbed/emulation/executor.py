@@ -182,7 +182,7 @@ class EmulatedTopology:
 
     def expand(self, text: str) -> str:
         """Replace every ``{ip:NODE}`` in ``text`` with NODE's address (services that must
-        find each other, e.g. a Captain its Beacon, name it so)."""
+        that must find each other name their peers' nodes so)."""
 
         def address(match: re.Match[str]) -> str:
             node = match.group(1)
@@ -474,7 +474,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
             for policy in scenario.policies:
                 rows += driver.replay(topo, policy, rep, progress)
                 topo.restore(scenario.events)
-        details["system"] = driver.details()
+        details["driver"] = driver.details()
     details["rows"] = rows
     details["wall_s"] = time.time() - started
     details["teardown_errors"] = errors

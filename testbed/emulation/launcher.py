@@ -8,7 +8,7 @@ enters the host's network namespace (and its cgroups), and runs the module as
 
 Protocol: JSON lines over a unix socket. Requests::
 
-    {"op": "spawn", "netns_pid": P, "module": "nodes.tier_server", "argv": [...],
+    {"op": "spawn", "netns_pid": P, "module": "nodes.cpu_load", "argv": [...],
      "log": "/path/log", "cgroups": ["/sys/fs/cgroup/.../cgroup.procs"], "env": {}}
     {"op": "wait", "pid": N, "timeout": seconds}     -> {"exit": code or null}
     {"op": "ping"}

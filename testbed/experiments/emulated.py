@@ -1,6 +1,6 @@
 """The frame every emulated experiment shares: checks, bring-up, measurement, results.
 
-An experiment driver (Armada's, person search's) supplies two functions: ``prepare``
+An experiment driver supplies two functions: ``prepare``
 materialises what the run needs before the network exists (traces, frames, ground
 truth) and ``measure`` drives the brought-up topology. :func:`run_emulated_experiment`
 does the rest the same way for all of them: it refuses to run without root or into a

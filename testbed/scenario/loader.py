@@ -663,7 +663,7 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
             c.fail(f"{path}.name", "a service name not used before", name)
         program = c.string(data["program"], f"{path}.program", PROGRAM_NAME,
                            "a registered program name (dotted for a system's sub-package, "
-                           "e.g. armada.beacon)")
+                           "e.g. system.service)")
         _, registered = _program(c, program, f"{path}.program")
         node_name = c.string(data["node"], f"{path}.node")
         try:

@@ -1,6 +1,6 @@
 """The system registry: what each reproduced system brings to the generic harness.
 
-A *system* (offloading, armada, person-search, or one a researcher adds) is a package
+A *system* (one reproduced paper, or one a researcher adds) is a package
 ``testbed/systems/<name>/`` whose ``__init__`` defines ``SYSTEM = System(...)``. The
 registration names everything by import path (``"module:attribute"``) and imports
 nothing itself, so the scenario loader can consult it without loading aiohttp, Mininet
@@ -73,7 +73,7 @@ class Experiment:
     ``run(size, out, progress, executors, **options)`` returns the folder it filled;
     ``report(out, report_dir, command, executors, **options)`` returns the report files.
     ``options`` declares experiment-specific command-line options as
-    ``{"cargo-runtime": ("process", "docker")}`` (first choice is the default).
+    ``{"runtime": ("process", "docker")}`` (the first choice is the default).
     """
 
     name: str

@@ -1,0 +1,34 @@
+"""The test tree's ``echo`` system in emulation: real hosts, links and HTTP, through the
+generic ``testbed run`` path with no edit to the harness (see
+``tests/unit/test_system_plugin.py`` for the simulator)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.testsystem import SCENARIO, register_echo
+
+pytestmark = pytest.mark.emulation
+
+
+@pytest.fixture
+def echo() -> Iterator[None]:
+    remove = register_echo()
+    yield
+    remove()
+
+
+@pytest.mark.usefixtures("echo")
+def test_the_new_system_runs_in_emulation(run_scenario) -> None:
+    run = run_scenario(SCENARIO, executor="emulation")
+    assert run.metadata["system"] == "echo" and run.metadata["executor"] == "emulation"
+    df = run.traces
+    assert set(df["outcome"]) == {"ok"}
+    assert set(df[df["policy"] == "first"]["target"]) == {"echo1"}
+    assert set(df[df["policy"] == "round-robin"]["target"]) == {"echo1", "echo2"}
+    # e2's link is 2 ms longer one-way than e1's, so each round trip 4 ms longer; a ping
+    # opens a fresh TCP connection (handshake, then the exchange): two round trips, 8 ms
+    p50 = df.groupby("target")["latency_s"].median() * 1000
+    assert 6.0 < p50["echo2"] - p50["echo1"] < 12.0
