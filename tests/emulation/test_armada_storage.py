@@ -15,13 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.systems.armada.storage_experiment import (
-    SIZES,
-    WORKLOADS,
-    run_storage,
-    site_name,
-    write_storage_report,
-)
+from testbed.systems.armada.builders import WORKLOADS, site_name
+from testbed.systems.armada.storage_experiment import SIZES, run_storage, write_storage_report
 from testbed.traces import read_traces
 
 pytestmark = pytest.mark.emulation

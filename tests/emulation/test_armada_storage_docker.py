@@ -19,14 +19,8 @@ pytestmark = pytest.mark.emulation
 
 require_docker()
 
-from testbed.systems.armada.storage_experiment import (
-    CARGO_STORE,
-    SIZES,
-    WORKLOADS,
-    cargo_node,
-    run_storage,
-    write_storage_report,
-)
+from testbed.systems.armada.builders import CARGO_STORE, WORKLOADS, cargo_node
+from testbed.systems.armada.storage_experiment import SIZES, run_storage, write_storage_report
 
 SIZE = SIZES["small"]
 

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.systems.armada.builders import SITE_DELAYS_MS, site_location, site_name
 from testbed.systems.armada.storage_experiment import (
-    SITE_DELAYS_MS,
     SIZES,
     Stream,
     _row,
-    site_location,
-    site_name,
     stats_ms,
     storage_scenario,
 )

@@ -1,11 +1,32 @@
 """Armada (seed 000): an edge cloud over volunteer nodes, with its storage layer.
 
 Services under ``nodes/armada/`` (Beacon, Application Manager, Spinner, Captain, Cargo
-Manager, Cargo, the tasks), the client SDK, and the experiments of this package. Armada
-has no simulator yet: its scenarios run in emulation only.
+Manager, Cargo, the tasks), the client SDK under ``nodes/armada/sdk/``, the in-host user
+(``nodes/armada/user.py``), and in this package: the scenario builders
+(:mod:`~testbed.systems.armada.builders`), the emulation driver of ``testbed run``
+(:mod:`~testbed.systems.armada.driver`), the streaming core it shares with the fleet
+experiments (:mod:`~testbed.systems.armada.fleet`) and the seven paper experiments
+(``*_experiment.py``, entry points in :mod:`~testbed.systems.armada.experiments`).
+Armada has no simulator yet: its scenarios run in emulation only. This module imports
+nothing but the registry's dataclasses.
 """
 
-from testbed.systems import Program, System
+from testbed.systems import Experiment, Program, System
+
+_EXP = "testbed.systems.armada.experiments"
+_REPORTS = "docs/results/armada"
+
+
+def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
+                **options: tuple[str, ...]) -> Experiment:
+    """Experiment ``armada-<x>``: entry points ``run_<x>`` / ``report_<x>`` of ``_EXP``,
+    emulation only, reports in ``docs/results/armada``; ``options`` as keywords."""
+    entry = name.removeprefix("armada-")
+    return Experiment(name, description, run=f"{_EXP}:run_{entry}",
+                      report=f"{_EXP}:report_{entry}", sizes=sizes, executors=("emulation",),
+                      report_dir=_REPORTS,
+                      options={k.replace("_", "-"): v for k, v in options.items()})
+
 
 SYSTEM = System(
     name="armada",
@@ -31,10 +52,32 @@ SYSTEM = System(
     policies={
         "armada": "the SDK probes its TopN candidates with a frame and streams to the fastest",
         "armada-light": "the SDK probes its TopN candidates with a small request",
-        "geo-nearest": "the geographically nearest replica",
-        "random": "a uniformly random replica",
-        "edge-to-cloud": "the nearest edge replica, the cloud when none answers",
-        "reconnect": "one server; on failure reconnect to the next server",
+        "geo-nearest": "the geographically nearest replica, the next-nearest on a failure",
+        "random": "a uniformly random replica each round (storage: Cargos allocated at "
+                  "random, strong consistency)",
+        "edge-to-cloud": "the nearest edge replica; the cloud for good after a failure",
+        "server-reconnect": "one server; on a failure query again and reconnect to another",
+        "nearest": "storage: the Cargos nearest the application, strong consistency",
+        "eventual": "storage: the nearest Cargos, eventual consistency",
     },
-    experiments=(),
+    builders={"armada-fleet": "testbed.systems.armada.builders:armada_fleet",
+              "armada-storage": "testbed.systems.armada.builders:armada_storage"},
+    emulate="testbed.systems.armada.driver:make_driver",
+    simulate=None,
+    experiments=(
+        _experiment("armada-selection", "does every user's SDK pick its best node "
+                    "(latency matrix, Table 6)", sizes=("small", "medium", "full")),
+        _experiment("armada-failover", "a streaming user's node crashes: SDK failover "
+                    "against server-reconnect (Fig. 10 (a))"),
+        _experiment("armada-scalability", "latency as users and edge nodes grow: SDK "
+                    "against geo-nearest and random (Fig. 9)"),
+        _experiment("armada-failures", "edge nodes fail one by one: SDK against "
+                    "edge-to-cloud (Fig. 10 (b))"),
+        _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream"),
+        _experiment("armada-load", "background load on the serving node: how fast the "
+                    "SDK moves the user"),
+        _experiment("armada-storage", "Cargo selection, consistency and a Cargo failure "
+                    "under face recognition", cargo_runtime=("process", "docker")),
+    ),
+    preload=("nodes.armada.user",),
 )

@@ -17,11 +17,11 @@ import numpy as np
 
 from testbed.errors import TestbedError
 from testbed.experiments.emulated import host_line, report_header
+from testbed.systems.armada.builders import Fleet, volunteer_nodes
 from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     Action,
-    Fleet,
     StreamPlan,
     largest_gaps,
     latency_stats,
@@ -77,10 +77,7 @@ def run_churn(size: str, out: Path, progress: Progress = print,
     plan = size_plan(size, CHURN_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, volunteer_share=0.67,
                   node_cores=plan.node_cores)
-    from testbed.systems.armada.fleet import fleet_layout
-
-    lay = fleet_layout(fleet)
-    volunteers = [fleet.edge_names[i] for i in lay["volunteers"]]
+    volunteers = volunteer_nodes(fleet)
     actions = churn_schedule(fleet.edge_names, volunteers, plan.duration_s, plan.leave_share,
                              plan.rejoin_share, fleet.seed)
     progress("churn: " + ", ".join(f"{a.action} {a.target} at {a.offset_s:g} s" for a in actions))

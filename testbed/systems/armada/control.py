@@ -32,6 +32,7 @@ REPLICA_CPU = 0.04  # cores asked per replica: fits the smallest node (0.04 core
 REPLICA_MEMORY_MB = 256
 REGISTER_TIMEOUT_S = 60.0
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.04-core node starts in about a minute
+REMOVE_TIMEOUT_S = 60.0
 
 
 def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
@@ -164,7 +165,6 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
     ``frame``) and ``result_key``.
     """
     from workloads import generate
-    from workloads.frames import FrameSpec, load_frames
     from workloads.trace import write_trace
 
     base = load_scenario(name) if isinstance(name, str) else name
@@ -174,10 +174,7 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
     params = {**scenario.workload.params, **params}
 
     def prepare(run: str, workdir: Path) -> Path:
-        frames_dir = workdir / "frames"
-        frames_dir.mkdir()
-        for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
-            (frames_dir / f"{k:04d}.jpg").write_bytes(frame)
+        frames_dir = write_frames(params, workdir / "frames")
         users = [n.name for n in scenario.clients()]
         tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
                          scenario.workload.seed)
@@ -189,6 +186,51 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
 
     return run_emulated_experiment(scenario, plan, size, out, prepare, measure, result_key,
                                    progress, ledger_root)
+
+
+def write_frames(params: Mapping[str, Any], folder: Path) -> Path:
+    """The JPEG frames a ``frame-stream`` workload's ``frames`` spec describes, written to
+    ``folder`` as ``0000.jpg``, ``0001.jpg``, ... (the users read them there)."""
+    from workloads.frames import FrameSpec, load_frames
+
+    folder.mkdir(parents=True)
+    for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
+        (folder / f"{k:04d}.jpg").write_bytes(frame)
+    return folder
+
+
+def call(url: str, method: str = "GET", body: Any = None, token: str | None = None,
+          timeout: float = 10.0) -> tuple[int, Any]:
+    """One JSON request, with the bearer ``token`` if given, in whatever namespace the
+    calling thread is in; a failed connection is status 0."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        resp = requests.request(method, url, json=body, headers=headers, timeout=timeout)
+    except requests.RequestException as exc:
+        return 0, {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        return resp.status_code, resp.json()
+    except ValueError:
+        return resp.status_code, {"error": resp.text[:300]}
+
+
+def remove_app(topo: Any, app: str) -> None:
+    """Delete ``app``'s deployment through the Beacon (its replicas; storage stays
+    allocated) and wait until the Application Manager no longer knows it."""
+    from testbed.emulation.probe import in_netns
+
+    beacon, token = beacon_service(topo.scenario)
+    url = f"http://127.0.0.1:{beacon.port}/apps/{app}"
+
+    def remove() -> None:
+        code, body = call(url, "DELETE", token=token, timeout=REMOVE_TIMEOUT_S)
+        if code not in (200, 202, 204):
+            raise EmulationError(f"removing {app} refused ({code}): {body}")
+        poll(f"{app} was not removed", REMOVE_TIMEOUT_S, lambda: call(url)[0] == 404)
+
+    in_netns(topo.net.hosts[beacon.node].pid, remove)
 
 
 def size_plan(size: str, sizes: Mapping[str, Any]) -> Any:

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from testbed.experiments.emulated import host_line, report_header, save_figure
+from testbed.systems.armada.builders import Fleet
 from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     Action,
-    Fleet,
     StreamPlan,
     intervals,
     run_fleet,

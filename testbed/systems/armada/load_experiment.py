@@ -15,11 +15,11 @@ import numpy as np
 
 from testbed.errors import TestbedError
 from testbed.experiments.emulated import host_line, report_header
+from testbed.systems.armada.builders import Fleet
 from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     Action,
-    Fleet,
     StreamPlan,
     run_fleet,
 )

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.experiments.emulated import host_line, report_header, save_figure
+from testbed.systems.armada.builders import Fleet
 from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     TINY_NODES,
-    Fleet,
     StreamPlan,
     latency_stats,
     run_fleet,

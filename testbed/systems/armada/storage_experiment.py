@@ -50,20 +50,29 @@ from testbed.errors import EmulationError
 from testbed.experiments.emulated import Progress, run_emulated_experiment
 from testbed.scenario import Scenario
 from testbed.scenario.loader import scenario_from_dict
-from testbed.systems.armada.control import poll, size_plan, wait_for_captains
+from testbed.systems.armada.builders import (
+    CARGO_PORT,
+    CM_PORT,
+    NODE_CORES,
+    SITE_DELAYS_MS,
+    STORAGE_TOKEN,
+    WORKLOADS,
+    anchor_paths,
+    armada_storage,
+    cargo_node,
+    site_location,
+    site_name,
+)
+from testbed.systems.armada.control import (
+    call,
+    poll,
+    remove_app,
+    size_plan,
+    wait_for_captains,
+)
 
 SCENARIO = "armada-storage"
-TOKEN = "storage-token"
-CENTRE = (40.1106, -88.2073)
-#: One-way delay (ms) of site i's ISP path to the WAN core; site i sits i x 40 km east.
-SITE_DELAYS_MS = (1.0, 4.0, 8.0, 14.0, 22.0, 30.0)
-SITE_SPACING_KM = 40.0
-NODE_CORES = 0.2
 TASK_CPU = 0.15
-CM_PORT, CARGO_PORT = 8003, 7100
-#: read-then-write before write-only: both draw their new faces from the same seeded
-#: stream, so after write-only every face of read-then-write would already be known
-WORKLOADS = ("read", "read-write", "write")
 RECORD_BYTES = 8 + 128 * 8
 DEPLOY_TIMEOUT_S = 180.0
 FRAME_TIMEOUT_S = 30.0
@@ -71,9 +80,6 @@ FRAME_TIMEOUT_S = 30.0
 APPS = (("nearest", "nearest", "strong"), ("random", "random", "strong"),
         ("eventual", "nearest", "eventual"))
 FAULT_APP = ("faults", "nearest", "strong")
-CARGO_RUNTIMES = ("process", "docker")
-#: where a containerised Cargo keeps its store: the mount point of its node's volume
-CARGO_STORE = "/var/lib/armada-cargo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,120 +94,23 @@ class StorageSize:
 SIZES = {"small": StorageSize(sites=4, frames=24), "full": StorageSize(sites=6, frames=1000)}
 
 
-def site_name(i: int) -> str:
-    """Host name of edge site ``i`` (0-based)."""
-    return f"e{i + 1:02d}"
-
-
-def cargo_node(i: int, runtime: str = "process") -> str:
-    """Host of site ``i``'s Cargo (also its Cargo id): the site's node for the process
-    runtime, a node of its own (``c01`` ...) for the docker runtime."""
-    return site_name(i) if runtime == "process" else f"c{i + 1:02d}"
-
-
-def site_location(i: int) -> tuple[float, float]:
-    """Latitude and longitude of site ``i``: ``i x SITE_SPACING_KM`` east of the centre."""
-    km_per_deg = 111.32 * np.cos(np.radians(CENTRE[0]))
-    return CENTRE[0], round(CENTRE[1] + i * SITE_SPACING_KM / km_per_deg, 6)
-
-
 def storage_scenario(size: StorageSize, workdir: Path, cargo_runtime: str = "process"
                      ) -> Scenario:
-    """The ``armada-storage`` deployment of ``size`` (validated by the scenario loader).
-
-    Captains keep their task logs under ``workdir``. With ``cargo_runtime`` ``process`` a
-    site's Cargo runs on the site's node with its store under ``workdir``; with
-    ``docker`` it runs on a node of its own (:func:`cargo_node`, same switch, same
-    location) in a container, its store on the node's Docker volume at
-    :data:`CARGO_STORE`."""
-    if not 3 <= size.sites <= len(SITE_DELAYS_MS):
-        raise ValueError(f"sites: expected 3 .. {len(SITE_DELAYS_MS)}, found {size.sites}")
-    if cargo_runtime not in CARGO_RUNTIMES:
-        raise ValueError(f"cargo_runtime: expected one of {', '.join(CARGO_RUNTIMES)}, "
-                         f"found {cargo_runtime!r}")
-    lat0, lon0 = site_location(0)
-    nodes: list[dict[str, Any]] = [
-        {"name": "ctl", "role": "server", "tier": "control", "lat": CENTRE[0], "lon": CENTRE[1]},
-        {"name": "wan", "role": "switch"},
-        {"name": "u01", "role": "client", "lat": lat0, "lon": lon0}]
-    links: list[dict[str, Any]] = [{"a": "ctl", "b": "wan", "delay_ms": 1.0, "bw_mbit": 100}]
-    cm = "http://127.0.0.1:8003"
-    services: list[dict[str, Any]] = [
-        {"name": "beacon", "program": "armada.beacon", "node": "ctl", "port": 8000,
-         "params": {"app_manager": "http://127.0.0.1:8001", "spinner": "http://127.0.0.1:8002",
-                    "cargo_manager": cm, "token": TOKEN}},
-        {"name": "appmgr", "program": "armada.app_manager", "node": "ctl", "port": 8001,
-         "params": {"spinner": "http://127.0.0.1:8002", "cargo_manager": cm, "topn": 1,
-                    "users_per_replica": 100, "max_replicas": 3}},
-        {"name": "spinner", "program": "armada.spinner", "node": "ctl", "port": 8002,
-         "params": {"health_timeout_s": 2.0}},
-        {"name": "cargomgr", "program": "armada.cargo_manager", "node": "ctl", "port": CM_PORT,
-         "params": {"health_interval_s": 1.0, "health_timeout_s": 1.0, "max_missed": 3,
-                    "seed": size.seed, "state_dir": str(workdir / "cargo-manager")}}]
-    for i in range(size.sites):
-        node = site_name(i)
-        lat, lon = site_location(i)
-        switch = f"s{i + 1:02d}"
-        nodes += [{"name": node, "role": "server", "tier": "edge", "lat": lat, "lon": lon,
-                   "cpu": NODE_CORES / 2},
-                  {"name": switch, "role": "switch"}]
-        links += [{"a": node, "b": switch, "delay_ms": 0.5, "bw_mbit": 100},
-                  {"a": switch, "b": "wan", "delay_ms": SITE_DELAYS_MS[i], "bw_mbit": 100}]
-        if i == 0:
-            links.append({"a": "u01", "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
-        services.append(
-            {"name": f"cap-{node}", "program": "armada.captain", "node": node, "port": 7000,
-             "params": {"beacon": "http://{ip:ctl}:8000", "token": TOKEN, "node_id": node,
-                        "advertise_host": f"{{ip:{node}}}", "lat": lat, "lon": lon,
-                        "cpu": NODE_CORES, "memory_mb": 512, "node_type": "dedicated",
-                        "workdir": str(workdir / "captains")}})
-        node = cargo_node(i, cargo_runtime)
-        store = str(workdir / f"cargo-{node}")
-        if cargo_runtime == "docker":
-            store = CARGO_STORE
-            nodes.append({"name": node, "role": "server", "tier": "edge", "lat": lat,
-                          "lon": lon, "cpu": NODE_CORES / 2, "memory_mb": 512,
-                          "runtime": "docker", "volumes": {"store": CARGO_STORE}})
-            links.append({"a": node, "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
-        services.append(
-            {"name": f"cargo-{node}", "program": "armada.cargo", "node": node,
-             "port": CARGO_PORT,
-             "params": {"data_dir": store, "cargo_id": node,
-                        "lat": lat, "lon": lon, "beacon": "http://{ip:ctl}:8000",
-                        "token": TOKEN, "advertise_host": f"{{ip:{node}}}",
-                        "recheck_s": 2.0}})
-    doc = {"name": SCENARIO, "seed": size.seed,
-           "description": f"Armada storage over {size.sites} edge sites",
-           "topology": {"nodes": nodes, "links": links}, "services": services,
-           "workload": {"generator": "face-recognition", "seed": size.seed,
-                        "params": {"mode": "read", "frames": size.frames, "fps": 5}},
-           "policies": [], "duration": size.frames / 5 + 1}
+    """The ``armada-storage`` deployment of ``size`` (the builder's document, validated
+    by the scenario loader), its services' folders under ``workdir``."""
+    doc = armada_storage({"sites": size.sites, "frames": size.frames, "seed": size.seed,
+                          "mode": "read", "cargo_runtime": cargo_runtime})
+    doc = {"name": SCENARIO, "policies": [], **anchor_paths(doc, str(workdir))}
     return scenario_from_dict(doc, source=f"<{SCENARIO}>")
 
 
 # ------------------------------------------------------------------ the control plane
 
 
-def _call(url: str, method: str = "GET", body: Any = None, token: str | None = None,
-          timeout: float = 10.0) -> tuple[int, Any]:
-    """One JSON request (in whatever namespace the calling thread is in)."""
-    import requests
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        resp = requests.request(method, url, json=body, headers=headers, timeout=timeout)
-    except requests.RequestException as exc:
-        return 0, {"error": f"{type(exc).__name__}: {exc}"}
-    try:
-        return resp.status_code, resp.json()
-    except ValueError:
-        return resp.status_code, {"error": resp.text[:300]}
-
-
 def wait_for_cargos(sites: int) -> list[dict[str, Any]]:
     """In the control node: wait until the Cargo Manager lists ``sites`` live Cargos."""
     def alive() -> list[dict[str, Any]] | None:
-        code, body = _call(f"http://127.0.0.1:{CM_PORT}/cargos")
+        code, body = call(f"http://127.0.0.1:{CM_PORT}/cargos")
         found = [c for c in body.get("cargos", []) if c.get("state") == "alive"] \
             if code == 200 else []
         return found if len(found) >= sites else None
@@ -216,7 +125,7 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
     wait for three running replicas. Returns the allocation and the deployment times."""
     lat, lon = site_location(0)
     asked = time.time()
-    code, alloc = _call(f"http://127.0.0.1:{CM_PORT}/storage", "POST",
+    code, alloc = call(f"http://127.0.0.1:{CM_PORT}/storage", "POST",
                         {"app": app, "locations": [{"lat": lat, "lon": lon}], "replication": 3,
                          "consistency": consistency, "strategy": strategy,
                          "source": {"kind": "file", "path": str(source)}}, timeout=60.0)
@@ -224,7 +133,7 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
         raise EmulationError(f"storage for {app} refused ({code}): {alloc}")
 
     def ready() -> dict[str, Any] | None:
-        _, body = _call(f"http://127.0.0.1:{CM_PORT}/storage/{app}")
+        _, body = call(f"http://127.0.0.1:{CM_PORT}/storage/{app}")
         states = [r["state"] for r in body.get("replicas", [])]
         return body if states.count("ready") >= 3 else None
 
@@ -234,12 +143,12 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
             "args": {"storage_manager": cm_for_tasks, "op": "read-write", "model_seed": seed},
             "cpu": TASK_CPU, "memory_mb": 256, "need_storage": True,
             "locations": [{"lat": lat, "lon": lon}]}
-    code, body = _call("http://127.0.0.1:8000/apps", "POST", spec, token=TOKEN, timeout=60.0)
+    code, body = call("http://127.0.0.1:8000/apps", "POST", spec, token=STORAGE_TOKEN, timeout=60.0)
     if code not in (200, 201):
         raise EmulationError(f"deployment of {app} refused ({code}): {body}")
 
     def running() -> dict[str, Any] | None:
-        _, status = _call(f"http://127.0.0.1:8000/apps/{app}")
+        _, status = call(f"http://127.0.0.1:8000/apps/{app}")
         up = [r for r in status.get("replicas", []) if r.get("status") == "running"]
         return status if len(up) >= 3 else None
 
@@ -250,23 +159,12 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
                          for r in status.get("replicas", [])]}
 
 
-def remove_tasks(app: str) -> None:
-    """In the control node: delete ``app``'s deployment (its face tasks; the storage
-    stays allocated) so the next application's tasks find the nodes' CPU free."""
-    code, body = _call(f"http://127.0.0.1:8000/apps/{app}", "DELETE", token=TOKEN,
-                       timeout=60.0)
-    if code not in (200, 202, 204):
-        raise EmulationError(f"removing the tasks of {app} refused ({code}): {body}")
-    poll(f"the tasks of {app} were not removed", 60.0,
-          lambda: _call(f"http://127.0.0.1:8000/apps/{app}")[0] == 404)
-
-
 def nearest_task(beacon: str, app: str) -> dict[str, Any]:
     """In the user's node: the one candidate (TopN = 1) the Beacon gives the user."""
     lat, lon = site_location(0)
 
     def candidate() -> dict[str, Any] | None:
-        code, body = _call(f"{beacon}/query", "POST",
+        code, body = call(f"{beacon}/query", "POST",
                            {"app": app, "lat": lat, "lon": lon, "user": "u01"})
         listed = body.get("candidates", []) if code == 200 else []
         return listed[0] if listed else None
@@ -438,7 +336,7 @@ def run_storage(size: str, out: Path, progress: Progress = print,
                     rows += stream.rows
                     streams.append(summary(stream))
                     progress(f"  {app}/{mode}: {_line(streams[-1])}")
-                in_netns(ctl, lambda a=app: remove_tasks(a))
+                remove_app(topo, app)  # its tasks: the next app finds the CPU free
             lags = in_netns(ctl, lambda: replication_lag(topo, stores, "eventual"))
             fault = run_fault(topo, run, prep, plan_size, cm_for_tasks, beacon_url, progress,
                               cargo_runtime)
@@ -473,7 +371,7 @@ def replication_lag(topo: Any, servers: Sequence[str], app: str) -> dict[str, An
     staleness bound of eventual reads: after this long every replica had the write)."""
     out = {}
     for node in servers:
-        code, body = _call(f"http://{topo.net.ip(node)}:{CARGO_PORT}/stats?samples=1")
+        code, body = call(f"http://{topo.net.ip(node)}:{CARGO_PORT}/stats?samples=1")
         if code == 200 and app in body.get("apps", {}):
             stats = body["apps"][app]
             out[node] = {"lag": stats["lag"], "writes": stats["writes"],
@@ -498,7 +396,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
     task = in_netns(user, lambda: nearest_task(beacon_url, app))
     node = task.get("node_id") or site_name(0)
     lat, lon = next(site_location(i) for i in range(size.sites) if site_name(i) == node)
-    code, near = in_netns(ctl, lambda: _call(f"http://127.0.0.1:{CM_PORT}/query", "POST",
+    code, near = in_netns(ctl, lambda: call(f"http://127.0.0.1:{CM_PORT}/query", "POST",
                                              {"app": app, "lat": lat, "lon": lon, "topn": 1}))
     if code != 200 or not near.get("candidates"):
         raise EmulationError(f"no Cargo of {app} for its task: {near}")
@@ -522,7 +420,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
         streaming.result()
 
     def restored() -> dict[str, Any] | None:
-        _, body = _call(f"http://127.0.0.1:{CM_PORT}/storage/{app}")
+        _, body = call(f"http://127.0.0.1:{CM_PORT}/storage/{app}")
         ready = [r for r in body.get("replicas", []) if r["state"] == "ready"]
         return body if len(ready) >= 3 and body.get("restores") else None
 
@@ -552,7 +450,7 @@ def read_back(alloc: Mapping[str, Any], app: str, plan: Any,
     for identity, k in sorted(written.items()):
         want = plan.descriptor(k)
         for r in replicas:
-            code, body = _call(f"{r['url']}/apps/{app}/records/{identity}")
+            code, body = call(f"{r['url']}/apps/{app}/records/{identity}")
             if code != 200:
                 missing.append((r["cargo_id"], identity))
             elif not np.allclose(body.get("vector", []), want, rtol=0, atol=1e-12):

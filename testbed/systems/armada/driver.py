@@ -1,0 +1,229 @@
+"""``testbed run`` on an Armada scenario in emulation: the system's driver.
+
+:func:`make_driver` picks one by what the scenario runs:
+
+* :class:`FrameDriver` (frame-stream scenarios: ``armada-fleet`` builds, the selection
+  and failover scenarios). ``prepare`` writes the stream's frames, waits until every
+  Captain registered and deploys the detector through the Beacon: for a fleet, near
+  its seeded sites with auto-scaling, then waits until the replica set settled with
+  every user registered; otherwise one replica per Captain. ``replay(policy)`` streams
+  the trace's frames by every user through ``policy``'s client (:func:`~testbed.systems.
+  armada.fleet.stream`) while the scenario's ``events`` hit the nodes, and returns the
+  frame rows. Every replay starts from the same state: a settled replica set, or, when
+  the scenario has events (which move replicas), a fresh deployment.
+* :class:`StorageDriver` (``armada-storage`` builds): ``prepare`` waits for the Captains
+  and Cargos and writes the initial data set; ``replay(policy)`` allocates an
+  application's storage with the policy's Cargo selection and consistency, deploys the
+  face task on it, sends the trace's frames one at a time to the task the Beacon gives
+  the user, and returns the storage rows; the task is removed afterwards.
+
+``details()`` (``metadata.json`` under ``system``) holds per replay the replica sets,
+scaling decisions, applied events, first picks and switches (frames), or the
+allocation, deployment times and measured replication lag (storage), and the host's
+CPU idle share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from testbed.emulation.executor import EmulatedTopology
+from testbed.errors import EmulationError
+from testbed.scenario.model import Scenario
+from testbed.systems.armada.control import (
+    APP,
+    CAPTAIN,
+    beacon_service,
+    deploy_everywhere,
+    remove_app,
+    wait_for_captains,
+    write_frames,
+)
+from testbed.systems.armada.fleet import (
+    StreamPlan,
+    deploy_fleet,
+    fleet_of,
+    replica_view,
+    settle,
+    stream,
+    stream_record,
+    write_small_probe,
+)
+
+Progress = Callable[[str], None]
+CARGO_MANAGER = "armada.cargo_manager"
+CARGO = "armada.cargo"
+#: Storage policies: the Cargo selection strategy and the consistency of an application.
+STORAGE_POLICIES: Mapping[str, tuple[str, str]] = {
+    "nearest": ("nearest", "strong"), "random": ("random", "strong"),
+    "eventual": ("nearest", "eventual")}
+
+
+def _host(monitor: Any) -> dict[str, Any]:
+    return monitor.summary().to_dict()
+
+
+class FrameDriver:
+    """Replays a frame-stream Armada scenario (module docstring)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.fleet = fleet_of(scenario)
+        self.run = ""
+        self.trace_dir = Path()
+        self.frames_dir = Path()
+        self.deployments: list[dict[str, Any]] = []
+        self.streams: list[dict[str, Any]] = []
+        self.before: list[dict[str, Any]] = []
+
+    def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
+                progress: Progress) -> None:
+        """Frames, Captains, the first deployment (module docstring)."""
+        self.run, self.trace_dir = run, trace_dir
+        self.frames_dir = write_frames(self.scenario.workload.params, topo.workdir / "frames")
+        write_small_probe(self.frames_dir)
+        self._deploy(topo, progress)
+
+    def _deploy(self, topo: EmulatedTopology, progress: Progress) -> None:
+        if self.fleet is not None:
+            deployed = deploy_fleet(topo, self.fleet)
+            self.before = deployed["settled"]
+            progress(f"{APP}: first replica serving {deployed['startup_s']:.1f} s after the "
+                     f"deployment request; settled at {len(self.before)} replicas")
+        else:
+            beacon, token = beacon_service(self.scenario)
+            servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
+            status, asked = deploy_everywhere(topo, beacon, token, servers)
+            self.before = replica_view(status)
+            deployed = {"asked": asked, "created_at": status["created_at"],
+                        "first_running_at": status["first_running_at"],
+                        "startup_s": status["first_running_at"] - status["created_at"],
+                        "all_running_s": time.time() - asked, "replicas": self.before}
+            progress(f"{APP}: one replica on each of {', '.join(servers)} serving "
+                     f"{deployed['all_running_s']:.1f} s after the deployment request")
+        self.deployments.append(deployed)
+
+    def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
+               progress: Progress) -> list[dict[str, Any]]:
+        """Every user streams the trace through ``policy``'s client; the frame rows."""
+        from testbed.host_monitor import HostMonitor
+
+        k = len(self.streams)
+        if k > 0 and self.scenario.events:
+            remove_app(topo, APP)
+            self._deploy(topo, progress)
+        elif k > 0 and self.fleet is not None:
+            self.before = replica_view(settle(topo))
+        plan = StreamPlan.of_scenario(self.scenario, policy)
+        with HostMonitor(interval_s=0.5) as monitor:
+            done = stream(topo, plan, k, self.run, self.frames_dir, self.trace_dir, repetition)
+        record = stream_record(topo, plan, done, self.before)
+        record.update(repetition=repetition, deployment=len(self.deployments) - 1,
+                      host=_host(monitor))
+        self.streams.append(record)
+        mean = "-" if record["mean_ms"] is None else f"{record['mean_ms']:.0f} ms"
+        progress(f"  {policy} (repetition {repetition}): {record['ok']}/{record['frames']} "
+                 f"frames ok, mean {mean}")
+        return done["rows"]
+
+    def details(self) -> dict[str, Any]:
+        """The deployments, every stream's record and the fleet it ran on."""
+        return {"fleet": None if self.fleet is None else dataclasses.asdict(self.fleet),
+                "deployments": self.deployments, "streams": self.streams}
+
+
+class StorageDriver:
+    """Replays an ``armada-storage`` scenario (module docstring)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.run = ""
+        self.prepared: dict[str, Any] = {}
+        self.replays: list[dict[str, Any]] = []
+
+    def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
+                progress: Progress) -> None:
+        """Captains and Cargos registered; the initial data set and the face frames."""
+        from testbed.emulation.probe import in_netns
+        from testbed.systems.armada.storage_experiment import wait_for_cargos
+        from workloads.faces import encode_records, initial_records, load_face_frames, read_plan
+
+        self.run = run
+        beacon, _ = beacon_service(self.scenario)
+        servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
+        cargos = [s.node for s in self.scenario.services if s.program == CARGO]
+        wait_for_captains(topo, beacon, servers)
+        in_netns(topo.net.hosts[beacon.node].pid, lambda: wait_for_cargos(len(cargos)))
+        plan = read_plan(trace_dir)
+        source = topo.workdir / "initial.bin"
+        source.write_bytes(encode_records(initial_records(plan.seed)))
+        frames = list(load_face_frames(plan.images))
+        self.prepared = {"plan": plan, "source": source, "frames": frames, "cargos": cargos,
+                         "ctl": beacon.node}
+        progress(f"{len(cargos)} Cargos alive; {len(frames)} face images, initial data set "
+                 f"{source.stat().st_size} bytes")
+
+    def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
+               progress: Progress) -> list[dict[str, Any]]:
+        """One application with ``policy``'s storage, the trace through its task."""
+        from testbed.emulation.probe import in_netns
+        from testbed.host_monitor import HostMonitor
+        from testbed.systems.armada.storage_experiment import (
+            Stream,
+            allocate_and_deploy,
+            nearest_task,
+            replication_lag,
+            stream_faces,
+            summary,
+        )
+
+        if policy not in STORAGE_POLICIES:
+            raise EmulationError(f"policy {policy!r}: an armada-storage scenario replays "
+                                 f"{', '.join(STORAGE_POLICIES)}")
+        strategy, consistency = STORAGE_POLICIES[policy]
+        prep = self.prepared
+        ctl, user = topo.net.hosts[prep["ctl"]].pid, topo.net.hosts["u01"].pid
+        cm = f"http://{topo.net.ip(prep['ctl'])}:{_port(self.scenario, CARGO_MANAGER)}"
+        beacon, _ = beacon_service(self.scenario)
+        beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
+        app = f"{policy}-r{repetition}"
+        with HostMonitor(interval_s=0.5) as monitor:
+            deployed = in_netns(ctl, lambda: allocate_and_deploy(
+                app, strategy, consistency, prep["source"], cm, prep["plan"].seed))
+            task = in_netns(user, lambda: nearest_task(beacon_url, app))
+            faces = Stream(policy, prep["plan"].mode, repetition, task.get("node_id") or "?")
+            events = topo.schedule_events(time.time())
+            try:
+                in_netns(user, lambda: stream_faces(task["url"], prep["frames"], prep["plan"],
+                                                    faces, self.run))
+            finally:
+                events.stop()
+            lag = in_netns(ctl, lambda: replication_lag(topo, prep["cargos"], app))
+            remove_app(topo, app)
+        record = {"policy": policy, "repetition": repetition, "app": app,
+                  "strategy": strategy, "consistency": consistency, "deployment": deployed,
+                  "stream": summary(faces), "replication_lag": lag,
+                  "event_errors": events.errors, "host": _host(monitor)}
+        self.replays.append(record)
+        progress(f"  {policy} (repetition {repetition}): {record['stream']['ok']}/"
+                 f"{record['stream']['frames']} frames ok on {faces.node}")
+        return faces.rows
+
+    def details(self) -> dict[str, Any]:
+        """Every replay's allocation, deployment, stream summary and replication lag."""
+        return {"replays": self.replays}
+
+
+def _port(scenario: Scenario, program: str) -> int:
+    return next(s.port for s in scenario.services if s.program == program)
+
+
+def make_driver(scenario: Scenario) -> FrameDriver | StorageDriver:
+    """The driver ``testbed run`` uses for an Armada scenario in emulation."""
+    if any(s.program == CARGO_MANAGER for s in scenario.services):
+        return StorageDriver(scenario)
+    return FrameDriver(scenario)

@@ -1,0 +1,52 @@
+"""The entry points ``testbed experiment armada-*`` calls, one pair per experiment.
+
+Each experiment module keeps its own ``run_<name>(size, out, progress, ...)`` and
+``write_<name>_report(out, report, command)``; this module adapts them to the registry's
+signatures (:class:`testbed.systems.Experiment`), imports them only when called, and names
+each report file in ``docs/results/armada/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Run = Callable[..., Path]
+Report = Callable[..., list[Path]]
+
+
+def _entries(module: str, name: str,
+             report_file: Callable[[dict[str, Any]], str] | None = None) -> tuple[Run, Report]:
+    """``run`` and ``report`` for ``testbed.systems.armada.<module>``'s ``run_<name>``
+    and ``write_<name>_report``; the report is ``<name>.md`` unless ``report_file``
+    names it from the experiment's options."""
+    path = f"testbed.systems.armada.{module}"
+
+    def run(size: str, out: Path, progress: Callable[[str], None],
+            executors: Sequence[str], **options: Any) -> Path:
+        del executors  # every Armada experiment runs in emulation only
+        return getattr(importlib.import_module(path), f"run_{name}")(size, out, progress,
+                                                                     **options)
+
+    def report(out: Path, report_dir: Path, command: str, executors: Sequence[str],
+               **options: Any) -> list[Path]:
+        del executors
+        file = report_file(options) if report_file is not None else f"{name}.md"
+        write = getattr(importlib.import_module(path), f"write_{name}_report")
+        return [write(out, report_dir / file, command)]
+
+    return run, report
+
+
+run_selection, report_selection = _entries("selection_experiment", "selection")
+run_failover, report_failover = _entries("failover_experiment", "failover")
+run_scalability, report_scalability = _entries("scalability_experiment", "scalability")
+run_failures, report_failures = _entries("failures_experiment", "failures")
+run_churn, report_churn = _entries("churn_experiment", "churn")
+run_load, report_load = _entries("load_experiment", "load")
+run_storage, report_storage = _entries(
+    "storage_experiment", "storage",
+    lambda options: "storage.md" if options.get("cargo_runtime", "process") == "process"
+    else "storage-docker.md")
