@@ -16,7 +16,6 @@ Run it as ``python -m nodes.armada.app_manager --host H --port P --spinner URL
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -30,6 +29,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from nodes.armada import openapi as doc
+from nodes.armada.configs import MIN_REPLICAS, AppManagerParams
 from nodes.armada.fields import (
     MODULE_RE,
     NAME_RE,
@@ -44,7 +45,6 @@ from nodes.armada.fields import (
     tags_field,
 )
 from nodes.armada.geo import block, encode
-from nodes.armada.openapi import add_openapi, app_manager_spec
 from nodes.armada.selection import (
     DEFAULT_OVERLOAD,
     DEFAULT_PRECISION,
@@ -53,20 +53,20 @@ from nodes.armada.selection import (
     select_candidates,
 )
 from nodes.common import (
+    Address,
+    Route,
     client_error,
-    configure_logging,
     int_field,
     make_base_app,
     positive_number_field,
     read_json_object,
-    serve,
+    run_service,
     str_field,
 )
 from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.app_manager")
 
-MIN_REPLICAS = 3
 DEPLOY_FIELDS = {
     "name": pattern_field(NAME_RE, "name of 1-40 characters a-z, 0-9, '-'"),
     "runtime": enum_field(RUNTIMES, required=False),
@@ -536,56 +536,41 @@ def make_app(spinner: str, cargo_manager: str | None = None, poll_s: float = 1.0
     """Build the Application Manager (its state is ``app[APP_MANAGER_KEY]``)."""
     manager = AppManager(spinner, cargo_manager, poll_s, policy, overload, topn, cooldown_s,
                          user_ttl_s)
+    routes = [
+        Route("POST", "/apps", manager.handle_deploy, "deploy an application",
+              doc.op(201, doc.DEPLOY, (400, 409, 502))),
+        Route("GET", "/apps", manager.handle_apps, "list applications", doc.op()),
+        Route("GET", "/apps/{name}", manager.handle_app, "application status",
+              doc.op(errors=(404,))),
+        Route("DELETE", "/apps/{name}", manager.handle_delete, "remove an application",
+              doc.op(errors=(404,))),
+        Route("POST", "/query", manager.handle_query, "candidate list for a user",
+              doc.op(200, doc.QUERY, (400, 404))),
+        Route("GET", "/health", manager.handle_health, "liveness", doc.op()),
+    ]
     app = make_base_app()
     app[APP_MANAGER_KEY] = manager
-    app.router.add_post("/apps", manager.handle_deploy)
-    app.router.add_get("/apps", manager.handle_apps)
-    app.router.add_get("/apps/{name}", manager.handle_app)
-    app.router.add_delete("/apps/{name}", manager.handle_delete)
-    app.router.add_post("/query", manager.handle_query)
-    app.router.add_get("/health", manager.handle_health)
-    add_openapi(app, app_manager_spec())
+    doc.add_api(app, "Armada Application Manager",
+                "Applications and replicas, service discovery (candidate lists), auto-scaling.",
+                routes)
     app.on_startup.append(manager.start)
     app.on_cleanup.append(manager.stop)
     return app
 
 
+def app_from_params(params: AppManagerParams, address: Address) -> web.Application:
+    """The Application Manager of a command line."""
+    policy = ScalingPolicy(params.precision, params.users_per_replica, params.scale_up_util,
+                           params.scale_down_util, MIN_REPLICAS, params.max_replicas)
+    return make_app(params.spinner, params.cargo_manager, params.poll_s, policy,
+                    params.overload, params.topn, params.cooldown_s, params.user_ttl_s)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.app_manager", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--spinner", required=True, help="http://host:port")
-    parser.add_argument("--cargo-manager", help="http://host:port (storage layer)")
-    parser.add_argument("--poll-s", type=float, default=1.0)
-    parser.add_argument("--precision", type=int, default=DEFAULT_PRECISION)
-    parser.add_argument("--overload", type=float, default=DEFAULT_OVERLOAD)
-    parser.add_argument("--topn", type=int, default=TOPN)
-    parser.add_argument("--users-per-replica", type=int, default=4)
-    parser.add_argument("--scale-up-util", type=float, default=0.75)
-    parser.add_argument("--scale-down-util", type=float, default=0.25)
-    parser.add_argument("--cooldown-s", type=float, default=5.0)
-    parser.add_argument("--user-ttl-s", type=float, default=20.0)
-    parser.add_argument("--max-replicas", type=int, default=12)
-    args = parser.parse_args(argv)
-    if not 1 <= args.precision <= 12:
-        parser.error("--precision must be in 1..12")
-    if min(args.poll_s, args.overload, args.user_ttl_s) <= 0 or args.cooldown_s < 0:
-        parser.error("--poll-s, --overload and --user-ttl-s must be > 0, --cooldown-s >= 0")
-    if args.topn < 1 or args.users_per_replica < 1 or args.max_replicas < MIN_REPLICAS:
-        parser.error(f"--topn and --users-per-replica must be >= 1, "
-                     f"--max-replicas >= {MIN_REPLICAS}")
-    if not 0 <= args.scale_down_util < args.scale_up_util:
-        parser.error("expected 0 <= --scale-down-util < --scale-up-util")
-    policy = ScalingPolicy(args.precision, args.users_per_replica, args.scale_up_util,
-                           args.scale_down_util, MIN_REPLICAS, args.max_replicas)
-    configure_logging()
-    app = make_app(args.spinner, args.cargo_manager, args.poll_s, policy, args.overload,
-                   args.topn, args.cooldown_s, args.user_ttl_s)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the Application Manager of the command line until SIGTERM/SIGINT."""
+    return run_service(AppManagerParams, app_from_params, argv,
+                       prog="python -m nodes.armada.app_manager",
+                       description=__doc__.splitlines()[0], port=8001, logger=_log)
 
 
 if __name__ == "__main__":

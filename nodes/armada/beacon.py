@@ -14,21 +14,20 @@ URL [--cargo-manager URL] (--token T ... | --tokens FILE) [--timeout-s 10]``.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import aiohttp
 from aiohttp import web
 
+from nodes.armada import openapi as doc
 from nodes.armada.auth import TokenChecker, load_tokens
-from nodes.armada.openapi import add_openapi, beacon_spec, beacon_storage_paths
-from nodes.common import client_error, configure_logging, make_base_app, serve
+from nodes.armada.configs import BeaconParams
+from nodes.common import Address, Handler, Route, client_error, make_base_app, run_service
+from nodes.config import CannotStart
 
 _log = logging.getLogger("nodes.armada.beacon")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Beacon:
@@ -96,56 +95,60 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
     With ``cargo_manager`` it also forwards Cargo registration (``/cargos``) there.
     """
     beacon = Beacon(app_manager, spinner, tokens, timeout_s, cargo_manager)
-    app = make_base_app()
-    am, sp = "application manager", "spinner"
-    app.router.add_post("/apps", beacon.route(am, secured=True))
-    app.router.add_get("/apps", beacon.route(am, secured=False))
-    app.router.add_get("/apps/{name}", beacon.route(am, secured=False))
-    app.router.add_delete("/apps/{name}", beacon.route(am, secured=True))
-    app.router.add_post("/query", beacon.route(am, secured=False))
-    app.router.add_post("/nodes", beacon.route(sp, secured=True))
-    app.router.add_get("/nodes", beacon.route(sp, secured=False))
-    app.router.add_delete("/nodes/{node_id}", beacon.route(sp, secured=True))
-    spec = beacon_spec()
+    am, sp, cm = "application manager", "spinner", "cargo manager"
+    fwd = (502, 504)
+    routes = [
+        Route("POST", "/apps", beacon.route(am, secured=True), "deploy an application",
+              doc.op(201, doc.DEPLOY, (400, 409, *fwd), secured=True)),
+        Route("GET", "/apps", beacon.route(am, secured=False), "list applications",
+              doc.op(errors=fwd)),
+        Route("GET", "/apps/{name}", beacon.route(am, secured=False), "application status",
+              doc.op(errors=(404, *fwd))),
+        Route("DELETE", "/apps/{name}", beacon.route(am, secured=True),
+              "remove an application", doc.op(errors=(404, *fwd), secured=True)),
+        Route("POST", "/query", beacon.route(am, secured=False), "candidate list for a user",
+              doc.op(200, doc.QUERY, (400, 404, *fwd))),
+        *doc.forwarded_registry_routes(
+            "nodes", "node_id", "node", doc.REGISTER, "a compute node",
+            beacon.route(sp, secured=True), beacon.route(sp, secured=False),
+            beacon.route(sp, secured=True)),
+    ]
     if cargo_manager:
-        cm = "cargo manager"
-        app.router.add_post("/cargos", beacon.route(cm, secured=True))
-        app.router.add_get("/cargos", beacon.route(cm, secured=False))
-        app.router.add_delete("/cargos/{cargo_id}", beacon.route(cm, secured=True))
-        spec["paths"].update(beacon_storage_paths())
-    app.router.add_get("/health", beacon.handle_health)
-    add_openapi(app, spec)
+        routes += doc.forwarded_registry_routes(
+            "cargos", "cargo_id", "Cargo", doc.CARGO_REGISTER, "a storage node (Cargo)",
+            beacon.route(cm, secured=True), beacon.route(cm, secured=False),
+            beacon.route(cm, secured=True))
+    routes.append(Route("GET", "/health", beacon.handle_health, "liveness", doc.op()))
+    app = make_base_app()
+    doc.add_api(app, "Armada Beacon", "Single public entry point; checks tokens and forwards "
+                "to the Application Manager and the Spinner.", routes)
     app.on_startup.append(beacon.start)
     app.on_cleanup.append(beacon.stop)
     return app
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.beacon", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--app-manager", required=True, help="http://host:port")
-    parser.add_argument("--spinner", required=True, help="http://host:port")
-    parser.add_argument("--cargo-manager", help="http://host:port (storage layer)")
-    parser.add_argument("--token", action="append", default=[], help="repeatable")
-    parser.add_argument("--tokens", help="file with one token per line")
-    parser.add_argument("--timeout-s", type=float, default=10.0)
-    args = parser.parse_args(argv)
-    tokens = list(args.token)
-    if args.tokens:
+def app_from_params(params: BeaconParams, address: Address) -> web.Application:
+    """The Beacon of a command line: its ``--token`` values and those of ``--tokens``.
+
+    :class:`~nodes.config.CannotStart` when the token file cannot be read or holds none
+    (and no ``--token`` was given).
+    """
+    tokens = [t for t in params.token if t]
+    if params.tokens:
         try:
-            tokens += load_tokens(args.tokens)
+            tokens += sorted(load_tokens(params.tokens))
         except OSError as exc:
-            parser.error(f"--tokens: cannot read {args.tokens}: {exc.strerror}")
+            raise CannotStart(f"--tokens: cannot read {params.tokens}: {exc.strerror}") from None
     if not tokens:
-        parser.error("at least one token is required (--token or --tokens)")
-    configure_logging()
-    app = make_app(args.app_manager, args.spinner, tokens, args.timeout_s, args.cargo_manager)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+        raise CannotStart(f"--tokens: no token in {params.tokens}")
+    return make_app(params.app_manager, params.spinner, tokens, params.timeout_s,
+                    params.cargo_manager)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the Beacon of the command line until SIGTERM/SIGINT."""
+    return run_service(BeaconParams, app_from_params, argv, prog="python -m nodes.armada.beacon",
+                       description=__doc__.splitlines()[0], port=8000, logger=_log)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Run it as ``python -m nodes.armada.captain --host H --port P --beacon URL --toke
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -39,27 +38,24 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
-from nodes.armada.fields import NODE_TYPES, args_to_argv, task_fields
-from nodes.armada.openapi import add_openapi, captain_spec
+from nodes.armada.configs import START_TIMEOUT_S, CaptainParams
+from nodes.armada.fields import args_to_argv, task_fields
 from nodes.armada.scheduler import EPSILON
 from nodes.common import (
+    Address,
+    Route,
     client_error,
-    configure_logging,
     free_port,
     make_base_app,
     read_json_object,
-    serve,
+    run_service,
 )
 from nodes.http import PeerError, call_json
 
 _log = logging.getLogger("nodes.armada.captain")
 
-#: A task that does not answer /health by then has failed. A replica's start (a fresh
-#: interpreter importing aiohttp and OpenCV, then warming its detector) takes about 0.6 s
-#: at full speed, but 50-60 s on a 0.04-core node of this machine: under CFS throttling
-#: the imports cost several times their unthrottled CPU time.
-START_TIMEOUT_S = 120.0
 READY_POLL_S = 0.05
 STOP_GRACE_S = 3.0
 CPU_PERIOD_US = 100_000
@@ -478,15 +474,21 @@ CAPTAIN_KEY = web.AppKey("captain", Captain)
 def make_app(config: CaptainConfig) -> web.Application:
     """Build the Captain application (its state is ``app[CAPTAIN_KEY]``)."""
     captain = Captain(config)
+    routes = [
+        Route("GET", "/status", captain.handle_status,
+              "node and task status (the Spinner's health check)", doc.op()),
+        Route("POST", "/tasks", captain.handle_start, "start a task",
+              doc.op(202, doc.START, (400, 409, 422))),
+        Route("GET", "/tasks", captain.handle_tasks, "list tasks", doc.op()),
+        Route("GET", "/tasks/{task_id}", captain.handle_task, "one task", doc.op(errors=(404,))),
+        Route("DELETE", "/tasks/{task_id}", captain.handle_remove, "stop a task",
+              doc.op(errors=(404,))),
+        Route("GET", "/health", captain.handle_health, "liveness", doc.op()),
+    ]
     app = make_base_app()
     app[CAPTAIN_KEY] = captain
-    app.router.add_get("/status", captain.handle_status)
-    app.router.add_post("/tasks", captain.handle_start)
-    app.router.add_get("/tasks", captain.handle_tasks)
-    app.router.add_get("/tasks/{task_id}", captain.handle_task)
-    app.router.add_delete("/tasks/{task_id}", captain.handle_remove)
-    app.router.add_get("/health", captain.handle_health)
-    add_openapi(app, captain_spec())
+    doc.add_api(app, "Armada Captain",
+                "Node agent: runs tasks, measures their load and utilisation.", routes)
     app.on_startup.append(captain.start)
     app.on_cleanup.append(captain.stop)
     return app
@@ -500,54 +502,28 @@ def task_environment(app: str, task_id: str, cfg: Any) -> dict[str, str]:
             "ARMADA_NODE_LON": repr(cfg.lon)}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.captain", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=0, help="0: pick a free port")
-    parser.add_argument("--beacon", required=True, help="Beacon URL, http://host:port")
-    parser.add_argument("--token", required=True)
-    parser.add_argument("--node-id", default=socket.gethostname())
-    parser.add_argument("--lat", type=float, required=True)
-    parser.add_argument("--lon", type=float, required=True)
-    parser.add_argument("--cpu", type=float, required=True, help="cores for tasks")
-    parser.add_argument("--memory-mb", type=int, required=True)
-    parser.add_argument("--node-type", choices=NODE_TYPES, default="volunteer")
-    parser.add_argument("--tags", default="", help="comma-separated")
-    parser.add_argument("--advertise-host", help="address others use (default: --host, "
-                        "or 127.0.0.1 when that is 0.0.0.0)")
-    parser.add_argument("--task-host", default="0.0.0.0", help="address tasks bind")
-    parser.add_argument("--recheck-s", type=float, default=5.0)
-    parser.add_argument("--start-timeout-s", type=float, default=START_TIMEOUT_S,
-                        help="a task not answering /health by then has failed")
-    parser.add_argument("--sample-s", type=float, default=1.0)
-    parser.add_argument("--module-prefix", default="nodes.")
-    parser.add_argument("--cgroup-parent", type=Path)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/armada-captain"))
-    args = parser.parse_args(argv)
-    if not (-90 <= args.lat <= 90 and -180 <= args.lon <= 180):
-        parser.error("--lat must be in [-90, 90] and --lon in [-180, 180]")
-    if (args.cpu <= 0 or args.memory_mb < 1 or args.recheck_s <= 0 or args.sample_s <= 0
-            or args.start_timeout_s <= 0):
-        parser.error("--cpu, --recheck-s, --sample-s and --start-timeout-s must be > 0, "
-                     "--memory-mb >= 1")
-    port = args.port or free_port()
-    advertise = args.advertise_host or ("127.0.0.1" if args.host == "0.0.0.0" else args.host)
+def app_from_params(params: CaptainParams, address: Address) -> web.Application:
+    """The Captain of a command line, reachable at ``address`` (its real port)."""
+    node_id = params.node_id or socket.gethostname()
     config = CaptainConfig(
-        beacon=args.beacon.rstrip("/"), token=args.token, node_id=args.node_id,
-        url=f"http://{advertise}:{port}", lat=args.lat, lon=args.lon, cpu=args.cpu,
-        memory_mb=args.memory_mb, node_type=args.node_type,
-        tags=[t for t in args.tags.split(",") if t], advertise_host=advertise,
-        task_host=args.task_host, recheck_s=args.recheck_s, sample_s=args.sample_s,
-        start_timeout_s=args.start_timeout_s,
-        module_prefix=args.module_prefix, cgroup_parent=args.cgroup_parent,
-        workdir=args.workdir / args.node_id,
+        beacon=params.beacon.rstrip("/"), token=params.token, node_id=node_id,
+        url=address.url(params.advertise_host), lat=params.lat, lon=params.lon,
+        cpu=params.cpu, memory_mb=params.memory_mb, node_type=params.node_type,
+        tags=[t for t in params.tags.split(",") if t],
+        advertise_host=address.reachable_host(params.advertise_host),
+        task_host=params.task_host, recheck_s=params.recheck_s, sample_s=params.sample_s,
+        start_timeout_s=params.start_timeout_s, module_prefix=params.module_prefix,
+        cgroup_parent=Path(params.cgroup_parent) if params.cgroup_parent else None,
+        workdir=Path(params.workdir) / node_id,
     )
-    configure_logging()
-    serve(make_app(config), args.host, port, logger=_log)
-    return 0
+    return make_app(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the Captain of the command line until SIGTERM/SIGINT."""
+    return run_service(CaptainParams, app_from_params, argv, prog="python -m nodes.armada.captain",
+                       description=__doc__.splitlines()[0], port=0, logger=_log,
+                       pick_free_port=True)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --carg
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import contextlib
@@ -72,12 +71,13 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
+from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
+from nodes.armada.configs import DEFAULT_CAPACITY_BYTES, CargoParams
 from nodes.armada.fields import (
     CONSISTENCIES,
     MAX_DIM,
     NAME_RE,
-    NODE_TYPES,
     enum_field,
     pattern_field,
     records_field,
@@ -86,22 +86,20 @@ from nodes.armada.fields import (
     urls_field,
     vector_field,
 )
-from nodes.armada.openapi import add_openapi, cargo_spec
 from nodes.common import (
+    Address,
     Field,
+    Route,
     client_error,
-    configure_logging,
-    free_port,
     int_field,
     json_errors,
     read_json_object,
-    serve,
+    run_service,
 )
 from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.cargo")
 
-DEFAULT_CAPACITY_BYTES = 2 * 1024**3
 DEFAULT_DIM = 128
 ID_BYTES = 8
 #: Request bodies a Cargo accepts (batches of records, replication, inline sources).
@@ -1083,71 +1081,63 @@ CARGO_KEY = web.AppKey("cargo", Cargo)
 def make_app(config: CargoConfig) -> web.Application:
     """Build the Cargo application (its state is ``app[CARGO_KEY]``)."""
     cargo = Cargo(config)
+    one_app = (404,)
+    routes = [
+        Route("GET", "/status", cargo.handle_status,
+              "node, capacity and applications (the health check)", doc.op()),
+        Route("GET", "/stats", cargo.handle_stats, "counters and replication lag per "
+              "application (?samples=1 adds every lag sample)", doc.op()),
+        Route("POST", "/apps", cargo.handle_allocate,
+              "allocate an application and load its data set",
+              doc.op(201, doc.CARGO_ALLOCATE, (400, 409, 413, 422, 502, 507))),
+        Route("GET", "/apps", cargo.handle_apps, "list applications", doc.op()),
+        Route("GET", "/apps/{app}", cargo.handle_app, "one application", doc.op(errors=one_app)),
+        Route("DELETE", "/apps/{app}", cargo.handle_drop, "release it and delete its data",
+              doc.op(errors=one_app)),
+        Route("PUT", "/apps/{app}/peers", cargo.handle_peers, "set the other replicas",
+              doc.op(200, doc.PEERS, (400, 404))),
+        Route("POST", "/apps/{app}/records", cargo.handle_write, "insert or replace records",
+              doc.op(200, doc.WRITE, (400, 404, 413, 503, 507))),
+        Route("GET", "/apps/{app}/records", cargo.handle_list,
+              "records with versions by id (?after=ID&limit=N)", doc.op(errors=(400, 404))),
+        Route("GET", "/apps/{app}/records/{id}", cargo.handle_read, "one record",
+              doc.op(errors=(400, 404, 503))),
+        Route("POST", "/apps/{app}/match", cargo.handle_match,
+              "nearest record to a vector, within a threshold",
+              doc.op(200, doc.MATCH, (400, 404, 503))),
+        Route("POST", "/apps/{app}/replicate", cargo.handle_replicate,
+              "records a peer originated (last writer wins)",
+              doc.op(200, doc.REPLICATE, (400, 404, 413))),
+        Route("GET", "/health", cargo.handle_health, "liveness", doc.op()),
+    ]
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     app[CARGO_KEY] = cargo
-    app.router.add_get("/status", cargo.handle_status)
-    app.router.add_get("/stats", cargo.handle_stats)
-    app.router.add_post("/apps", cargo.handle_allocate)
-    app.router.add_get("/apps", cargo.handle_apps)
-    app.router.add_get("/apps/{app}", cargo.handle_app)
-    app.router.add_delete("/apps/{app}", cargo.handle_drop)
-    app.router.add_put("/apps/{app}/peers", cargo.handle_peers)
-    app.router.add_post("/apps/{app}/records", cargo.handle_write)
-    app.router.add_get("/apps/{app}/records", cargo.handle_list)
-    app.router.add_get("/apps/{app}/records/{id}", cargo.handle_read)
-    app.router.add_post("/apps/{app}/match", cargo.handle_match)
-    app.router.add_post("/apps/{app}/replicate", cargo.handle_replicate)
-    app.router.add_get("/health", cargo.handle_health)
-    add_openapi(app, cargo_spec())
+    doc.add_api(app, "Armada Cargo", "Storage node: durable per-application record stores, "
+                "replication, matching.", routes)
     app.on_startup.append(cargo.start)
     app.on_cleanup.append(cargo.stop)
     return app
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.cargo", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=0, help="0: pick a free port")
-    parser.add_argument("--data-dir", type=Path, required=True, help="where the store lives")
-    parser.add_argument("--cargo-id", default=socket.gethostname())
-    parser.add_argument("--lat", type=float, required=True)
-    parser.add_argument("--lon", type=float, required=True)
-    parser.add_argument("--capacity-gb", type=float, default=DEFAULT_CAPACITY_BYTES / 1024**3,
-                        help="declared persistent capacity in GiB (default 2)")
-    parser.add_argument("--node-type", choices=NODE_TYPES, default="volunteer")
-    parser.add_argument("--tags", default="", help="comma-separated")
-    parser.add_argument("--beacon", help="Beacon URL; register through it (needs --token)")
-    parser.add_argument("--token")
-    parser.add_argument("--advertise-host", help="address others use (default: --host, "
-                        "or 127.0.0.1 when that is 0.0.0.0)")
-    parser.add_argument("--recheck-s", type=float, default=5.0)
-    parser.add_argument("--write-timeout-s", type=float, default=10.0)
-    parser.add_argument("--max-lag-s", type=float, default=5.0)
-    parser.add_argument("--peer-timeout-s", type=float, default=5.0)
-    args = parser.parse_args(argv)
-    if not (-90 <= args.lat <= 90 and -180 <= args.lon <= 180):
-        parser.error("--lat must be in [-90, 90] and --lon in [-180, 180]")
-    if args.beacon and not args.token:
-        parser.error("--beacon needs --token")
-    if min(args.capacity_gb, args.recheck_s, args.write_timeout_s, args.max_lag_s,
-           args.peer_timeout_s) <= 0:
-        parser.error("--capacity-gb and every duration must be > 0")
-    port = args.port or free_port()
-    advertise = args.advertise_host or ("127.0.0.1" if args.host == "0.0.0.0" else args.host)
+def app_from_params(params: CargoParams, address: Address) -> web.Application:
+    """The Cargo of a command line, reachable at ``address`` (its real port)."""
     config = CargoConfig(
-        cargo_id=args.cargo_id, url=f"http://{advertise}:{port}", data_dir=args.data_dir,
-        lat=args.lat, lon=args.lon, capacity_bytes=round(args.capacity_gb * 1024**3),
-        node_type=args.node_type, tags=[t for t in args.tags.split(",") if t],
-        beacon=args.beacon.rstrip("/") if args.beacon else None, token=args.token,
-        recheck_s=args.recheck_s, write_timeout_s=args.write_timeout_s,
-        max_lag_s=args.max_lag_s, peer_timeout_s=args.peer_timeout_s,
+        cargo_id=params.cargo_id or socket.gethostname(),
+        url=address.url(params.advertise_host), data_dir=Path(params.data_dir),
+        lat=params.lat, lon=params.lon, capacity_bytes=round(params.capacity_gb * 1024**3),
+        node_type=params.node_type, tags=[t for t in params.tags.split(",") if t],
+        beacon=params.beacon.rstrip("/") if params.beacon else None, token=params.token,
+        recheck_s=params.recheck_s, write_timeout_s=params.write_timeout_s,
+        max_lag_s=params.max_lag_s, peer_timeout_s=params.peer_timeout_s,
     )
-    configure_logging()
-    serve(make_app(config), args.host, port, logger=_log)
-    return 0
+    return make_app(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the Cargo of the command line until SIGTERM/SIGINT."""
+    return run_service(CargoParams, app_from_params, argv, prog="python -m nodes.armada.cargo",
+                       description=__doc__.splitlines()[0], port=0, logger=_log,
+                       pick_free_port=True)
 
 
 if __name__ == "__main__":

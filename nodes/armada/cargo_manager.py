@@ -56,7 +56,6 @@ Run it as ``python -m nodes.armada.cargo_manager --host H --port P [--health-int
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -76,12 +75,13 @@ from typing import Any
 
 from aiohttp import web
 
+from nodes.armada import openapi as doc
 from nodes.armada.cargo import DEFAULT_DIM, record_bytes
+from nodes.armada.configs import DEFAULT_QUOTA_BYTES, NODE_TYPES, STATE_FILE, CargoManagerParams
 from nodes.armada.fields import (
     CONSISTENCIES,
     MAX_DIM,
     NAME_RE,
-    NODE_TYPES,
     STRATEGIES,
     enum_field,
     lat_field,
@@ -93,29 +93,25 @@ from nodes.armada.fields import (
     url_field,
 )
 from nodes.armada.geo import haversine_km
-from nodes.armada.openapi import add_openapi, cargo_manager_spec
-from nodes.armada.registry import (
-    HealthCheckedRegistry,
-    add_health_arguments,
-    check_health_arguments,
-)
+from nodes.armada.registry import HealthCheckedRegistry
 from nodes.common import (
+    Address,
     Field,
+    Route,
     client_error,
-    configure_logging,
     describe,
     int_field,
     make_base_app,
     read_json_object,
-    serve,
+    run_service,
     str_field,
 )
+from nodes.config import CannotStart
 from nodes.http import PeerError, call_json, error_of
 
 _log = logging.getLogger("nodes.armada.cargo_manager")
 
 REPLICATION = 3
-DEFAULT_QUOTA_BYTES = 64 * 1024**2
 ALLOCATE_TIMEOUT_S = 120.0  # a Cargo answers an allocation once its data set is loaded
 CALL_TIMEOUT_S = 5.0
 
@@ -148,7 +144,6 @@ QUERY_FIELDS = {
     "topn": int_field(1, 10, required=False),
 }
 
-STATE_FILE = "cargo-manager.json"
 STATE_FORMAT = "armada-cargo-manager-state"
 STATE_VERSION = 1
 UNCONFIRMED = "unconfirmed"  # a Cargo known from the state file, not yet health-checked
@@ -262,7 +257,7 @@ class Allocation:
 # ------------------------------------------------------------------ state file
 
 
-class StateFileError(Exception):
+class StateFileError(CannotStart):
     """The state file cannot be loaded (or written at start): the manager must not start."""
 
 
@@ -955,50 +950,45 @@ def make_app(
     """
     manager = CargoManager(health_interval_s, health_timeout_s, max_missed, quota_bytes, seed,
                            state_dir)
+    routes = [
+        *doc.registry_routes("cargos", "cargo_id", "Cargo", doc.CARGO_REGISTER,
+                             "its data is re-replicated", manager.handle_register,
+                             manager.handle_cargos, manager.handle_cargo, manager.handle_leave),
+        Route("POST", "/storage", manager.handle_allocate,
+              "allocate storage for an application (200 if it exists)",
+              doc.op(201, doc.STORAGE_REQUEST, (400, 409, 502, 507))),
+        Route("GET", "/storage", manager.handle_allocations, "list allocations", doc.op()),
+        Route("GET", "/storage/{app}", manager.handle_allocation, "one allocation",
+              doc.op(errors=(404,))),
+        Route("DELETE", "/storage/{app}", manager.handle_release,
+              "release an allocation and delete its data", doc.op(errors=(404,))),
+        Route("POST", "/query", manager.handle_query,
+              "data access points for a task, nearest first",
+              doc.op(200, doc.STORAGE_QUERY, (400, 404))),
+        Route("GET", "/health", manager.handle_health, "liveness", doc.op()),
+    ]
     app = make_base_app()
     app[CARGO_MANAGER_KEY] = manager
-    app.router.add_post("/cargos", manager.handle_register)
-    app.router.add_get("/cargos", manager.handle_cargos)
-    app.router.add_get("/cargos/{cargo_id}", manager.handle_cargo)
-    app.router.add_delete("/cargos/{cargo_id}", manager.handle_leave)
-    app.router.add_post("/storage", manager.handle_allocate)
-    app.router.add_get("/storage", manager.handle_allocations)
-    app.router.add_get("/storage/{app}", manager.handle_allocation)
-    app.router.add_delete("/storage/{app}", manager.handle_release)
-    app.router.add_post("/query", manager.handle_query)
-    app.router.add_get("/health", manager.handle_health)
-    add_openapi(app, cargo_manager_spec())
+    doc.add_api(app, "Armada Cargo Manager", "Storage nodes (registration, health checks), "
+                "allocation of replicated storage, re-replication and data access point "
+                "queries.", routes)
     app.on_startup.append(manager.start)
     app.on_cleanup.append(manager.stop)
     return app
 
 
+def app_from_params(params: CargoManagerParams, address: Address) -> web.Application:
+    """The Cargo Manager of a command line (:class:`StateFileError` for a state file it
+    cannot use: the runner refuses to start)."""
+    return make_app(params.health_interval_s, params.health_timeout_s, params.max_missed,
+                    round(params.quota_mb * 1024**2), params.seed, params.state_dir)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.cargo_manager", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8003)
-    add_health_arguments(parser)
-    parser.add_argument("--quota-mb", type=float, default=DEFAULT_QUOTA_BYTES / 1024**2,
-                        help="default quota of an allocation, MiB")
-    parser.add_argument("--seed", type=int, help="seed of the random strategy")
-    parser.add_argument("--state-dir", type=Path, metavar="DIR",
-                        help=f"keep the metadata in DIR/{STATE_FILE} (loaded at start)")
-    args = parser.parse_args(argv)
-    check_health_arguments(parser, args)
-    if args.quota_mb <= 0:
-        parser.error("--quota-mb must be > 0")
-    configure_logging()
-    try:
-        app = make_app(args.health_interval_s, args.health_timeout_s, args.max_missed,
-                       round(args.quota_mb * 1024**2), args.seed, args.state_dir)
-    except StateFileError as exc:
-        _log.error("refusing to start: %s", exc)
-        return 1
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the Cargo Manager of the command line until SIGTERM/SIGINT."""
+    return run_service(CargoManagerParams, app_from_params, argv,
+                       prog="python -m nodes.armada.cargo_manager",
+                       description=__doc__.splitlines()[0], port=8003, logger=_log)
 
 
 if __name__ == "__main__":

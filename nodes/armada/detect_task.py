@@ -44,7 +44,6 @@ Run it as ``python -m nodes.armada.detect_task --host H --port P [--workers N]
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import threading
@@ -56,14 +55,13 @@ import cv2
 import numpy as np
 from aiohttp import web
 
-from nodes.armada.frame_task import (
+from nodes.armada.configs import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_QUEUE_LIMIT,
-    WorkerPool,
-    at_least,
-    read_jpeg,
+    DetectTaskParams,
 )
-from nodes.common import client_error, configure_logging, json_errors, serve
+from nodes.armada.frame_task import WorkerPool, read_jpeg
+from nodes.common import Address, Route, add_routes, client_error, json_errors, run_service
 
 _log = logging.getLogger("nodes.armada.detect_task")
 
@@ -224,114 +222,90 @@ class DetectTask:
             }
         )
 
-    async def handle_openapi(self, _: web.Request) -> web.Response:
-        """``GET /openapi.json``."""
-        return web.json_response(openapi(self.max_body_bytes))
-
     async def close(self, _: web.Application) -> None:
         """Stop the worker threads (after the frames they are processing)."""
         self.pool.close()
 
 
-def openapi(max_body_bytes: int) -> dict[str, Any]:
-    """The OpenAPI 3.0 description of the task's HTTP API."""
-    error = {"$ref": "#/components/schemas/Error"}
-
-    def answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-    number = {"type": "number"}
-    return {
-        "openapi": "3.0.3",
-        "info": {"title": "Armada object-detection task", "version": "1"},
-        "paths": {
-            "/infer": {
-                "post": {
-                    "summary": "Detect objects in one JPEG frame",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "image/jpeg": {
-                                "schema": {
-                                    "type": "string",
-                                    "format": "binary",
-                                    "maxLength": max_body_bytes,
-                                }
-                            }
-                        },
-                    },
-                    "responses": {
-                        "200": answer("detections and timestamps", {
-                            "$ref": "#/components/schemas/Inference"}),
-                        "400": answer("empty, not a JPEG or undecodable", error),
-                        "413": answer(f"body larger than {max_body_bytes} bytes", error),
-                        "415": answer("Content-Type is not image/jpeg", error),
-                        "503": answer("queue full", error),
-                    },
-                }
-            },
-            "/health": {"get": {"responses": {"200": answer("up", {"type": "object"})}}},
-            "/stats": {
-                "get": {
-                    "responses": {
-                        "200": answer("load and utilisation", {
-                            "$ref": "#/components/schemas/Stats"})
-                    }
-                }
-            },
-            "/openapi.json": {
-                "get": {"responses": {"200": answer("this document", {"type": "object"})}}
+NUMBER: dict[str, Any] = {"type": "number"}
+#: The schemas the task's OpenAPI document refers to.
+COMPONENTS: dict[str, Any] = {
+    "schemas": {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {"type": "string"}},
+        },
+        "Inference": {
+            "type": "object",
+            "required": [
+                "detections", "server_arrival", "start", "end", "queue_ms",
+                "processing_ms", "queue_at_arrival", "frame_shape", "detector",
+            ],
+            "properties": {
+                "detections": {
+                    "type": "array",
+                    "items": {"type": "array", "items": NUMBER,
+                              "minItems": 5, "maxItems": 5},
+                },
+                "server_arrival": NUMBER,
+                "start": NUMBER,
+                "end": NUMBER,
+                "queue_ms": NUMBER,
+                "processing_ms": NUMBER,
+                "queue_at_arrival": {"type": "integer", "minimum": 0},
+                "frame_shape": {"type": "array", "items": {"type": "integer"}},
+                "detector": {"type": "string", "enum": sorted(DETECTORS)},
             },
         },
-        "components": {
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {"error": {"type": "string"}},
-                },
-                "Inference": {
-                    "type": "object",
-                    "required": [
-                        "detections", "server_arrival", "start", "end", "queue_ms",
-                        "processing_ms", "queue_at_arrival", "frame_shape", "detector",
-                    ],
-                    "properties": {
-                        "detections": {
-                            "type": "array",
-                            "items": {"type": "array", "items": number,
-                                      "minItems": 5, "maxItems": 5},
-                        },
-                        "server_arrival": number,
-                        "start": number,
-                        "end": number,
-                        "queue_ms": number,
-                        "processing_ms": number,
-                        "queue_at_arrival": {"type": "integer", "minimum": 0},
-                        "frame_shape": {"type": "array", "items": {"type": "integer"}},
-                        "detector": {"type": "string", "enum": sorted(DETECTORS)},
-                    },
-                },
-                "Stats": {
-                    "type": "object",
-                    "properties": {
-                        "detector": {"type": "string"},
-                        "workers": {"type": "integer"},
-                        "threads": {"type": "integer"},
-                        "in_flight": {"type": "integer"},
-                        "waiting": {"type": "integer"},
-                        "running": {"type": "integer"},
-                        "completed": {"type": "integer"},
-                        "rejected": {"type": "integer"},
-                        "failed": {"type": "integer"},
-                        "mean_processing_ms": {"type": "number", "nullable": True},
-                        "cpu_seconds": number,
-                        "uptime_s": number,
-                    },
-                },
-            }
+        "Stats": {
+            "type": "object",
+            "properties": {
+                "detector": {"type": "string"},
+                "workers": {"type": "integer"},
+                "threads": {"type": "integer"},
+                "in_flight": {"type": "integer"},
+                "waiting": {"type": "integer"},
+                "running": {"type": "integer"},
+                "completed": {"type": "integer"},
+                "rejected": {"type": "integer"},
+                "failed": {"type": "integer"},
+                "mean_processing_ms": {"type": "number", "nullable": True},
+                "cpu_seconds": NUMBER,
+                "uptime_s": NUMBER,
+            },
         },
     }
+}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON response of the task's OpenAPI document."""
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _routes(task: DetectTask) -> list[Route]:
+    """The task's endpoints, with their OpenAPI operations."""
+    error = {"$ref": "#/components/schemas/Error"}
+    limit = task.max_body_bytes
+    return [
+        Route("POST", "/infer", task.handle_infer, "Detect objects in one JPEG frame", {
+            "requestBody": {"required": True, "content": {"image/jpeg": {"schema": {
+                "type": "string", "format": "binary", "maxLength": limit}}}},
+            "responses": {
+                "200": _answer("detections and timestamps",
+                               {"$ref": "#/components/schemas/Inference"}),
+                "400": _answer("empty, not a JPEG or undecodable", error),
+                "413": _answer(f"body larger than {limit} bytes", error),
+                "415": _answer("Content-Type is not image/jpeg", error),
+                "503": _answer("queue full", error),
+            },
+        }),
+        Route("GET", "/health", task.handle_health, "liveness",
+              {"responses": {"200": _answer("up", {"type": "object"})}}),
+        Route("GET", "/stats", task.handle_stats, "load and utilisation", {"responses": {
+            "200": _answer("load and utilisation", {"$ref": "#/components/schemas/Stats"})}}),
+    ]
 
 
 def make_app(
@@ -354,33 +328,23 @@ def make_app(
     cv2.setNumThreads(threads)
     task = DetectTask(detector, workers, threads, max_body_bytes, queue_limit)
     app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
-    app.router.add_post("/infer", task.handle_infer)
-    app.router.add_get("/health", task.handle_health)
-    app.router.add_get("/stats", task.handle_stats)
-    app.router.add_get("/openapi.json", task.handle_openapi)
+    add_routes(app, _routes(task), {"title": "Armada object-detection task", "version": "1"},
+               COMPONENTS)
     app.on_cleanup.append(task.close)
     return app
 
 
+def app_from_params(params: DetectTaskParams, address: Address) -> web.Application:
+    """The task of a command line."""
+    return make_app(params.detector, params.workers, params.threads, params.max_body_bytes,
+                    params.queue_limit)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.detect_task", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=at_least(1), default=1)
-    parser.add_argument("--detector", choices=sorted(DETECTORS), default="hog")
-    parser.add_argument("--threads", type=at_least(1), default=1,
-                        help="OpenCV threads for the whole process (default 1)")
-    parser.add_argument("--max-body-bytes", type=at_least(1), default=DEFAULT_MAX_BODY_BYTES)
-    parser.add_argument("--queue-limit", type=at_least(1), default=DEFAULT_QUEUE_LIMIT)
-    args = parser.parse_args(argv)
-    configure_logging()
-    app = make_app(args.detector, args.workers, args.threads, args.max_body_bytes,
-                   args.queue_limit)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the task of the command line until SIGTERM/SIGINT."""
+    return run_service(DetectTaskParams, app_from_params, argv,
+                       prog="python -m nodes.armada.detect_task",
+                       description=__doc__.splitlines()[0], port=8000, logger=_log)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Run it as ``python -m nodes.armada.echo_task --host H --port P [--work-ms MS]
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -20,7 +19,8 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from nodes.common import configure_logging, json_errors, serve
+from nodes.armada.configs import EchoTaskParams
+from nodes.common import Address, Route, add_routes, json_errors, run_service
 
 _log = logging.getLogger("nodes.armada.echo_task")
 MAX_FRAME_BYTES = 8 * 2**20
@@ -67,27 +67,24 @@ def make_app(work_ms: float = 0.0, name: str = "echo") -> web.Application:
     """Build the echo task application."""
     task = EchoTask(work_ms, name)
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_FRAME_BYTES)
-    app.router.add_post("/infer", task.handle_infer)
-    app.router.add_get("/health", task.handle_health)
-    app.router.add_get("/stats", task.handle_stats)
+    add_routes(app, [
+        Route("POST", "/infer", task.handle_infer, "take a frame, burn the CPU asked, report"),
+        Route("GET", "/health", task.handle_health, "liveness"),
+        Route("GET", "/stats", task.handle_stats, "requests in flight and completed"),
+    ])
     return app
 
 
+def app_from_params(params: EchoTaskParams, address: Address) -> web.Application:
+    """The echo task of a command line."""
+    return make_app(params.work_ms, params.name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.echo_task", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--work-ms", type=float, default=0.0)
-    parser.add_argument("--name", default="echo")
-    args = parser.parse_args(argv)
-    if args.work_ms < 0:
-        parser.error("--work-ms must be >= 0")
-    configure_logging()
-    serve(make_app(args.work_ms, args.name), args.host, args.port, logger=_log)
-    return 0
+    """Serve the echo task of the command line until SIGTERM/SIGINT."""
+    return run_service(EchoTaskParams, app_from_params, argv,
+                       prog="python -m nodes.armada.echo_task",
+                       description=__doc__.splitlines()[0], port=8080, logger=_log)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ the storage SDK, nearest live replica, a fresh connection per call).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import math
@@ -64,21 +63,16 @@ import cv2
 import numpy as np
 from aiohttp import web
 
+from nodes.armada.configs import DEFAULT_MAX_BODY_BYTES, DEFAULT_QUEUE_LIMIT, FaceTaskParams
 from nodes.armada.face_recognition import FaceIndex, decode, describe, subject, warm_up
 from nodes.armada.face_recognition import cascade as face_cascade
-from nodes.armada.frame_task import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_QUEUE_LIMIT,
-    WorkerPool,
-    at_least,
-    read_jpeg,
-)
-from nodes.common import client_error, configure_logging, json_errors, serve
+from nodes.armada.frame_task import WorkerPool, read_jpeg
+from nodes.common import Address, Route, add_routes, client_error, json_errors, run_service
+from nodes.config import CannotStart
 from workloads.faces import (
     INITIAL_RECORDS,
     MAX_IDENTITIES,
     MODES,
-    THRESHOLD,
     Box,
     IdentityModel,
     initial_records,
@@ -97,7 +91,7 @@ class StoreError(Exception):
     """The face store could not answer (unreachable, refused, timed out)."""
 
 
-class StoreNotWiredError(Exception):
+class StoreNotWiredError(CannotStart):
     """The Cargo-backed face store lacks what it needs to find the app's replicas."""
 
 
@@ -464,64 +458,34 @@ def make_app(
     task = FaceTask(store_factory, op, model, threshold, workers, threads, max_body_bytes,
                     queue_limit)
     app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
-    app.router.add_post("/recognise", task.handle_recognise)
-    app.router.add_get("/health", task.handle_health)
-    app.router.add_get("/stats", task.handle_stats)
+    add_routes(app, [
+        Route("POST", "/recognise", task.handle_recognise,
+              "recognise the face in one JPEG frame against the face store"),
+        Route("GET", "/health", task.handle_health, "liveness"),
+        Route("GET", "/stats", task.handle_stats, "load, counts and mean times"),
+    ])
     app.on_startup.append(task.start)
     app.on_cleanup.append(task.close)
     return app
 
 
-def _threshold(text: str) -> float:
-    """An argparse ``type``: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text!r}")
-    return value
+def app_from_params(params: FaceTaskParams, address: Address) -> web.Application:
+    """The task of a command line, on the store it names (:class:`StoreNotWiredError`
+    when the Cargo store lacks its Captain's environment: the runner refuses to start)."""
+    if params.storage_manager is not None:
+        factory = cargo_store_factory(params.storage_manager)
+    else:
+        initial = INITIAL_RECORDS if params.initial is None else params.initial
+        factory = memory_store_factory(initial_records(params.model_seed, initial))
+    return make_app(factory, params.op, params.model_seed, params.threshold, params.workers,
+                    params.threads, params.max_body_bytes, params.queue_limit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.face_task", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8000)
-    store = parser.add_mutually_exclusive_group(required=True)
-    store.add_argument("--memory-store", action="store_true",
-                       help="keep the face data in the task, loaded with the initial data set")
-    store.add_argument("--storage-manager", metavar="URL",
-                       help="the Cargo Manager to find data replicas through (the task's app "
-                            "and location come from the Captain's ARMADA_* environment)")
-    parser.add_argument("--op", choices=MODES, default="read-write",
-                        help="the op of frames without an X-Face-Op header")
-    parser.add_argument("--model-seed", type=at_least(0), default=0,
-                        help="the workload seed: identity centres and observation noise")
-    parser.add_argument("--initial", type=at_least(1), default=INITIAL_RECORDS,
-                        help="records of the initial data set (--memory-store)")
-    parser.add_argument("--threshold", type=_threshold, default=None,
-                        help=f"match threshold (default the model's, {THRESHOLD:.4f})")
-    parser.add_argument("--workers", type=at_least(1), default=1)
-    parser.add_argument("--threads", type=at_least(1), default=1,
-                        help="OpenCV threads for the whole process (default 1)")
-    parser.add_argument("--max-body-bytes", type=at_least(1), default=DEFAULT_MAX_BODY_BYTES)
-    parser.add_argument("--queue-limit", type=at_least(1), default=DEFAULT_QUEUE_LIMIT)
-    args = parser.parse_args(argv)
-    if args.storage_manager is not None:
-        try:
-            factory = cargo_store_factory(args.storage_manager)
-        except StoreNotWiredError as exc:
-            parser.error(str(exc))
-    else:
-        factory = memory_store_factory(initial_records(args.model_seed, args.initial))
-    configure_logging()
-    app = make_app(factory, args.op, args.model_seed, args.threshold, args.workers,
-                   args.threads, args.max_body_bytes, args.queue_limit)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the task of the command line until SIGTERM/SIGINT."""
+    return run_service(FaceTaskParams, app_from_params, argv,
+                       prog="python -m nodes.armada.face_task",
+                       description=__doc__.splitlines()[0], port=8000, logger=_log)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 ARG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 RUNTIMES = ("process", "docker")
-NODE_TYPES = ("dedicated", "volunteer")
 
 
 def _number_in(value: Any, lo: float, hi: float) -> bool:

@@ -9,13 +9,13 @@ thread:
   answering), further frames wait in FIFO order, and beyond ``queue_limit`` waiting
   frames a frame is refused with 503 instead of being queued without bound. A frame
   whose client disconnects while it waits leaves the queue; one already being processed
-  finishes, and its worker is not handed to another frame before that;
-* :func:`at_least` is the ``type`` of their integer command-line options.
+  finishes, and its worker is not handed to another frame before that.
+
+Their shared parameters are :class:`nodes.armada.configs.FrameTaskParams`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import threading
@@ -27,8 +27,6 @@ from aiohttp import web
 
 from nodes.common import client_error
 
-DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
-DEFAULT_QUEUE_LIMIT = 32
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 T = TypeVar("T")
@@ -137,18 +135,3 @@ class WorkerPool:
     def close(self) -> None:
         """Stop the worker threads (after the frames they are processing)."""
         self.executor.shutdown(wait=True, cancel_futures=True)
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, found {value}")
-        return value
-
-    return parse

@@ -1,15 +1,23 @@
-"""OpenAPI 3.0 descriptions of the Armada services, served at ``GET /openapi.json``.
+"""The OpenAPI 3.0 building blocks of the Armada services' documents (``GET /openapi.json``).
 
-Written by hand from the contract in ``docs/armada.md`` (the services validate bodies
-with small field tables, not schemas), compact but complete enough for a client
-generator or a curious human: every path, method, request body and status.
+Each service lists its routes once (:class:`nodes.common.Route`), each with a summary
+and an operation made by :func:`op` from the schemas here; its document is generated
+from that table (:func:`add_api`), so a route cannot be served undocumented or
+documented but not served. The schemas are written by hand from the contract in
+``docs/armada.md`` (the services validate bodies with small field tables, not schemas),
+compact but complete enough for a client generator or a curious human: every path,
+method, request body and status.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+
+from nodes.armada.configs import NODE_TYPES
+from nodes.common import Handler, Route, add_routes
 
 Schema = dict[str, Any]
 
@@ -73,13 +81,13 @@ def body(properties: dict[str, Schema], required: list[str]) -> Schema:
 
 
 def op(
-    summary: str,
     ok: int = 200,
     request: Schema | None = None,
     errors: tuple[int, ...] = (),
     secured: bool = False,
 ) -> dict[str, Any]:
-    """One operation: JSON request (optional), a JSON success and JSON errors.
+    """One operation (all but its summary): JSON request (optional), a JSON success and
+    JSON errors.
 
     The errors are listed by status, except the storage layer's (:data:`STORAGE_REASONS`),
     which follow in the order ``errors`` gives them.
@@ -87,7 +95,6 @@ def op(
     common = [code for code in errors if code not in STORAGE_REASONS]
     storage = [code for code in errors if code in STORAGE_REASONS]
     operation: dict[str, Any] = {
-        "summary": summary,
         "responses": {
             str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
             **{
@@ -111,58 +118,53 @@ def _json(schema: Schema) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def document(title: str, description: str, paths: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A whole OpenAPI document; every service also has ``/health`` and ``/openapi.json``."""
-    paths = {
-        **paths,
-        "/health": {"get": op("liveness")},
-        "/openapi.json": {"get": op("this description")},
-    }
-    return {
-        "openapi": "3.0.3",
-        "info": {"title": title, "version": "1.0", "description": description},
-        "paths": paths,
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-    }
+#: Every Armada document declares the bearer scheme of the Beacon's secured operations.
+SECURITY: dict[str, Any] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
 
 
-def registry_paths(
-    collection: str, id_field: str, noun: str, register: Schema, leaves: str
-) -> dict[str, dict[str, Any]]:
+def add_api(app: web.Application, title: str, description: str, routes: list[Route],
+            components: Mapping[str, Any] | None = SECURITY) -> None:
+    """Register ``routes`` on ``app`` and serve their document at ``GET /openapi.json``."""
+    add_routes(app, routes, {"title": title, "version": "1.0", "description": description},
+               components)
+
+
+def registry_routes(
+    collection: str, id_field: str, noun: str, register: Schema, leaves: str,
+    handle_register: Handler, handle_list: Handler, handle_one: Handler,
+    handle_leave: Handler,
+) -> list[Route]:
     """A manager's node registry: register or refresh, list, one node, a node leaves.
 
     ``collection`` is the path (``nodes``), ``id_field`` the path parameter (``node_id``),
     ``noun`` what a node is called (``node``: "list nodes"), ``register`` the
     registration body and ``leaves`` what a leave sets off (after "a node leaves; ").
     """
-    return {
-        f"/{collection}": {
-            "post": op(f"register or refresh a {noun}", 200, register, (400,)),
-            "get": op(f"list {noun}s"),
-        },
-        f"/{collection}/{{{id_field}}}": {
-            "get": op(f"one {noun}", errors=(404,)),
-            "delete": op(f"a {noun} leaves; {leaves}", errors=(404,)),
-        },
-    }
+    one = f"/{collection}/{{{id_field}}}"
+    return [
+        Route("POST", f"/{collection}", handle_register, f"register or refresh a {noun}",
+              op(200, register, (400,))),
+        Route("GET", f"/{collection}", handle_list, f"list {noun}s", op()),
+        Route("GET", one, handle_one, f"one {noun}", op(errors=(404,))),
+        Route("DELETE", one, handle_leave, f"a {noun} leaves; {leaves}", op(errors=(404,))),
+    ]
 
 
-def forwarded_registry_paths(
-    collection: str, id_field: str, noun: str, register: Schema, registering: str
-) -> dict[str, dict[str, Any]]:
-    """The Beacon's forwarding of a registry (:func:`registry_paths`): registering
+def forwarded_registry_routes(
+    collection: str, id_field: str, noun: str, register: Schema, registering: str,
+    handle_register: Handler, handle_list: Handler, handle_leave: Handler,
+) -> list[Route]:
+    """The Beacon's forwarding of a registry (:func:`registry_routes`): registering
     (``registering`` says what, e.g. "a compute node") and leaving need a token, and any
     call may meet an unreachable or silent manager (502, 504)."""
     fwd = (502, 504)
-    return {
-        f"/{collection}": {
-            "post": op(f"register {registering}", 200, register, (400, *fwd), True),
-            "get": op(f"list {noun}s", errors=fwd),
-        },
-        f"/{collection}/{{{id_field}}}": {
-            "delete": op(f"a {noun} leaves", errors=(404, *fwd), secured=True),
-        },
-    }
+    return [
+        Route("POST", f"/{collection}", handle_register, f"register {registering}",
+              op(200, register, (400, *fwd), True)),
+        Route("GET", f"/{collection}", handle_list, f"list {noun}s", op(errors=fwd)),
+        Route("DELETE", f"/{collection}/{{{id_field}}}", handle_leave, f"a {noun} leaves",
+              op(errors=(404, *fwd), secured=True)),
+    ]
 
 
 DEPLOY = body(
@@ -192,7 +194,7 @@ REGISTER = body(
         "url": STRING,
         "lat": LOCATION["properties"]["lat"],
         "lon": LOCATION["properties"]["lon"],
-        "node_type": {"type": "string", "enum": ["dedicated", "volunteer"]},
+        "node_type": {"type": "string", "enum": list(NODE_TYPES)},
         "cpu": TASK_SPEC["cpu"],
         "memory_mb": TASK_SPEC["memory_mb"],
         "tags": TAGS,
@@ -205,94 +207,6 @@ PLACE = body(
     ["task_id", "app", "runtime", "cpu", "memory_mb", "lat", "lon"],
 )
 START = body(TASK_SPEC, ["task_id", "app", "runtime", "cpu", "memory_mb"])
-
-
-def beacon_spec() -> dict[str, Any]:
-    """The Beacon: the public entry point."""
-    fwd = (502, 504)
-    return document(
-        "Armada Beacon",
-        "Single public entry point; checks tokens and forwards to the Application "
-        "Manager and the Spinner.",
-        {
-            "/apps": {
-                "post": op("deploy an application", 201, DEPLOY, (400, 409, *fwd), True),
-                "get": op("list applications", errors=fwd),
-            },
-            "/apps/{name}": {
-                "get": op("application status", errors=(404, *fwd)),
-                "delete": op("remove an application", errors=(404, *fwd), secured=True),
-            },
-            "/query": {"post": op("candidate list for a user", 200, QUERY, (400, 404, *fwd))},
-            **forwarded_registry_paths("nodes", "node_id", "node", REGISTER, "a compute node"),
-        },
-    )
-
-
-def app_manager_spec() -> dict[str, Any]:
-    """The Application Manager."""
-    return document(
-        "Armada Application Manager",
-        "Applications and replicas, service discovery (candidate lists), auto-scaling.",
-        {
-            "/apps": {
-                "post": op("deploy an application", 201, DEPLOY, (400, 409, 502)),
-                "get": op("list applications"),
-            },
-            "/apps/{name}": {
-                "get": op("application status", errors=(404,)),
-                "delete": op("remove an application", errors=(404,)),
-            },
-            "/query": {"post": op("candidate list for a user", 200, QUERY, (400, 404))},
-        },
-    )
-
-
-def spinner_spec() -> dict[str, Any]:
-    """The Spinner."""
-    return document(
-        "Armada Spinner",
-        "Compute nodes (registration, health checks, free resources) and task placement.",
-        {
-            **registry_paths("nodes", "node_id", "node", REGISTER, "its tasks are re-placed"),
-            "/tasks": {
-                "post": op("place and start a task", 201, PLACE, (400, 409)),
-                "get": op("list tasks (?app=name)"),
-            },
-            "/tasks/{task_id}": {
-                "get": op("one task", errors=(404,)),
-                "delete": op("stop and forget a task", errors=(404,)),
-            },
-        },
-    )
-
-
-def captain_spec() -> dict[str, Any]:
-    """The Captain."""
-    return document(
-        "Armada Captain",
-        "Node agent: runs tasks, measures their load and utilisation.",
-        {
-            "/status": {"get": op("node and task status (the Spinner's health check)")},
-            "/tasks": {
-                "post": op("start a task", 202, START, (400, 409, 422)),
-                "get": op("list tasks"),
-            },
-            "/tasks/{task_id}": {
-                "get": op("one task", errors=(404,)),
-                "delete": op("stop a task", errors=(404,)),
-            },
-        },
-    )
-
-
-def add_openapi(app: web.Application, spec: dict[str, Any]) -> None:
-    """Serve ``spec`` at ``GET /openapi.json``."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response(spec)
-
-    app.router.add_get("/openapi.json", handler)
 
 
 # ------------------------------------------------------------------ storage layer
@@ -332,7 +246,7 @@ CARGO_REGISTER = body(
         "lat": LOCATION["properties"]["lat"],
         "lon": LOCATION["properties"]["lon"],
         "capacity_bytes": {"type": "integer", "minimum": 1},
-        "node_type": {"type": "string", "enum": ["dedicated", "volunteer"]},
+        "node_type": {"type": "string", "enum": list(NODE_TYPES)},
         "tags": TAGS,
         "apps": {"type": "array", "items": STRING},
     },
@@ -353,92 +267,20 @@ STORAGE_REQUEST = body(
 )
 
 
-def beacon_storage_paths() -> dict[str, dict[str, Any]]:
-    """The Beacon's paths forwarded to the Cargo Manager (when it has one)."""
-    return forwarded_registry_paths("cargos", "cargo_id", "Cargo", CARGO_REGISTER,
-                                    "a storage node (Cargo)")
-
-
-def cargo_manager_spec() -> dict[str, Any]:
-    """The Cargo Manager."""
-    return document(
-        "Armada Cargo Manager",
-        "Storage nodes (registration, health checks), allocation of replicated storage, "
-        "re-replication and data access point queries.",
-        {
-            **registry_paths("cargos", "cargo_id", "Cargo", CARGO_REGISTER,
-                             "its data is re-replicated"),
-            "/storage": {
-                "post": op("allocate storage for an application (200 if it exists)",
-                                   201, STORAGE_REQUEST, (400, 409, 502, 507)),
-                "get": op("list allocations"),
-            },
-            "/storage/{app}": {
-                "get": op("one allocation", errors=(404,)),
-                "delete": op("release an allocation and delete its data", errors=(404,)),
-            },
-            "/query": {
-                "post": op("data access points for a task, nearest first", 200, body(
-                    {"app": STRING, "lat": LOCATION["properties"]["lat"],
-                     "lon": LOCATION["properties"]["lon"],
-                     "topn": {"type": "integer", "minimum": 1, "maximum": 10}},
-                    ["app", "lat", "lon"]), (400, 404)),
-            },
-        },
-    )
-
-
-def cargo_spec() -> dict[str, Any]:
-    """The Cargo."""
-    app_errors = (404,)
-    return document(
-        "Armada Cargo",
-        "Storage node: durable per-application record stores, replication, matching.",
-        {
-            "/status": {"get": op("node, capacity and applications (the health check)")},
-            "/stats": {"get": op("counters and replication lag per application "
-                                 "(?samples=1 adds every lag sample)")},
-            "/apps": {
-                "post": op("allocate an application and load its data set", 201,
-                                   body({"app": STRING, "quota_bytes": {"type": "integer",
-                                                                        "minimum": 1},
-                                         "dim": {"type": "integer", "minimum": 1,
-                                                 "maximum": 4096},
-                                         "consistency": CONSISTENCY, "peers": URLS,
-                                         "source": SOURCE}, ["app", "quota_bytes"]),
-                                   (400, 409, 413, 422, 502, 507)),
-                "get": op("list applications"),
-            },
-            "/apps/{app}": {
-                "get": op("one application", errors=app_errors),
-                "delete": op("release it and delete its data", errors=app_errors),
-            },
-            "/apps/{app}/peers": {
-                "put": op("set the other replicas", 200, body({"peers": URLS}, ["peers"]),
-                          (400, 404)),
-            },
-            "/apps/{app}/records": {
-                "post": op("insert or replace records", 200,
-                                   body({"records": RECORDS}, ["records"]),
-                                   (400, 404, 413, 503, 507)),
-                "get": op("records with versions by id (?after=ID&limit=N)",
-                          errors=(400, 404)),
-            },
-            "/apps/{app}/records/{id}": {
-                "get": op("one record", errors=(400, 404, 503)),
-            },
-            "/apps/{app}/match": {
-                "post": op("nearest record to a vector, within a threshold", 200,
-                                   body({"vector": RECORD["properties"]["vector"],
-                                         "threshold": {"type": "number", "minimum": 0}},
-                                        ["vector"]), (400, 404, 503)),
-            },
-            "/apps/{app}/replicate": {
-                "post": op("records a peer originated (last writer wins)", 200,
-                                   body({"origin": STRING,
-                                         "records": {"type": "array",
-                                                     "items": VERSIONED_RECORD}},
-                                        ["origin", "records"]), (400, 404, 413)),
-            },
-        },
-    )
+STORAGE_QUERY = body(
+    {"app": STRING, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
+     "topn": {"type": "integer", "minimum": 1, "maximum": 10}},
+    ["app", "lat", "lon"],
+)
+CARGO_ALLOCATE = body(
+    {"app": STRING, "quota_bytes": {"type": "integer", "minimum": 1},
+     "dim": {"type": "integer", "minimum": 1, "maximum": 4096},
+     "consistency": CONSISTENCY, "peers": URLS, "source": SOURCE},
+    ["app", "quota_bytes"],
+)
+PEERS = body({"peers": URLS}, ["peers"])
+WRITE = body({"records": RECORDS}, ["records"])
+MATCH = body({"vector": RECORD["properties"]["vector"],
+              "threshold": {"type": "number", "minimum": 0}}, ["vector"])
+REPLICATE = body({"origin": STRING, "records": {"type": "array", "items": VERSIONED_RECORD}},
+                 ["origin", "records"])

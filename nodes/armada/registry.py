@@ -13,7 +13,6 @@ checks and after a leave (:meth:`~HealthCheckedRegistry.after_round`).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import time
@@ -184,17 +183,3 @@ class HealthCheckedRegistry(Generic[NodeT]):
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-
-
-def add_health_arguments(parser: argparse.ArgumentParser) -> None:
-    """A manager's health-check options: ``--health-interval-s``, ``--health-timeout-s``
-    and ``--max-missed`` (check them with :func:`check_health_arguments`)."""
-    parser.add_argument("--health-interval-s", type=float, default=1.0)
-    parser.add_argument("--health-timeout-s", type=float, default=0.5)
-    parser.add_argument("--max-missed", type=int, default=3)
-
-
-def check_health_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse (``parser.error``) intervals <= 0 and ``--max-missed`` < 1."""
-    if args.health_interval_s <= 0 or args.health_timeout_s <= 0 or args.max_missed < 1:
-        parser.error("intervals must be > 0 and --max-missed >= 1")

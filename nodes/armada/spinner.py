@@ -14,7 +14,6 @@ Run it as ``python -m nodes.armada.spinner --host H --port P [--health-interval-
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import sys
@@ -25,8 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
+from nodes.armada import openapi as doc
+from nodes.armada.configs import NODE_TYPES, SpinnerParams
 from nodes.armada.fields import (
-    NODE_TYPES,
     enum_field,
     lat_field,
     lon_field,
@@ -34,22 +34,18 @@ from nodes.armada.fields import (
     task_fields,
     url_field,
 )
-from nodes.armada.openapi import add_openapi, spinner_spec
-from nodes.armada.registry import (
-    HealthCheckedRegistry,
-    add_health_arguments,
-    check_health_arguments,
-)
+from nodes.armada.registry import HealthCheckedRegistry
 from nodes.armada.scheduler import NodeView, TaskRequest, rank_nodes
 from nodes.armada.selection import DEFAULT_PRECISION
 from nodes.common import (
+    Address,
+    Route,
     client_error,
-    configure_logging,
     int_field,
     make_base_app,
     positive_number_field,
     read_json_object,
-    serve,
+    run_service,
     str_field,
 )
 from nodes.http import PeerError, call_json, error_of
@@ -356,40 +352,37 @@ def make_app(
 ) -> web.Application:
     """Build the Spinner application (its state is ``app[SPINNER_KEY]``)."""
     spinner = Spinner(health_interval_s, health_timeout_s, max_missed, precision)
+    routes = [
+        *doc.registry_routes("nodes", "node_id", "node", doc.REGISTER, "its tasks are re-placed",
+                             spinner.handle_register, spinner.handle_nodes, spinner.handle_node,
+                             spinner.handle_leave),
+        Route("POST", "/tasks", spinner.handle_place, "place and start a task",
+              doc.op(201, doc.PLACE, (400, 409))),
+        Route("GET", "/tasks", spinner.handle_tasks, "list tasks (?app=name)", doc.op()),
+        Route("GET", "/tasks/{task_id}", spinner.handle_task, "one task", doc.op(errors=(404,))),
+        Route("DELETE", "/tasks/{task_id}", spinner.handle_remove, "stop and forget a task",
+              doc.op(errors=(404,))),
+        Route("GET", "/health", spinner.handle_health, "liveness", doc.op()),
+    ]
     app = make_base_app()
     app[SPINNER_KEY] = spinner
-    app.router.add_post("/nodes", spinner.handle_register)
-    app.router.add_get("/nodes", spinner.handle_nodes)
-    app.router.add_get("/nodes/{node_id}", spinner.handle_node)
-    app.router.add_delete("/nodes/{node_id}", spinner.handle_leave)
-    app.router.add_post("/tasks", spinner.handle_place)
-    app.router.add_get("/tasks", spinner.handle_tasks)
-    app.router.add_get("/tasks/{task_id}", spinner.handle_task)
-    app.router.add_delete("/tasks/{task_id}", spinner.handle_remove)
-    app.router.add_get("/health", spinner.handle_health)
-    add_openapi(app, spinner_spec())
+    doc.add_api(app, "Armada Spinner", "Compute nodes (registration, health checks, free "
+                "resources) and task placement.", routes)
     app.on_startup.append(spinner.start)
     app.on_cleanup.append(spinner.stop)
     return app
 
 
+def app_from_params(params: SpinnerParams, address: Address) -> web.Application:
+    """The Spinner of a command line."""
+    return make_app(params.health_interval_s, params.health_timeout_s, params.max_missed,
+                    params.precision)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nodes.armada.spinner", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8002)
-    add_health_arguments(parser)
-    parser.add_argument("--precision", type=int, default=DEFAULT_PRECISION)
-    args = parser.parse_args(argv)
-    check_health_arguments(parser, args)
-    if not 1 <= args.precision <= 12:
-        parser.error("--precision must be in 1..12")
-    configure_logging()
-    app = make_app(args.health_interval_s, args.health_timeout_s, args.max_missed, args.precision)
-    serve(app, args.host, args.port, logger=_log)
-    return 0
+    """Serve the Spinner of the command line until SIGTERM/SIGINT."""
+    return run_service(SpinnerParams, app_from_params, argv, prog="python -m nodes.armada.spinner",
+                       description=__doc__.splitlines()[0], port=8002, logger=_log)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,6 @@ contract is ``docs/person_search.md``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import math
@@ -69,17 +68,20 @@ import numpy as np
 from aiohttp import web
 
 from nodes.common import (
+    Address,
     Field,
+    Route,
     client_error,
-    configure_logging,
     describe,
     int_field,
     make_base_app,
     positive_number_field,
+    run_service,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.person_search import openapi as doc
 from nodes.person_search import read_large_json_object, serve
-from nodes.person_search.openapi import add_openapi, coordinator_spec
+from nodes.person_search.configs import CoordinatorParams
 from testbed.systems.person_search.model import (
     ACCOUNTINGS,
     PriorityParams,
@@ -483,26 +485,33 @@ COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 def make_app() -> web.Application:
     """Build the coordinator application (its state is ``app[COORDINATOR_KEY]``)."""
     coordinator = Coordinator()
+    routes = [
+        Route("POST", "/runs", coordinator.handle_run, "run every search to its end",
+              doc.op(200, doc.RUN, (400, 409, 502))),
+        Route("GET", "/health", coordinator.handle_health, "liveness, state and configuration",
+              doc.op()),
+    ]
     app = make_base_app()
     app[COORDINATOR_KEY] = coordinator
-    app.router.add_get("/health", coordinator.handle_health)
-    app.router.add_post("/runs", coordinator.handle_run)
-    add_openapi(app, coordinator_spec())
+    doc.add_api(app, "Person-search coordinator", "Runs every search of a request "
+                "concurrently against the edge servers (Algorithm 1 with one of the policies).",
+                routes, components=None)
     app.on_startup.append(coordinator.start)
     app.on_cleanup.append(coordinator.stop)
     return app
 
 
+def app_from_params(params: CoordinatorParams, address: Address) -> web.Application:
+    """The coordinator of a command line (it has no parameters of its own)."""
+    return make_app()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m nodes.person_search.coordinator",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8200)
-    args = parser.parse_args(argv)
-    configure_logging()
-    serve(make_app(), args.host, args.port, _log)
-    return 0
+    """Serve the coordinator until SIGTERM/SIGINT."""
+    return run_service(CoordinatorParams, app_from_params, argv,
+                       prog="python -m nodes.person_search.coordinator",
+                       description=__doc__.splitlines()[0], port=8200, logger=_log,
+                       server=serve)
 
 
 if __name__ == "__main__":

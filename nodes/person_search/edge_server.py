@@ -38,7 +38,6 @@ The HTTP contract is ``docs/person_search.md``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -54,19 +53,22 @@ from typing import Any
 from aiohttp import web
 
 from nodes.common import (
+    Address,
     Field,
+    Route,
     client_error,
-    configure_logging,
     describe,
     int_field,
     make_base_app,
     read_json_object,
+    run_service,
     sleep_until,
     str_field,
 )
+from nodes.person_search import openapi as doc
 from nodes.person_search import read_large_json_object, serve
-from nodes.person_search.openapi import add_openapi, edge_server_spec
-from testbed.systems.person_search.model import SHARING_MODES, AnalysisServer
+from nodes.person_search.configs import EdgeServerParams
+from testbed.systems.person_search.model import AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
 _log = logging.getLogger("nodes.person_search.edge_server")
@@ -296,41 +298,35 @@ def make_app(server_index: int, tc: float = 10.0, time_scale: float = 500.0,
              sharing: str = "paper") -> web.Application:
     """Build the edge server application (its state is ``app[EDGE_SERVER_KEY]``)."""
     server = EdgeServer(server_index, tc, time_scale, sharing)
+    routes = [
+        Route("PUT", "/world", server.handle_world, "load the stored items' truth",
+              doc.op(200, doc.WORLD, (400, 409))),
+        Route("POST", "/analyse", server.handle_analyse, "analyse one item for one target",
+              doc.op(200, doc.ANALYSE, (400, 404, 409))),
+        Route("GET", "/health", server.handle_health, "liveness, state and configuration",
+              doc.op()),
+    ]
     app = make_base_app()
     app[EDGE_SERVER_KEY] = server
-    app.router.add_get("/health", server.handle_health)
-    app.router.add_put("/world", server.handle_world)
-    app.router.add_post("/analyse", server.handle_analyse)
-    add_openapi(app, edge_server_spec())
+    doc.add_api(app, "Person-search edge data server", "Stores one edge server's items and "
+                "their ground truth; answers analysis requests after the paper's "
+                "response-model duration.", routes, components=None)
     app.on_startup.append(server.start)
     app.on_cleanup.append(server.stop)
     return app
 
 
+def app_from_params(params: EdgeServerParams, address: Address) -> web.Application:
+    """The edge server of a command line."""
+    return make_app(params.server_index, params.tc, params.time_scale, params.sharing)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m nodes.person_search.edge_server",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--server-index", type=int, required=True,
-                        help="this server's index S (its items are S*slots .. S*slots+slots-1)")
-    parser.add_argument("--tc", type=float, default=10.0,
-                        help="model seconds of one analysis on an idle server")
-    parser.add_argument("--time-scale", type=float, default=500.0,
-                        help="model seconds per wall second (>= 1; 500: Tc = 10 is 20 ms)")
-    parser.add_argument("--sharing", choices=SHARING_MODES, default="paper")
-    args = parser.parse_args(argv)
-    if args.server_index < 0:
-        parser.error("--server-index must be >= 0")
-    if not (math.isfinite(args.tc) and args.tc > 0):
-        parser.error("--tc must be a finite number > 0")
-    if not (math.isfinite(args.time_scale) and args.time_scale >= 1):
-        parser.error("--time-scale must be a finite number >= 1 (model seconds per wall second)")
-    configure_logging()
-    app = make_app(args.server_index, args.tc, args.time_scale, args.sharing)
-    serve(app, args.host, args.port, _log)
-    return 0
+    """Serve the edge server of the command line until SIGTERM/SIGINT."""
+    return run_service(EdgeServerParams, app_from_params, argv,
+                       prog="python -m nodes.person_search.edge_server",
+                       description=__doc__.splitlines()[0], port=8100, logger=_log,
+                       server=serve)
 
 
 if __name__ == "__main__":

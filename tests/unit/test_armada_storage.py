@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from nodes.armada import app_manager, beacon, cargo, cargo_manager
-from nodes.armada.cargo import CargoConfig, free_port, pack_records, record_bytes
+from nodes.armada.cargo import CargoConfig, pack_records, record_bytes
 from nodes.armada.cargo_manager import CargoView, pick_cargo
 from nodes.armada.sdk.storage import (
     StorageClient,
@@ -34,6 +34,7 @@ from nodes.armada.sdk.storage import (
     StorageUnavailable,
     SyncStorageClient,
 )
+from nodes.common import free_port
 from tests.unit.helpers import wait_for
 
 TOKEN = "s3cret"

@@ -21,7 +21,6 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from nodes.armada import cargo_manager
-from nodes.armada.cargo import free_port
 from nodes.armada.cargo_manager import (
     CARGO_MANAGER_KEY,
     STATE_FILE,
@@ -29,6 +28,7 @@ from nodes.armada.cargo_manager import (
     STATE_VERSION,
     StateFileError,
 )
+from nodes.common import free_port
 from tests.unit.helpers import wait_for
 from tests.unit.test_armada_storage import (
     CITY,

@@ -9,6 +9,7 @@ development VM); the face frames are built once per module into a temporary cach
 from __future__ import annotations
 
 import json
+import logging
 import math
 import struct
 from collections.abc import AsyncIterator
@@ -567,7 +568,8 @@ async def test_a_failing_store_answers_502(frames: FaceFrames) -> None:
 
 
 def test_bad_settings_and_a_cargo_store_without_its_location(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async def factory() -> Any:
         return MemoryFaceStore()
 
@@ -579,12 +581,16 @@ def test_bad_settings_and_a_cargo_store_without_its_location(
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(StoreNotWiredError, match="needs app"):
         cargo_store_factory("http://10.0.0.1:7000")
-    with pytest.raises(SystemExit) as exit_info:
-        face_task.main(["--storage-manager", "http://10.0.0.1:7000"])
-    assert exit_info.value.code == 2
-    assert "a Captain sets them for its tasks" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        face_task.main([])  # a store must be chosen
+    # The command line is fine, the environment is not: the task refuses to start.
+    with caplog.at_level(logging.ERROR, logger="nodes.armada.face_task"):
+        assert face_task.main(["--storage-manager", "http://10.0.0.1:7000"]) == 1
+    assert "refusing to start: --storage-manager http://10.0.0.1:7000: the Cargo store " \
+        "needs app" in caplog.text and "a Captain sets them for its tasks" in caplog.text
+    for argv in ([], ["--memory-store", "--storage-manager", "http://10.0.0.1:7000"]):
+        with pytest.raises(SystemExit) as exit_info:
+            face_task.main(argv)  # exactly one store must be chosen
+        assert exit_info.value.code == 2
+    assert "argument --storage-manager: expected exactly one store" in capsys.readouterr().err
 
 
 def test_the_cargo_reads_the_workloads_record_format() -> None:

@@ -1,0 +1,35 @@
+"""The parameters of the person-search programs, importable without aiohttp or numpy.
+
+The scenario loader checks a ``person_search.*`` service's ``params`` against these
+dataclasses (:mod:`nodes.config`); the programs' command lines are generated from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodes.config import option
+
+#: The response model's two readings of concurrent analyses (the model's
+#: ``SHARING_MODES``; a unit test keeps the two equal).
+SHARING_MODES = ("paper", "processor-sharing")
+
+
+@dataclass(frozen=True)
+class CoordinatorParams:
+    """``python -m nodes.person_search.coordinator``: everything else comes per run
+    (``POST /runs``)."""
+
+
+@dataclass(frozen=True)
+class EdgeServerParams:
+    """``python -m nodes.person_search.edge_server``: one edge data server."""
+
+    server_index: int = option(required=True, lo=0, help="this server's index S (its items "
+                                                         "are S*slots .. S*slots+slots-1)")
+    tc: float = option(10.0, gt=0, help="model seconds of one analysis on an idle server")
+    time_scale: float = option(500.0, lo=1, help="model seconds per wall second "
+                                                 "(500: Tc = 10 is 20 ms)")
+    sharing: str = option("paper", choices=SHARING_MODES,
+                          help="paper: Tc * factor * (k + 1) fixed at admission; "
+                               "processor-sharing: running analyses share the server")
