@@ -158,7 +158,7 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
                           ledger_root: Path | None = None) -> Path:
     """Run one Armada frame experiment on the emulated network; write its results folder.
 
-    Shared by every Armada experiment: the materialised frame trace (workload ``params``
+    Shared by every Armada frame experiment: the materialised frame trace (workload ``params``
     override the scenario's) and the frames themselves, then
     :func:`~testbed.experiments.emulated.run_emulated_experiment` with
     ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows`` (kind
@@ -170,7 +170,9 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
     base = load_scenario(name) if isinstance(name, str) else name
     if out.exists() and any(out.iterdir()):
         raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    scenario = with_captain_workdir(base, out / "work" / "captains")
+    # the experiment applies its own actions at its own instants, not the file's events
+    scenario = dataclasses.replace(with_captain_workdir(base, out / "work" / "captains"),
+                                   events=())
     params = {**scenario.workload.params, **params}
 
     def prepare(run: str, workdir: Path) -> Path:

@@ -1,0 +1,201 @@
+"""Armada's scenario builders, built-in scenarios and pure selection rules (no root).
+
+The built-in fleet scenarios must stay what the experiments run at their small size, so
+they are checked against the experiments' own plans (failure order, churn schedule).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodes.armada.baselines import (
+    baseline_choice,
+    check_baseline,
+    fails_over_to_cloud,
+    reconnect_order,
+)
+from nodes.armada.sdk.client import Candidate
+from testbed.errors import ScenarioError
+from testbed.scenario import load_scenario, scenario_from_dict
+from testbed.systems import get_system
+from testbed.systems.armada.builders import (
+    PATH_PARAMS,
+    Fleet,
+    anchor_paths,
+    armada_fleet,
+    armada_storage,
+    volunteer_nodes,
+)
+from testbed.systems.armada.churn_experiment import CHURN_SIZES, churn_schedule
+from testbed.systems.armada.driver import FrameDriver, StorageDriver, make_driver
+from testbed.systems.armada.failures_experiment import FAIL_NODE_CORES, FAIL_SIZES, failure_order
+from testbed.systems.armada.fleet import StreamPlan, fleet_of, fleet_scenario
+
+BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-storage",
+            "armada-selection", "armada-failover")
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_built_in_scenarios_load_with_registered_policies(name: str) -> None:
+    scenario = load_scenario(name)
+    system = get_system("armada")
+    assert scenario.system == "armada"
+    assert scenario.policies and set(scenario.policies) <= set(system.policies)
+    assert "issue" not in Path(scenario.source).read_text()  # product text, not process
+    cores = sum(n.cpu for n in scenario.topology.nodes if n.cpu is not None) * 2
+    assert cores <= 1.5
+
+
+def test_built_in_failures_scenario_is_the_small_experiment() -> None:
+    scenario = load_scenario("armada-failures")
+    plan = FAIL_SIZES["small"]
+    fleet = fleet_of(scenario)
+    assert fleet == Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
+                          node_cores=FAIL_NODE_CORES, replica_cpu=0.06,
+                          duration=(plan.failures + 1) * plan.interval_s)
+    order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
+    assert [(e.at, e.action, e.target) for e in scenario.events] == [
+        ((k + 1) * plan.interval_s, "crash", node) for k, node in enumerate(order)]
+    assert scenario.policies == ("armada", "edge-to-cloud")
+
+
+def test_built_in_churn_scenario_is_the_small_experiment() -> None:
+    scenario = load_scenario("armada-churn")
+    plan = CHURN_SIZES["small"]
+    fleet = fleet_of(scenario)
+    assert fleet is not None and fleet.volunteer_share == 0.67 and fleet.nodes == plan.nodes
+    actions = churn_schedule(fleet.edge_names, volunteer_nodes(fleet), plan.duration_s,
+                             plan.leave_share, plan.rejoin_share, fleet.seed)
+    assert [(e.at, e.action, e.target) for e in scenario.events] == [
+        (a.offset_s, a.action, a.target) for a in actions]
+    left = {e.target for e in scenario.events if e.action == "leave"}
+    assert len(left) / fleet.nodes >= 0.3 and left <= set(volunteer_nodes(fleet))
+
+
+def test_a_fleet_round_trips_through_its_scenario() -> None:
+    fleet = Fleet(nodes=5, users=7, seed=4, cloud=True, node_cores=(0.1, 0.12))
+    scenario = fleet_scenario(fleet, "mine", ["armada", "random"])
+    assert fleet_of(scenario) == fleet
+    assert scenario.policies == ("armada", "random")
+    assert {n.name for n in scenario.clients()} == set(fleet.user_names)
+    assert fleet_of(load_scenario("armada-selection")) is None  # written out by hand
+
+
+def test_the_file_overrides_the_builders_keys() -> None:
+    doc = {"name": "x", "description": "mine", "policies": ["armada"], "duration": 3,
+           "build": {"builder": "armada-fleet", "params": {"nodes": 3, "users": 2}}}
+    scenario = scenario_from_dict(doc)
+    assert scenario.description == "mine" and scenario.duration == 3
+    assert armada_fleet({"nodes": 3, "users": 2})["duration"] == 20.0
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"users": 2}, r"params\.nodes: expected an integer in \[1, 99\], found nothing"),
+    ({"nodes": 3.5, "users": 2}, r"params\.nodes: expected an integer"),
+    ({"nodes": 3, "users": 0}, r"params\.users: expected an integer in \[1, 99\], found 0"),
+    ({"nodes": 3, "users": 2, "cloud": "yes"}, r"params\.cloud: expected true or false"),
+    ({"nodes": 3, "users": 2, "fps": 0}, r"params\.fps: expected a finite number > 0"),
+    ({"nodes": 3, "users": 2, "frame": [240]}, r"params\.frame: expected 2 integers"),
+    ({"nodes": 3, "users": 2, "node_cores": []}, r"params\.node_cores: expected a non-empty"),
+    ({"nodes": 3, "users": 2, "volunteer_share": 1.5}, r"params\.volunteer_share"),
+    ({"nodes": 3, "users": 2, "max_replicas": 0}, r"params\.max_replicas"),
+])
+def test_bad_fleet_params_name_the_field(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        armada_fleet(params)
+
+
+def test_the_loader_reports_builder_errors_against_the_file() -> None:
+    doc = {"name": "x", "policies": ["nearest"],
+           "build": {"builder": "armada-storage", "params": {"sites": 9}}}
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(doc, source="s.yaml")
+    assert str(err.value).startswith("s.yaml: build.params.sites: expected an integer in [3, 6]")
+
+
+def test_storage_folders_are_relative_until_anchored() -> None:
+    doc = armada_storage({"sites": 3})
+    folders = [s["params"][k] for s in doc["services"] for k in PATH_PARAMS
+               if k in s["params"]]
+    assert folders and not any(f.startswith("/") for f in folders)
+    anchored = anchor_paths(doc, "/run/work/")
+    assert all(s["params"][k].startswith("/run/work/") for s in anchored["services"]
+               for k in PATH_PARAMS if k in s["params"])
+    docker = armada_storage({"sites": 3, "cargo_runtime": "docker"})
+    cargos = [s for s in docker["services"] if s["program"] == "armada.cargo"]
+    assert {s["node"] for s in cargos} == {"c01", "c02", "c03"}
+    assert all(s["params"]["data_dir"].startswith("/") for s in cargos)  # its volume
+
+
+def test_events_become_wall_actions_of_a_stream() -> None:
+    scenario = load_scenario("armada-failures").with_overrides(time_scale=2)
+    plan = StreamPlan.of_scenario(scenario, "edge-to-cloud")
+    assert plan.duration_s == 15.0
+    assert [(a.offset_s, a.action, a.target) for a in plan.actions] == [
+        (5.0, "crash", "e04"), (10.0, "crash", "e02")]
+    with pytest.raises(ValueError, match="policy: expected one of"):
+        StreamPlan.of_scenario(scenario, "nearest")
+
+
+def test_the_driver_follows_what_the_scenario_runs() -> None:
+    assert isinstance(make_driver(load_scenario("armada-storage")), StorageDriver)
+    frames = make_driver(load_scenario("armada-scalability"))
+    assert isinstance(frames, FrameDriver) and frames.fleet is not None
+
+
+def test_registration_and_builders_import_no_framework() -> None:
+    code = ("import sys, testbed.systems.armada, testbed.systems.armada.builders; "
+            "from testbed.systems import systems; systems(); "
+            "print(sorted(m for m in ('aiohttp', 'mininet', 'docker', 'requests', "
+            "'matplotlib', 'pandas', 'cv2') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------ pure selection rules
+
+
+def _listed(*nodes: str) -> list[Candidate]:
+    return [Candidate(f"t-{n}", f"http://{n}", n) for n in nodes]
+
+
+def test_geo_nearest_and_edge_to_cloud_rules() -> None:
+    working = _listed("a", "b", "cloud")
+    far = {"t-a": 5.0, "t-b": 1.0, "t-cloud": 200.0}
+    rng = random.Random(0)
+    assert baseline_choice("geo-nearest", working, None, far, (), False, rng).node_id == "b"
+    assert baseline_choice("edge-to-cloud", working, "t-b", far, {"cloud"}, False,
+                           rng).node_id == "b"
+    assert baseline_choice("edge-to-cloud", working, "t-b", far, {"cloud"}, True,
+                           rng).node_id == "cloud"
+    assert baseline_choice("edge-to-cloud", working[:2], None, far, {"cloud"}, True,
+                           rng) is None
+    assert fails_over_to_cloud("edge-to-cloud", "a", {"cloud"})
+    assert not fails_over_to_cloud("edge-to-cloud", "cloud", {"cloud"})
+    assert not fails_over_to_cloud("geo-nearest", "a", {"cloud"})
+
+
+def test_random_rule_keeps_a_working_choice_and_draws_seeded() -> None:
+    working = _listed("a", "b", "c")
+    assert baseline_choice("random", working, "t-c", {}, (), False,
+                           random.Random(1)).task_id == "t-c"
+    draws = [baseline_choice("random", working, None, {}, (), False, random.Random(s)).task_id
+             for s in range(30)]
+    again = [baseline_choice("random", list(reversed(working)), None, {}, (), False,
+                             random.Random(s)).task_id for s in range(30)]
+    assert draws == again and len(set(draws)) == 3  # seeded, order-free, uniform support
+    with pytest.raises(ValueError, match="policy: expected one of geo-nearest"):
+        check_baseline("armada")
+
+
+def test_reconnect_skips_failed_servers_in_the_managers_order() -> None:
+    listed = [{"url": "http://a"}, {"url": "http://b"}, {"url": "http://c"}]
+    assert reconnect_order(listed, {"http://a"}) == listed[1:]
+    assert reconnect_order(listed, {"http://a", "http://b", "http://c"}) == []
