@@ -642,9 +642,15 @@ def _program_params(c: _Checker, program: Any, value: object, path: str) -> dict
                f"<its declaration {program.config} is unavailable: {exc}>")
     try:
         if dataclasses.is_dataclass(declared):
-            from nodes.config import validate_params
+            from nodes.config import fields_of, validate_params
 
-            return validate_params(declared, params, reserved=program.context)
+            clean = validate_params(declared, params, reserved=program.context)
+            # the resolved scenario states every default, so a run describes itself
+            for f in fields_of(declared):
+                if f.name not in clean and f.name not in program.context \
+                        and f.default is not None and f.default != ():
+                    clean[f.name] = f.default
+            return clean
         return declared(params)
     except _HOOK_ERRORS as exc:
         _hook_error(c, path[: -len(".params")], f"program {program.name}", exc)

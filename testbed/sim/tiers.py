@@ -44,9 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
-from testbed.policies.base import DELAY_EWMA_ALPHA, POLL_TIMEOUT_S
 from testbed.errors import TestbedError
 from testbed.policies.base import (
+    DELAY_EWMA_ALPHA,
+    POLL_TIMEOUT_S,
     Backlog,
     Outcome,
     Policy,

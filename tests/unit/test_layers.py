@@ -48,7 +48,7 @@ def _pure_modules() -> list[str]:
     for name in systems():
         package = f"testbed.systems.{name.replace('-', '_')}"
         modules.append(package)
-        modules += [f"{package}.{part}" for part in ("model", "policies", "builders", "params")
+        modules += [f"{package}.{part}" for part in ("model", "policies", "builders")
                     if importlib.util.find_spec(f"{package}.{part}") is not None]
     for system in systems().values():
         for program in system.programs:

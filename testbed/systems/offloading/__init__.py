@@ -34,7 +34,7 @@ SYSTEM = System(
     programs=(
         Program("tier_server", "nodes.tier_server",
                 "a tier's c-server FIFO queue that clients offload tasks to",
-                config="testbed.systems.offloading.params:tier_server_params",
+                config="nodes.tier_server_config:TierServerParams",
                 context=("speed", "time_scale"), task_server=True),
     ),
     generators={"bursty-pareto": "workloads.bursty_pareto:BurstyPareto"},
