@@ -104,6 +104,22 @@ class Infrastructure:
             self.ovs = start_ovs(self.ledger, self.workdir)
             self.controller = start_controller(self.ledger)
 
+    def versions(self) -> dict[str, str]:
+        """The versions of the helper daemons this run started (Docker engine, Open
+        vSwitch), so a run's metadata says what emulated it."""
+        import subprocess
+
+        found: dict[str, str] = {}
+        if self.engine is not None:
+            info = self.engine.client.version()
+            found["docker_engine"] = str(info.get("Version", "unknown"))
+            found["docker_api"] = str(info.get("ApiVersion", "unknown"))
+        if self.ovs is not None:
+            out = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True,
+                                 text=True, timeout=10, check=False).stdout
+            found["openvswitch"] = out.splitlines()[0].split()[-1] if out.strip() else "unknown"
+        return found
+
     # Hooks used by testbed.emulation.network while it builds the topology.
     def ovs_switch_class(self) -> Any:
         from testbed.emulation.ovs import UserspaceOVSSwitch
@@ -465,6 +481,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     errors: list[str] = []
     with emulated_topology(scenario, ledger, workdir, prefix, progress, errors) as topo:
         details["shaping_backend"] = topo.net.backend
+        details["helper_versions"] = topo.infra.versions()
         details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
                                    "runtime": scenario.node(name).runtime}
                             for name, host in topo.net.hosts.items()}

@@ -58,6 +58,7 @@ def run_emulated_experiment(scenario: Scenario, plan: Any, size: str, out: Path,
     errors: list[str] = []
     with emulated_topology(scenario, ledger, workdir, f"tb{run[-4:]}", progress,
                            errors) as topo:
+        details["helper_versions"] = topo.infra.versions()
         details.update(measure(topo, run, scenario, prepared))
     rows = details.pop("rows")
     result = details.pop(result_key)

@@ -111,6 +111,11 @@ def test_both_runtimes_serve_tasks(run_scenario, tmp_path: Path, runtime: str) -
     assert (df.outcome == "ok").all()
     assert (df.target == "edge").any()
     assert run.metadata["hosts"]["edge"]["runtime"] == runtime
+    versions = run.metadata["helper_versions"]
+    if runtime == "docker":
+        assert versions["docker_engine"][0].isdigit() and versions["docker_api"]
+    else:
+        assert "docker_engine" not in versions
 
 
 def test_ovs_switch_with_controller(run_scenario, tmp_path: Path) -> None:
@@ -119,3 +124,4 @@ def test_ovs_switch_with_controller(run_scenario, tmp_path: Path) -> None:
     df = run.traces
     assert (df.outcome == "ok").all()
     assert set(df.target) >= {"edge", "cloud"}
+    assert run.metadata["helper_versions"]["openvswitch"][0].isdigit()
