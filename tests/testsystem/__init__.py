@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.systems import Program, System, register
+from testbed.systems import Experiment, Program, System, register
 
 _HERE = __name__
 
@@ -27,6 +27,10 @@ SYSTEM = System(
     builders={"echo-star": f"{_HERE}.builder:star"},
     emulate=f"{_HERE}.driver:make_driver",
     simulate=f"{_HERE}.sim:run_sim",
+    experiments=(Experiment("echo-compare", "first against round-robin on every executor",
+                            run=f"{_HERE}.experiment:run", report=f"{_HERE}.experiment:report",
+                            executors=("sim", "emulation"), report_dir="results/echo",
+                            options={"servers": ("2", "3")}),),
 )
 
 SCENARIO = __file__.rsplit("/", 1)[0] + "/echo.yaml"

@@ -1,0 +1,106 @@
+"""The CLI's registry plumbing, without root: list, experiment options, executor checks.
+
+Experiments run through the registered ``echo`` system of the test tree (simulator
+only here), so every check goes through the same generic code a real system uses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from testbed.cli import main
+from testbed.systems import register
+from tests.testsystem import SCENARIO, SYSTEM, register_echo
+
+
+@pytest.fixture
+def echo() -> Iterator[None]:
+    remove = register_echo()
+    yield
+    remove()
+
+
+def _err(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    return err
+
+
+def test_list_json_names_every_kind_with_its_system(capsys: pytest.CaptureFixture) -> None:
+    assert main(["list", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert set(found) == {"scenarios", "experiments", "policies", "generators"}
+    systems = {item["system"] for kind in found.values() for item in kind}
+    assert {"offloading", "armada", "person-search"} <= systems
+    continuum = next(s for s in found["scenarios"] if s["name"] == "continuum")
+    assert continuum["system"] == "offloading" and continuum["description"]
+    assert all(item["description"] for kind in found.values() for item in kind)
+
+
+def test_list_text_has_a_section_per_kind(capsys: pytest.CaptureFixture) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for section in ("scenarios:", "experiments:", "policies:", "generators:"):
+        assert section in out
+
+
+def test_a_policies_typo_is_reported_against_the_option(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "continuum", "--policies", "jsq,jsqq", "--executor", "sim"]) == 2
+    err = _err(capsys)
+    assert err.startswith("testbed: --policies:") and "'jsqq'" in err
+
+
+@pytest.mark.usefixtures("echo")
+def test_experiment_runs_with_options_and_writes_its_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["experiment", "echo-compare", "--executors", "sim", "--servers", "3",
+                 "--out", str(tmp_path / "out"), "--report", str(tmp_path / "rep")])
+    assert code == 0
+    text = (tmp_path / "rep" / "echo.md").read_text()
+    assert ("`testbed experiment echo-compare --size small --executors sim --servers 3 "
+            f"--report {tmp_path / 'rep'}`") in text
+    assert "(3 servers)" in text and "- sim: `first` is faster" in text
+    assert (tmp_path / "out" / "sim" / "metadata.json").is_file()
+
+
+@pytest.mark.usefixtures("echo")
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--size", "medium"], "--size: echo-compare has small, full, found 'medium'"),
+    (["--executors", "gpu"], "--executors: echo-compare runs on sim and emulation"),
+    (["--servers", "5"], "--servers: expected one of 2, 3, found '5'"),
+])
+def test_experiment_arguments_are_checked(argv: list[str], message: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    assert main(["experiment", "echo-compare", *argv, "--out", str(tmp_path / "o")]) == 2
+    assert message in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_emulation_only_experiment_refuses_the_simulator(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["experiment", "armada-selection", "--executors", "sim",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "--executors: armada-selection runs on emulation" in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_option_of_another_experiment_is_refused(capsys: pytest.CaptureFixture) -> None:
+    assert main(["experiment", "offloading", "--cargo-runtime", "docker"]) == 2
+    assert "--cargo-runtime: offloading takes no such option" in _err(capsys)
+
+
+def test_a_default_executor_the_system_lacks_names_the_file(
+        capsys: pytest.CaptureFixture) -> None:
+    remove = register(replace(SYSTEM, simulate=None))
+    try:
+        assert main(["run", SCENARIO]) == 2
+    finally:
+        remove()
+    err = _err(capsys)
+    assert f"{SCENARIO}: executor.default sim: the echo system has no simulator" in err
