@@ -80,8 +80,8 @@ from nodes.common import (
 )
 from nodes.http import PeerError, call_json, error_of
 from nodes.person_search import openapi as doc
-from nodes.person_search import read_large_json_object, serve
 from nodes.person_search.configs import CoordinatorParams
+from nodes.person_search.serving import read_large_json_object, serve
 from testbed.systems.person_search.model import (
     ACCOUNTINGS,
     PriorityParams,

@@ -66,8 +66,8 @@ from nodes.common import (
     str_field,
 )
 from nodes.person_search import openapi as doc
-from nodes.person_search import read_large_json_object, serve
 from nodes.person_search.configs import EdgeServerParams
+from nodes.person_search.serving import read_large_json_object, serve
 from testbed.systems.person_search.model import AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
