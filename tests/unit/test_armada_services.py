@@ -277,6 +277,7 @@ async def _failed(stack: Stack) -> dict[str, Any] | None:
 # ----------------------------------------------------- health checks and churn
 
 
+@pytest.mark.timing
 async def test_dead_node_is_detected_and_its_replica_placed_elsewhere(tmp_path) -> None:
     async with armada(tmp_path) as stack:
         for i, where in enumerate((CITY, SUBURB, CITY, FAR)):

@@ -111,6 +111,7 @@ async def test_too_large_frames_get_413(frames: FrameSet) -> None:
         assert "at most 1000 bytes" in (await resp.json())["error"]
 
 
+@pytest.mark.timing
 async def test_frames_queue_behind_a_single_worker(frames: FrameSet) -> None:
     async with task(workers=1) as client:
         pending = [asyncio.create_task(infer(client, frames[k])) for k in range(4)]

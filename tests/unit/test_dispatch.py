@@ -124,6 +124,7 @@ def use_policy(monkeypatch: pytest.MonkeyPatch, policy: Policy) -> None:
 # ---------------------------------------------------------------------- full runs
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("policy", ["jsq", "random"])
 async def test_every_task_is_placed_measured_and_written(tmp_path: Path, policy: str) -> None:
     expected = make_trace(tmp_path / "trace")
@@ -212,6 +213,7 @@ async def test_only_an_oracle_sees_sizes(tmp_path: Path, monkeypatch: pytest.Mon
     assert [task.size for task, _ in oracle.views] == [t.size for t in expected]
 
 
+@pytest.mark.timing
 async def test_a_true_state_policy_sees_fresh_exact_backlogs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,6 +73,7 @@ def wait_of(r: dict[str, Any]) -> float:
 # ------------------------------------------------------------------- service timing
 
 
+@pytest.mark.timing
 async def test_single_task_reports_timestamps_and_holds_for_size_over_speed_and_scale() -> None:
     async with tier(speed=2.0, time_scale=10.0) as client:
         before = time.time()
@@ -94,6 +95,7 @@ async def test_single_task_reports_timestamps_and_holds_for_size_over_speed_and_
     assert abs(r["service_wall_s"] - 0.05) < HOLD_TOLERANCE_S
 
 
+@pytest.mark.timing
 async def test_hold_error_is_small() -> None:
     """The timed hold lands within tens of microseconds of its deadline on average."""
     sizes = [0.013, 0.05, 0.1, 0.137, 0.2, 0.031] * 4  # holds of 1.3 .. 20 ms at K=10
@@ -107,6 +109,7 @@ async def test_hold_error_is_small() -> None:
     assert statistics.mean(errors) < 0.002  # a loaded machine may stall a few holds
 
 
+@pytest.mark.timing
 async def test_compute_model_burns_cpu_for_the_hold() -> None:
     async with tier(model="compute") as client:
         cpu_before = time.process_time()
