@@ -384,8 +384,8 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     deployment.deployment`). Repetition ``r`` seeds the policies with
     ``policy_seed_for(workload seed, r)``, as the emulation driver does. Returns the
     trace rows (one per search, :func:`request_rows`, named after the scenario's nodes)
-    and, under ``system``, one summary per replay. ``workdir`` is unused (nothing runs
-    outside this process).
+    and, under ``driver`` (where the emulation's driver details go in ``metadata.json``),
+    one summary per replay. ``workdir`` is unused (nothing runs outside this process).
     """
     del workdir
     dep = deployment(scenario)
@@ -408,7 +408,7 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
             progress(f"  {policy} #{repetition}: total {result.total_response:.0f} model s, "
                      f"{result.mean_analyses:.1f} analyses per search "
                      f"({result.wall_s:.2f} s wall)")
-    return {"rows": rows, "system": {"replays": replays, "tc": dep.tc,
+    return {"rows": rows, "driver": {"replays": replays, "tc": dep.tc,
                                      "sharing": dep.sharing, "accounting": "plain"}}
 
 

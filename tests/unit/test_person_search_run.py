@@ -100,9 +100,20 @@ def test_deployment_refuses_a_gap_in_the_server_indices() -> None:
         deployment(scenario_from_dict(_doc(s3={"server_index": 7})))
 
 
-def test_deployment_refuses_servers_on_another_time_scale() -> None:
-    with pytest.raises(TestbedError, match="time_scale"):
-        deployment(scenario_from_dict(_doc(s1={"time_scale": 50.0})))
+def test_edge_servers_take_the_scenarios_time_scale() -> None:
+    # the program's registered context: a service may not set its own
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(_doc(s1={"time_scale": 50.0}))
+    assert err.value.path == "services[1].params.time_scale"
+    assert deployment(scenario_from_dict(_doc())).time_scale == DEFAULTS["time_scale"]
+
+
+def test_a_parameter_left_out_is_the_programs_default() -> None:
+    doc = _doc()
+    for svc in doc["services"][1:]:
+        del svc["params"]["tc"], svc["params"]["sharing"]
+    dep = deployment(scenario_from_dict(doc))
+    assert (dep.tc, dep.sharing) == (10.0, "paper")
 
 
 # --- testbed run --executor sim ---------------------------------------------------------
@@ -137,7 +148,7 @@ def test_sim_rows_are_the_simulator_runs_on_the_materialised_world(tmp_path: Pat
     world = read_ground_truth(out / "trace")
     df = read_traces(out)
     assert len(df) == 30 * len(POLICIES) * 2
-    replays = json.loads((out / "metadata.json").read_text())["system"]["replays"]
+    replays = json.loads((out / "metadata.json").read_text())["driver"]["replays"]
     assert len(replays) == len(POLICIES) * 2
     for rep in (0, 1):
         for policy in POLICIES:

@@ -22,9 +22,10 @@ SYSTEM = System(
     programs=(
         Program("person_search.coordinator", "nodes.person_search.coordinator",
                 "runs every search of a request against the edge servers (Algorithm 1)",
-                self_contained=True),
+                config="nodes.person_search.configs:CoordinatorParams", self_contained=True),
         Program("person_search.edge_server", "nodes.person_search.edge_server",
                 "an edge data server answering analyses after the paper's response model",
+                config="nodes.person_search.configs:EdgeServerParams",
                 context=("time_scale",)),
     ),
     generators={"person-search": "workloads.person_search:PersonSearch"},

@@ -2,26 +2,31 @@
 
 A person-search scenario runs one coordinator (``person_search.coordinator``) and ``N``
 edge data servers (``person_search.edge_server``) with ``server_index`` 0 .. N-1 and one
-``Tc``, sharing mode and time scale. :func:`deployment` checks that and returns it as a
+``Tc`` and sharing mode (a parameter a service leaves out is its program's default,
+:class:`~nodes.person_search.configs.EdgeServerParams`); the servers' time scale is the
+scenario's (their registered context). :func:`deployment` checks that and returns it as a
 :class:`Deployment`: the simulator (:func:`testbed.sim.person_search.run_sim`) takes the
 servers' model and names from it, the emulation driver
 (:mod:`testbed.systems.person_search.driver`) their addresses, so both executors run
 the same servers and write the same ``target`` names into the trace.
 
-Pure: reads the scenario model only.
+Pure: reads the scenario model and the programs' parameter declarations only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.person_search.configs import EdgeServerParams
 from testbed.errors import TestbedError
 from testbed.scenario.model import Scenario, Service
-from testbed.systems.person_search.model import DEFAULT_PRIORITY, SHARING_MODES
 
 COORDINATOR = "person_search.coordinator"
 EDGE_SERVER = "person_search.edge_server"
+#: What an edge server runs with for a parameter its service leaves out
+EDGE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EdgeServerParams)}
 
 
 @dataclass(frozen=True)
@@ -30,8 +35,7 @@ class Deployment:
 
     ``coordinator`` is the coordinator's service; ``edges[s]`` edge server ``s``'s
     service (its ``server_index`` is ``s``); ``tc`` (model seconds), ``sharing`` and
-    ``time_scale`` are the servers' common response model, the time scale being the
-    scenario's.
+    ``time_scale`` (the scenario's) are the servers' common response model.
     """
 
     coordinator: Service
@@ -51,8 +55,9 @@ class Deployment:
         return self.coordinator.node
 
 
-def _common(scenario: Scenario, edges: list[Service], key: str, default: Any) -> Any:
+def _common(scenario: Scenario, edges: list[Service], key: str) -> Any:
     """The value of ``params[key]`` every edge server shares, or a TestbedError."""
+    default = EDGE_DEFAULTS[key]
     values = {repr(s.params.get(key, default)): s.params.get(key, default) for s in edges}
     if len(values) != 1:
         raise TestbedError(f"{scenario.name}: the {EDGE_SERVER} services disagree on "
@@ -73,12 +78,7 @@ def deployment(scenario: Scenario) -> Deployment:
     if not edges or indices != list(range(len(edges))):
         raise TestbedError(f"{scenario.name}: expected {EDGE_SERVER} services with "
                            f"params.server_index 0 .. N-1, found {indices}")
-    time_scale = _common(scenario, edges, "time_scale", scenario.time_scale)
-    if time_scale != scenario.time_scale:
-        raise TestbedError(f"{scenario.name}: the edge servers' params.time_scale "
-                           f"{time_scale!r} differs from the scenario's time_scale "
-                           f"{scenario.time_scale!r}")
-    sharing = str(_common(scenario, edges, "sharing", SHARING_MODES[0]))
-    tc = float(_common(scenario, edges, "tc", DEFAULT_PRIORITY.tc))
+    sharing = str(_common(scenario, edges, "sharing"))
+    tc = float(_common(scenario, edges, "tc"))
     return Deployment(coordinator=coordinators[0], edges=tuple(edges), tc=tc,
                       sharing=sharing, time_scale=scenario.time_scale)

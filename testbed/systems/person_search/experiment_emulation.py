@@ -77,10 +77,10 @@ def compare(servers: int, movement: str, emulated: Mapping[str, Any],
             simulated: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each policy's emulated replay beside its simulated twin (``metadata.json`` of the
     two runs of one point): totals, analyses, makespans, discrepancy, overheads."""
-    sims = {(r["policy"], r["repetition"]): r for r in simulated["system"]["replays"]}
-    time_scale = emulated["system"]["time_scale"]
+    sims = {(r["policy"], r["repetition"]): r for r in simulated["driver"]["replays"]}
+    time_scale = emulated["driver"]["time_scale"]
     out = []
-    for e in emulated["system"]["replays"]:
+    for e in emulated["driver"]["replays"]:
         s = sims[e["policy"], e["repetition"]]
         overhead = {k: e[k] for k in ("round_trip_overhead_ms_mean", "analysis_ms_mean",
                                       "round_trip_overhead_ms_p95", "timer_lateness_ms_mean",
@@ -127,7 +127,7 @@ def run_emulation(size: str, out: Path, progress: Progress = print,
                     for e, f in folders.items()}
             point = compare(n, movement, meta["emulation"], meta["sim"])
             results += point
-            hosts += [r["host"] for r in meta["emulation"]["system"]["replays"]]
+            hosts += [r["host"] for r in meta["emulation"]["driver"]["replays"]]
             runs[movement] = {e: str(f.relative_to(out)) for e, f in folders.items()}
             for r in point:
                 progress(f"  {movement}/{r['policy']}: total {r['emulated_total_s']:.0f} s "
