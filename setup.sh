@@ -44,6 +44,20 @@ if ((${#missing[@]})); then
     fi
 fi
 
+# The frame and face workloads read opencv-doc's sample media. Minimal images often tell
+# dpkg to drop /usr/share/doc/* (path-exclude): then the package is "installed" without its
+# files, so check the files and reinstall with that folder re-included.
+media=/usr/share/doc/opencv-doc/examples/data
+if [[ ! -f $media/vtest.avi || ! -f $media/messi5.jpg ]]; then
+    echo "setup.sh: opencv-doc's sample media missing from $media; reinstalling it"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall --no-install-recommends \
+        -o Dpkg::Options::="--path-include=/usr/share/doc/opencv-doc/*" opencv-doc >/dev/null
+    if [[ ! -f $media/vtest.avi || ! -f $media/messi5.jpg ]]; then
+        echo "setup.sh: $media/vtest.avi still missing after reinstalling opencv-doc" >&2
+        exit 1
+    fi
+fi
+
 # Debian's Python, so containers that bind-mount the host's /usr run the same interpreter.
 if [[ ! -x .venv/bin/python ]]; then
     /usr/bin/python3 -m venv .venv
