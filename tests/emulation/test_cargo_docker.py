@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ require_docker()
 from testbed.emulation.executor import EmulatedTopology, emulated_topology
 from testbed.emulation.ledger import Ledger
 from testbed.emulation.probe import in_netns
+from testbed.poll import wait_until
 from testbed.scenario import Event, scenario_from_dict
 
 PORT = 7300
@@ -74,14 +75,6 @@ def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedTopology]
         yield built
     assert errors == []
     assert ledger.open_entries() == []
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Writers:
@@ -162,15 +155,15 @@ def test_acknowledged_writes_survive_container_crashes_and_a_new_container(
         counts = []
         for crash in range(2):
             target = writers.count() + 60
-            _wait(lambda t=target: writers.count() >= t, 60, "acknowledged writes")
+            wait_until(lambda t=target: writers.count() >= t, 60, "acknowledged writes")
             topo.apply_event(Event(at=0, action="crash", target="st"))
             assert not host.running()
             counts.append(writers.count())
             topo.apply_event(Event(at=0, action="join", target="st"))
-            _wait(lambda: _serving(url), 60, f"the Cargo after crash {crash + 1}")
+            wait_until(lambda: _serving(url), 60, f"the Cargo after crash {crash + 1}")
             assert not _missing(url, writers.snapshot())
         target = writers.count() + 30
-        _wait(lambda: writers.count() >= target, 60, "writes after the last restart")
+        wait_until(lambda: writers.count() >= target, 60, "writes after the last restart")
         writers.stop.set()
         for thread in threads:
             thread.join(timeout=30)
@@ -188,7 +181,7 @@ def test_acknowledged_writes_survive_container_crashes_and_a_new_container(
     topo.stop_service("cargo")
     host.recreate()
     topo.start_service(topo.scenario.service("cargo"))
-    in_netns(client.pid, lambda: _wait(lambda: _serving(url), 60, "the Cargo in a new "
+    in_netns(client.pid, lambda: wait_until(lambda: _serving(url), 60, "the Cargo in a new "
                                                                    "container"))
     assert in_netns(client.pid, lambda: _missing(url, writers.acked)) == []
     status, body = in_netns(client.pid, lambda: (

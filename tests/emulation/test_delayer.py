@@ -11,7 +11,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -22,19 +22,11 @@ from testbed.calibrate import RTT_RE
 from testbed.emulation.delayer import DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.errors import EmulationError
+from testbed.poll import wait_until
 
 pytestmark = pytest.mark.emulation
 
 IP_A, IP_B = "10.77.0.1", "10.77.0.2"
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
-    """Poll ``condition`` until it is true (fail after ``timeout`` s)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 def _own_netns(pid: int) -> bool:
@@ -89,7 +81,7 @@ def delayer_pair() -> Iterator[Pair]:
         for _ in range(2):
             proc = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
             ledger.record_process(proc.pid, role="tbt-netns")
-            wait_for(lambda p=proc.pid: _own_netns(p), what="the namespace to exist")
+            wait_until(lambda p=proc.pid: _own_netns(p), what="the namespace to exist")
             pids.append(proc.pid)
             subprocess.run(["nsenter", "-t", str(proc.pid), "-n", "sysctl", "-qw",
                             "net.ipv6.conf.default.disable_ipv6=1"], check=True)  # no stray ND
@@ -161,7 +153,7 @@ def test_queue_cap_drops_beyond_the_limit(pair: Pair) -> None:
     burst = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
              f"[s.sendto(b'x', ('{IP_B}', 9)) for _ in range(50)]")
     assert pair.sh(pair.a, f'python3 -c "{burst}"').returncode == 0  # 50 frames in < 1 ms
-    wait_for(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["held"] == 0, what="release")
+    wait_until(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["held"] == 0, what="release")
     after = pair.delayer.stats("tbt-l1")["a_to_b"]
     assert after["dropped_queue"] - before["dropped_queue"] == 40, after
     assert after["forwarded"] - before["forwarded"] == 10, after

@@ -35,6 +35,7 @@ from testbed.emulation.docker_engine import (
 from testbed.emulation.docker_runtime import DockerHost
 from testbed.emulation.ledger import Ledger, clean_stale
 from testbed.errors import EmulationError
+from testbed.poll import wait_until
 
 PY = venv_python()
 TAG = f"t{os.getpid() % 100000}"  # prefix of every root-namespace name the tests make
@@ -42,15 +43,6 @@ TAG = f"t{os.getpid() % 100000}"  # prefix of every root-namespace name the test
 
 def _run_id(label: str) -> str:
     return f"test-docker-{os.getpid()}-{label}-{time.monotonic_ns() % 10**6}"
-
-
-def _wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def _running(pid: int) -> bool:
@@ -211,7 +203,7 @@ while True:
 
 
 def _ping_ok(ping: Callable[[], str]) -> bool:
-    return bool(_wait_for(lambda: " 0% packet loss" in ping(), 10, "ping"))
+    return bool(wait_until(lambda: " 0% packet loss" in ping(), 10, "ping"))
 
 
 def _bridge_and_start(net: Mininet, ledger: Ledger, bridge: str, hosts: tuple) -> None:
@@ -328,14 +320,14 @@ print("stopping", flush=True)
 def test_service_stop_crash_and_terminate(engine: Engine, ledger: Ledger) -> None:
     host = DockerHost("v1", engine=engine)
     service = host.exec_service([PY, "-c", _SERVICE], env={"PYTHONUNBUFFERED": "1"})
-    _wait_for(lambda: "started" in service.log_path.read_text(), 10, "service start")
+    wait_until(lambda: "started" in service.log_path.read_text(), 10, "service start")
     assert service.running()
     assert host.stop_service(service) == 0
     assert "stopping" in service.log_path.read_text()
 
     second = host.exec_service([PY, "-c", _SERVICE], log=host.run_dir / "second.log")
     host.crash()
-    _wait_for(lambda: not second.running(), 10, "the crash to end the service")
+    wait_until(lambda: not second.running(), 10, "the crash to end the service")
     host.container.reload()
     assert host.container.status == "exited"
     with pytest.raises(EmulationError, match="outside the run folder"):
@@ -445,14 +437,14 @@ def test_firewall_guard_in_a_private_namespace(tmp_path: Path) -> None:
             return json.loads(out.stdout)
 
         assert inside("cat", "/proc/sys/net/bridge/bridge-nf-call-iptables").stdout == "1\n"
-        assert _wait_for(ping, 10, "bridge forwarding")
+        assert wait_until(ping, 10, "bridge forwarding")
         assert guard(_run_id("accepting")) == []  # nothing to fix, nothing touched
         assert inside("iptables", "-P", "FORWARD", "DROP").returncode == 0
         assert not ping()
         entries = guard(_run_id("guard"))
         assert [(e["chain"], e["rule"][:4]) for e in entries] == [
             ("FORWARD", ["-i", bridge, "-o", bridge])]
-        assert _wait_for(ping, 10, "forwarding through the guard rule")
+        assert wait_until(ping, 10, "forwarding through the guard rule")
         cleaned = inside(PY, "-c", "import sys, pathlib; from testbed.emulation.ledger "
                          "import clean_stale; print(clean_stale(pathlib.Path(sys.argv[1])))",
                          str(ledgers))

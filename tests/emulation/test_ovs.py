@@ -29,6 +29,7 @@ from testbed.emulation.ledger import Ledger, clean_stale, process_start_time
 from testbed.emulation.osken_switch import is_group_address
 from testbed.emulation.ovs import NETDEV_TAP, UserspaceOVSSwitch, is_alive, start_ovs
 from testbed.errors import EmulationError
+from testbed.poll import wait_until
 
 needs_ovs = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ovs-vswitchd") is None
@@ -58,14 +59,6 @@ def _mininet_shells(prefix: str) -> list[int]:
         if f"mininet:{prefix}".encode() in cmdline and is_alive(int(proc.name)):
             pids.append(int(proc.name))
     return pids
-
-
-def _wait_for(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -150,7 +143,7 @@ def test_learning_switch_end_to_end(tmp_path: Path, ledger: Ledger, prefix: str)
 
         server = h2.popen(["iperf3", "-s", "-1", "-p", "5201"])
         try:
-            _wait_for(lambda: "5201" in h2.cmd("ss -Hltn 'sport = :5201'"), 5, "iperf3 server")
+            wait_until(lambda: "5201" in h2.cmd("ss -Hltn 'sport = :5201'"), 5, "iperf3 server")
             out = h1.cmd(f"iperf3 -c {h2.IP()} -p 5201 -t 2 -J --connect-timeout 3000")
             result = json.loads(out)
             assert "error" not in result, result.get("error")
@@ -239,7 +232,7 @@ def test_teardown_after_vswitchd_crash_removes_its_taps(tmp_path: Path, ledger: 
     assert Path(f"/sys/class/net/{NETDEV_TAP}").exists()
     start = process_start_time(ovs.vswitchd_pid)
     os.kill(ovs.vswitchd_pid, 9)
-    _wait_for(lambda: _gone(ovs.vswitchd_pid, start), 5, "ovs-vswitchd to die")
+    wait_until(lambda: _gone(ovs.vswitchd_pid, start), 5, "ovs-vswitchd to die")
     assert Path(f"/sys/class/net/{bridge}").exists()  # left behind by the crash
     assert ledger.teardown() == []
     assert not Path(f"/sys/class/net/{NETDEV_TAP}").exists()

@@ -23,7 +23,7 @@ from nodes.armada.sdk.client import (
     ArmadaUnavailable,
     SyncArmadaClient,
 )
-from tests.unit.helpers import wait_for
+from testbed.poll import await_until
 
 FRAME = b"\x89PNG-ish probe frame"
 
@@ -138,7 +138,7 @@ async def test_periodic_reprobe_moves_to_a_node_that_became_faster() -> None:
             client(beacon, reprobe_s=(0.1, 0.15), seed=7) as armada:
         assert armada.current.task_id == "t0"
         tasks[0].delay_s, tasks[1].delay_s = 0.05, 0.001  # background load hits t0
-        await wait_for(lambda: armada.current.task_id == "t1", 5.0, interval=0.01)
+        await await_until(lambda: armada.current.task_id == "t1", 5.0, interval=0.01)
         switch = armada.switches[-1]
         assert switch.detail["reason"] == "probe" and switch.detail["source"] == "t0"
         probes = [e.t for e in armada.events if e.kind == "probe"]

@@ -22,7 +22,7 @@ from nodes.armada import app_manager, beacon, captain, spinner
 from nodes.armada.app_manager import ReplicaState, ScalingPolicy, plan_scaling
 from nodes.armada.auth import load_tokens
 from nodes.armada.captain import CaptainConfig, free_port
-from tests.unit.helpers import wait_for
+from testbed.poll import await_until
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -214,12 +214,12 @@ async def test_deploy_runs_three_replicas_on_distinct_nodes_and_query_lists_them
     async with armada(tmp_path) as stack:
         for i, where in enumerate((CITY, SUBURB, FAR, CITY)):
             await stack.add_captain(f"n{i}", where, tags=("campus",) if i == 1 else ())
-        await wait_for(lambda: _count_nodes(stack, 4), what="4 registered nodes")
+        await await_until(lambda: _count_nodes(stack, 4), what="4 registered nodes")
         status, body = await stack.call("POST", "/apps", deployment(), AUTH)
         assert status == 201, body
         assert len(body["replicas"]) == 3 and body["state"] == "degraded"
         assert (await stack.call("POST", "/apps", deployment(), AUTH))[0] == 409
-        app = await wait_for(lambda: _ready(stack), what="3 running replicas")
+        app = await await_until(lambda: _ready(stack), what="3 running replicas")
         placed = {r["node_id"] for r in app["replicas"]}
         assert len(placed) == 3 and "n2" not in placed  # spread, and near the location
         assert app["first_running_at"] >= app["created_at"]
@@ -232,7 +232,7 @@ async def test_deploy_runs_three_replicas_on_distinct_nodes_and_query_lists_them
         for c in candidates:
             async with stack.http.post(c["url"] + "/infer", data=b"frame") as resp:
                 assert resp.status == 200 and (await resp.json())["bytes"] == 5
-        loaded = await wait_for(lambda: _loaded(stack), what="load reported")
+        loaded = await await_until(lambda: _loaded(stack), what="load reported")
         assert loaded["load"]["completed"] >= 1 and loaded["utilisation"] is not None
         assert (await stack.call("DELETE", "/apps/det", headers=AUTH))[0] == 200
         spin = stack.spinner.app[spinner.SPINNER_KEY]
@@ -261,11 +261,11 @@ async def _loaded(stack: Stack) -> dict[str, Any] | None:
 async def test_failing_program_is_replaced_until_the_app_is_declared_failed(tmp_path) -> None:
     async with armada(tmp_path) as stack:
         await stack.add_captain("n0", CITY, cpu=4)
-        await wait_for(lambda: _count_nodes(stack, 1))
+        await await_until(lambda: _count_nodes(stack, 1))
         status, _ = await stack.call("POST", "/apps", deployment(
             module="nodes.armada.no_such_module"), AUTH)
         assert status == 201  # accepted: it fails on the node
-        app = await wait_for(lambda: _failed(stack), timeout=30, what="app failed")
+        app = await await_until(lambda: _failed(stack), timeout=30, what="app failed")
         assert app["failures"] > 6
 
 
@@ -282,15 +282,15 @@ async def test_dead_node_is_detected_and_its_replica_placed_elsewhere(tmp_path) 
     async with armada(tmp_path) as stack:
         for i, where in enumerate((CITY, SUBURB, CITY, FAR)):
             await stack.add_captain(f"n{i}", where)
-        await wait_for(lambda: _count_nodes(stack, 4))
+        await await_until(lambda: _count_nodes(stack, 4))
         assert (await stack.call("POST", "/apps", deployment(), AUTH))[0] == 201
-        app = await wait_for(lambda: _ready(stack), what="3 running replicas")
+        app = await await_until(lambda: _ready(stack), what="3 running replicas")
         victim = app["replicas"][0]
         crashed = stack.captains.pop(victim["node_id"])
         crashed.app[captain.CAPTAIN_KEY].config.beacon = f"http://127.0.0.1:{free_port()}"  # no goodbye
         began = time.monotonic()
         await crashed.close()  # stops answering; its tasks die with it
-        dead = await wait_for(lambda: _node_state(stack, victim["node_id"], "dead"))
+        dead = await await_until(lambda: _node_state(stack, victim["node_id"], "dead"))
         assert time.monotonic() - began < 2.0  # 2 missed checks at 0.1 s, 0.3 s timeout
         assert dead["tasks"] == []
 
@@ -300,7 +300,7 @@ async def test_dead_node_is_detected_and_its_replica_placed_elsewhere(tmp_path) 
                      and r["node_id"] != victim["node_id"]]
             return again[0] if again and len(running(app)) == 3 else None
 
-        moved = await wait_for(replaced, what="replica re-placed")
+        moved = await await_until(replaced, what="replica re-placed")
         assert moved["node_id"] is not None and moved["url"] != victim["url"]
 
 
@@ -313,24 +313,24 @@ async def test_graceful_leave_replaces_at_once(tmp_path) -> None:
     async with armada(tmp_path) as stack:
         for i, where in enumerate((CITY, SUBURB, CITY, FAR)):
             await stack.add_captain(f"n{i}", where)
-        await wait_for(lambda: _count_nodes(stack, 4))
+        await await_until(lambda: _count_nodes(stack, 4))
         assert (await stack.call("POST", "/apps", deployment(), AUTH))[0] == 201
-        app = await wait_for(lambda: _ready(stack))
+        app = await await_until(lambda: _ready(stack))
         leaving = app["replicas"][1]["node_id"]
         await stack.captains.pop(leaving).close()  # SIGTERM path: deregisters, stops tasks
         node = (await nodes(stack))[leaving]
         assert node["state"] == "left" and node["tasks"] == []
-        await wait_for(lambda: _ready(stack), what="3 running again")
+        await await_until(lambda: _ready(stack), what="3 running again")
 
 
 async def test_captain_registers_again_when_the_spinner_forgets_it(tmp_path) -> None:
     async with armada(tmp_path) as stack:
         cap = await stack.add_captain("n0", CITY, recheck_s=0.4)
-        await wait_for(lambda: _count_nodes(stack, 1))
+        await await_until(lambda: _count_nodes(stack, 1))
         agent = cap.app[captain.CAPTAIN_KEY]
         assert agent.registrations == 1
         del stack.spinner.app[spinner.SPINNER_KEY].nodes["n0"]  # e.g. a Spinner restart
-        await wait_for(lambda: _count_nodes(stack, 1), what="registered again")
+        await await_until(lambda: _count_nodes(stack, 1), what="registered again")
         assert agent.registrations == 2
 
 
@@ -360,10 +360,10 @@ async def test_autoscale_up_where_users_concentrate_then_down_to_minimum(tmp_pat
             await stack.add_captain(f"far{i}", where)
         for i in range(2):
             await stack.add_captain(f"city{i}", (CITY[0] + i * 0.01, CITY[1]))
-        await wait_for(lambda: _count_nodes(stack, 5))
+        await await_until(lambda: _count_nodes(stack, 5))
         locations = [{"lat": lat, "lon": lon} for lat, lon in far]
         assert (await stack.call("POST", "/apps", deployment(locations=locations), AUTH))[0] == 201
-        await wait_for(lambda: _ready(stack))
+        await await_until(lambda: _ready(stack))
         async def users_query() -> None:
             for user in range(4):  # 4 users, 2 per replica: 2 replicas wanted in the city
                 status, _ = await stack.call("POST", "/query", {
@@ -379,7 +379,7 @@ async def test_autoscale_up_where_users_concentrate_then_down_to_minimum(tmp_pat
             city = [r for r in running(app) if r["node_id"].startswith("city")]
             return app if len(city) == 2 else None
 
-        app = await wait_for(grown, what="two replicas in the city")
+        app = await await_until(grown, what="two replicas in the city")
         assert [e["action"] for e in app["scaling"]] == ["up", "up"]
         assert {e["reason"] for e in app["scaling"]} == {"users"}
         status, answer = await stack.call("POST", "/query", {
@@ -391,7 +391,7 @@ async def test_autoscale_up_where_users_concentrate_then_down_to_minimum(tmp_pat
             app = await app_status(stack)
             return app if len(app["replicas"]) == 3 and app["users"] == 0 else None
 
-        app = await wait_for(shrunk, what="back to the minimum")  # users expire
+        app = await await_until(shrunk, what="back to the minimum")  # users expire
         assert [e["action"] for e in app["scaling"]] == ["up", "up", "down", "down"]
         assert all(r["node_id"].startswith("far") for r in app["replicas"])
 

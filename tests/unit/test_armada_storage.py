@@ -35,7 +35,7 @@ from nodes.armada.sdk.storage import (
     SyncStorageClient,
 )
 from nodes.common import free_port
-from tests.unit.helpers import wait_for
+from testbed.poll import await_until
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -111,7 +111,7 @@ class Layer:
         once every one is registered."""
         for cargo_id, where in places:
             await self.add_cargo(cargo_id, where, **options)
-        await wait_for(lambda: self.cargo_count(len(places)),
+        await await_until(lambda: self.cargo_count(len(places)),
                        what=f"{len(places)} Cargos registered")
 
     async def allocate(self, app: str, near: tuple[float, float], **fields: Any
@@ -207,7 +207,7 @@ async def test_acknowledged_writes_survive_sigkill_and_restart(tmp_path) -> None
     proc = await _start_process(port, data_dir, log)
     try:
         async with aiohttp.ClientSession() as http:
-            await wait_for(lambda: _serving(http, url, proc), 30, "the Cargo to serve")
+            await await_until(lambda: _serving(http, url, proc), 30, "the Cargo to serve")
             status, body = await call(http, "POST", url + "/apps",
                                       {"app": "faces", "quota_bytes": 10**7, "dim": 128})
             assert status == 201, body
@@ -227,12 +227,12 @@ async def test_acknowledged_writes_survive_sigkill_and_restart(tmp_path) -> None
             for kill in range(3):
                 target = len(acked) + 20 + 7 * kill
                 writers = [asyncio.create_task(writer()) for _ in range(4)]
-                await wait_for(lambda t=target: _at_least(acked, t), 30, "writes acknowledged")
+                await await_until(lambda t=target: _at_least(acked, t), 30, "writes acknowledged")
                 proc.kill()  # SIGKILL, with writes in flight
                 assert await proc.wait() == -9
                 await asyncio.gather(*writers)
                 proc = await _start_process(port, data_dir, log)
-                await wait_for(lambda p=proc: _serving(http, url, p), 30, "the Cargo to restart")
+                await await_until(lambda p=proc: _serving(http, url, p), 30, "the Cargo to restart")
                 status, app = await call(http, "GET", url + "/apps/faces")
                 assert status == 200 and app["state"] == "ready" and app["dim"] == 128
                 assert app["records"] >= len(acked)  # writes in flight may have committed
@@ -498,7 +498,7 @@ async def test_strong_replication_failover_and_restoring_the_factor(tmp_path) ->
             assert answer.body["replicas"] == 2
             assert [e.kind for e in sdk.events[-2:]] == ["error", "switch"]
             assert await sdk.read(200) == fresh[0].tolist()
-            restored = await wait_for(lambda: _restored(layer, "faces", "suburb"),
+            restored = await await_until(lambda: _restored(layer, "faces", "suburb"),
                                       what="replication factor restored")
             assert time.monotonic() - began < 5
             assert {r["cargo_id"] for r in restored["replicas"]} == {"city", "town", "far"}
@@ -527,7 +527,7 @@ async def test_strong_replication_failover_and_restoring_the_factor(tmp_path) ->
             status, body = await call(layer.http, "GET", back + "/apps")
             return status == 200 and body["apps"] == []
 
-        await wait_for(dropped, what="the replaced replica dropped")
+        await await_until(dropped, what="the replaced replica dropped")
         status, node = await call(layer.http, "GET", layer.url + "/cargos/suburb")
         assert node["state"] == "alive" and node["apps"] == []
 
@@ -557,7 +557,7 @@ async def test_eventual_consistency_lag_is_measured_and_replicas_converge(tmp_pa
                     return False
             return True
 
-        await wait_for(converged, what="every replica has every write")
+        await await_until(converged, what="every replica has every write")
         city = str(layer.cargos["city"].make_url("")).rstrip("/")
 
         async def measured() -> dict[str, Any] | None:
@@ -565,7 +565,7 @@ async def test_eventual_consistency_lag_is_measured_and_replicas_converge(tmp_pa
             faces = stats["apps"]["faces"]
             return faces if faces["lag"]["count"] == 30 else None
 
-        faces = await wait_for(measured, what="a lag sample per write")
+        faces = await await_until(measured, what="a lag sample per write")
         assert faces["writes"] == 30 and faces["unreplicated"] == 0
         assert 0 <= faces["lag"]["p50_ms"] <= faces["lag"]["max_ms"] < 5000
         assert len(faces["lag_samples"]) == 30
@@ -586,9 +586,9 @@ async def test_eventual_consistency_lag_is_measured_and_replicas_converge(tmp_pa
             body = await layer.allocation("faces")
             return body if body["state"] == "ready" else None
 
-        body = await wait_for(back, what="the replicas re-adopted")
+        body = await await_until(back, what="the replicas re-adopted")
         assert [e["event"] for e in body["events"]][-3:] == ["readopted"] * 3
-        await wait_for(converged, what="the data kept")
+        await await_until(converged, what="the data kept")
 
 
 async def test_peers_catch_up_bounds_and_last_writer_wins(tmp_path) -> None:
@@ -620,7 +620,7 @@ async def test_peers_catch_up_bounds_and_last_writer_wins(tmp_path) -> None:
                     _, app = await call(http, "GET", b + "/apps/faces")
                     return app["records"] == 5
 
-                await wait_for(caught_up, what="the peer caught up")
+                await await_until(caught_up, what="the peer caught up")
                 status, _ = await call(http, "POST", write, {"records": records(range(5, 6))})
                 assert status == 200
                 # Last writer wins, whatever the delivery order.
@@ -632,7 +632,7 @@ async def test_peers_catch_up_bounds_and_last_writer_wins(tmp_path) -> None:
                               for u in (a, b)]
                     return values == [[9.0] * DIM] * 2
 
-                await wait_for(same_everywhere, what="both replicas hold the last write")
+                await await_until(same_everywhere, what="both replicas hold the last write")
                 stale = {"origin": "x", "records": [{"id": 1, "vector": [0.0] * DIM, "ts": 1,
                                                      "origin": "x"}]}
                 status, body = await call(http, "POST", a + "/apps/faces/replicate", stale)

@@ -29,7 +29,7 @@ from nodes.armada.cargo_manager import (
     StateFileError,
 )
 from nodes.common import free_port
-from tests.unit.helpers import wait_for
+from testbed.poll import await_until
 from tests.unit.test_armada_storage import (
     CITY,
     DIM,
@@ -142,7 +142,7 @@ async def test_restarted_manager_answers_allocations_and_confirms_its_cargos(
                                   {"app": "faces", "lat": TOWN[0], "lon": TOWN[1]})
             return query if len(query["candidates"]) == 3 else None
 
-        query = await wait_for(served, what="the replicas confirmed by health checks")
+        query = await await_until(served, what="the replicas confirmed by health checks")
         assert [c["cargo_id"] for c in query["candidates"]] == ["town", "suburb", "city"]
         assert query["consistency"] == "eventual" and query["dim"] == DIM
         assert await layer.cargo_count(3)
@@ -215,7 +215,7 @@ async def test_a_cargo_that_never_comes_back_is_declared_dead_and_replaced(
             body = await layer.allocation("faces")
             return body if body["restores"] and body["state"] == "ready" else None
 
-        body = await wait_for(restored, what="the replication factor restored")
+        body = await await_until(restored, what="the replication factor restored")
         assert replica_ids(body) == ["city", "town", "far"]
         (restore,) = body["restores"]
         assert restore["cargo_id"] == "far" and restore["lost"] == "suburb"
@@ -272,7 +272,7 @@ async def test_unconfirmed_cargos_are_not_served_until_they_come_back(tmp_path) 
         async def checked() -> bool:
             return app[CARGO_MANAGER_KEY].cargos["c1"].missed >= 2
 
-        await wait_for(checked, what="health checks of the unconfirmed Cargo")
+        await await_until(checked, what="health checks of the unconfirmed Cargo")
         status, node = await call(http, "GET", cm + "/cargos/c1")
         assert status == 200 and node["state"] == "unconfirmed" and node["apps"] == ["faces"]
         assert node["tags"] == ["lab"] and node["last_seen"] == 2.5

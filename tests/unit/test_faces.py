@@ -33,7 +33,7 @@ from nodes.armada.face_task import (
     make_app,
 )
 from testbed.errors import TestbedError
-from tests.unit.helpers import wait_for
+from testbed.poll import await_until
 from workloads import generate
 from workloads.faces import (
     DIM,
@@ -623,7 +623,7 @@ async def test_the_task_reads_and_writes_through_the_cargo_replicas(
                     {"id": i, "vector": np.asarray(v, dtype=float).tolist()} for i, v in known]}}
         async with layer.http.post(f"{layer.url}/storage", json=body) as resp:
             assert resp.status in (200, 201), await resp.text()
-        await wait_for(lambda: _ready(layer, "faces", 3))
+        await await_until(lambda: _ready(layer, "faces", 3))
         factory = cargo_store_factory(layer.url, "faces", 40.0, -88.0)
         async with TestClient(TestServer(make_app(factory, op="read-write",
                                                   model_seed=SEED))) as client:
