@@ -4,20 +4,12 @@ generic ``testbed run`` path with no edit to the harness (see
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.testsystem import SCENARIO, register_echo
+from tests.testsystem import SCENARIO
 
 pytestmark = pytest.mark.emulation
 
-
-@pytest.fixture
-def echo() -> Iterator[None]:
-    remove = register_echo()
-    yield
-    remove()
 
 
 @pytest.mark.usefixtures("echo")

@@ -7,7 +7,6 @@ only here), so every check goes through the same generic code a real system uses
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,14 +14,7 @@ import pytest
 
 from testbed.cli import main
 from testbed.systems import register
-from tests.testsystem import SCENARIO, SYSTEM, register_echo
-
-
-@pytest.fixture
-def echo() -> Iterator[None]:
-    remove = register_echo()
-    yield
-    remove()
+from tests.testsystem import SCENARIO, SYSTEM
 
 
 def _err(capsys: pytest.CaptureFixture) -> str:

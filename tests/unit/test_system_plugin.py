@@ -9,7 +9,6 @@ simulator. Here it runs end to end through ``testbed run`` in the simulator (no 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,13 +19,6 @@ from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.systems import get_system, register
 from tests.testsystem import SCENARIO, SYSTEM, register_echo
-
-
-@pytest.fixture
-def echo() -> Iterator[None]:
-    remove = register_echo()
-    yield
-    remove()
 
 
 @pytest.mark.usefixtures("echo")
