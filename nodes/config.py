@@ -20,6 +20,10 @@ and the command line run it. This module is stdlib-only: the scenario loader imp
 parameter modules (``nodes/armada/configs.py`` and the like), which must not drag in
 aiohttp, OpenCV or numpy.
 
+A required field's dataclass default is ``None``: the scenario check and the command line
+insist on it, except that a scenario leaves a reserved one (the tier server's ``speed``)
+to the executor, and the cross-field checks run all the same.
+
 Supported field types: ``int``, ``float`` (finite; integers accepted), ``str``,
 ``bool`` (a flag: ``--memory-store``, default false), any of the first three ``| None``
 (optional, default ``None``), and ``tuple[str, ...]`` etc. for a repeatable option
@@ -92,6 +96,8 @@ def option(default: Any = None, *, help: str, required: bool = False,
     allowed string ``choices``, ``repeat`` for an option given any number of times."""
     if required and default is not None:
         raise TypeError("a required option has no default")
+    if lo is not None and gt is not None:
+        raise TypeError("a lower bound is either inclusive (lo) or exclusive (gt)")
     if repeat and default is None:
         default = ()
     spec = Option(help, required, lo, hi, gt, tuple(choices) if choices is not None else None,
@@ -128,10 +134,10 @@ class _Field:
         return "--" + self.name.replace("_", "-")
 
     def _range(self) -> str:
+        """The bounds in words: `` in [1, 12]``, `` in (0, 1]``, `` > 0``, or nothing."""
         lo, hi, gt = self.spec.lo, self.spec.hi, self.spec.gt
-        low = (f"[{_number(lo)}" if lo is not None else f"({_number(gt)}"
-               if gt is not None else None)
-        if low is not None and hi is not None:
+        if hi is not None and (lo is not None or gt is not None):
+            low = f"[{_number(lo)}" if lo is not None else f"({_number(gt)}"
             return f" in {low}, {_number(hi)}]"
         if lo is not None:
             return f" >= {_number(lo)}"
