@@ -15,6 +15,7 @@ from testbed.systems import Experiment, Program, System
 
 _EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"
+_CONFIGS = "nodes.armada.configs:"  # the programs' parameters, importable without aiohttp
 
 
 def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
@@ -35,17 +36,20 @@ SYSTEM = System(
     programs=(
         Program("armada.beacon", "nodes.armada.beacon",
                 "entry point: forwards users to the Application Manager and Captains to the "
-                "Spinner", self_contained=True),
+                "Spinner", config=_CONFIGS + "BeaconParams", self_contained=True),
         Program("armada.app_manager", "nodes.armada.app_manager",
-                "keeps each application's replicas and users' candidate lists"),
+                "keeps each application's replicas and users' candidate lists",
+                config=_CONFIGS + "AppManagerParams"),
         Program("armada.spinner", "nodes.armada.spinner",
-                "registry of Captains with health checks; places replicas"),
+                "registry of Captains with health checks; places replicas",
+                config=_CONFIGS + "SpinnerParams"),
         Program("armada.captain", "nodes.armada.captain",
-                "node agent: runs task replicas on its node"),
+                "node agent: runs task replicas on its node", config=_CONFIGS + "CaptainParams"),
         Program("armada.cargo_manager", "nodes.armada.cargo_manager",
-                "storage control: allocates Cargos, re-replicates on a loss"),
+                "storage control: allocates Cargos, re-replicates on a loss",
+                config=_CONFIGS + "CargoManagerParams"),
         Program("armada.cargo", "nodes.armada.cargo",
-                "storage node: durable records and vector search"),
+                "storage node: durable records and vector search", config=_CONFIGS + "CargoParams"),
     ),
     generators={"frame-stream": "workloads.frame_stream:FrameStream",
                 "face-recognition": "workloads.faces:FaceRecognition"},

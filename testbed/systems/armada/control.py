@@ -45,9 +45,10 @@ def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
 
 
 def beacon_service(scenario: Scenario) -> tuple[Any, str]:
-    """The Beacon service and its first token."""
+    """The Beacon service and its first token (``token`` is one or a list of them)."""
     beacon = next(s for s in scenario.services if s.program == BEACON)
-    return beacon, str(beacon.params["token"])
+    tokens = beacon.params["token"]
+    return beacon, str(tokens if isinstance(tokens, str) else tokens[0])
 
 
 def poll(what: str, timeout: float, check: Callable[[], Any]) -> Any:
