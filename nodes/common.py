@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import signal
 import socket
 import sys
@@ -35,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from aiohttp import web
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
+from testbed.checks import is_int, is_number
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
@@ -190,14 +190,6 @@ class Field:
     required: bool = True
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def int_field(lo: int | None = None, hi: int | None = None, required: bool = True) -> Field:
     """An integer field, optionally bounded (inclusive); booleans are refused."""
     bounds = [f">= {lo}"] if lo is not None else []
@@ -205,7 +197,7 @@ def int_field(lo: int | None = None, hi: int | None = None, required: bool = Tru
     expected = "integer" + (" " + " and ".join(bounds) if bounds else "")
     return Field(
         expected,
-        lambda v: _is_int(v) and (lo is None or v >= lo) and (hi is None or v <= hi),
+        lambda v: is_int(v) and (lo is None or v >= lo) and (hi is None or v <= hi),
         required,
     )
 
@@ -214,7 +206,7 @@ def positive_number_field(required: bool = True) -> Field:
     """A finite number > 0 (integers accepted), as durations and sizes are."""
     return Field(
         "finite number > 0",
-        lambda v: _is_number(v) and math.isfinite(v) and v > 0,
+        lambda v: is_number(v, finite=True) and v > 0,
         required,
     )
 

@@ -58,6 +58,7 @@ from typing import IO, Any
 import aiohttp
 
 from nodes.common import configure_logging, sleep_until
+from testbed.checks import is_int, is_number, is_text
 from testbed.errors import EmulationError, TestbedError
 from testbed.latency import completed_columns
 from testbed.policies import make_policy
@@ -132,8 +133,8 @@ class DispatchConfig:
             "run": ("a non-empty string", _is_text, True),
             "client": ("a non-empty string", _is_text, True),
             "policy": ("a non-empty string", _is_text, True),
-            "policy_seed": ("an integer", _is_int, True),
-            "repetition": ("an integer >= 0", lambda v: _is_int(v) and v >= 0, True),
+            "policy_seed": ("an integer", is_int, True),
+            "repetition": ("an integer >= 0", lambda v: is_int(v) and v >= 0, True),
             "trace": ("a folder path", _is_text, True),
             "targets": ("a non-empty list", lambda v: isinstance(v, list) and v != [], True),
             "poll_interval_s": ("a number > 0", _is_positive, True),
@@ -141,7 +142,7 @@ class DispatchConfig:
             "start_at": ("a wall epoch number or null", lambda v: v is None or _is_number(v), True),
             "out": ("a file path", _is_text, True),
             "timeout_s": ("a number > 0", _is_positive, True),
-            "max_inflight": ("an integer >= 1", lambda v: _is_int(v) and v >= 1, False),
+            "max_inflight": ("an integer >= 1", lambda v: is_int(v) and v >= 1, False),
             "ready_timeout_s": ("a number > 0", _is_positive, False),
         }
         for key in raw:
@@ -185,19 +186,15 @@ class DispatchConfig:
 
 
 def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return is_text(value, nonempty=True)
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value, finite=True)
 
 
 def _is_positive(value: Any) -> bool:
-    return _is_number(value) and value > 0
+    return is_number(value, finite=True) and value > 0
 
 
 # ------------------------------------------------------------------ target monitor

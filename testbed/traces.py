@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from testbed.checks import is_number, is_text
 from testbed.errors import TestbedError
 
 PARQUET_NAME = "traces.parquet"
@@ -125,17 +126,6 @@ def _first_bad(values: pd.Series, good: Any) -> tuple[Any, Any] | None:
     return None
 
 
-def _is_text(value: Any) -> bool:
-    """True for a Python string."""
-    return isinstance(value, str)
-
-
-def _is_number(value: Any) -> bool:
-    """True for an integer or float (booleans excluded, though Python counts them)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
 
 def _convert(column: Column, values: pd.Series) -> pd.Series:
     """Cast ``values`` to ``column.dtype``, refusing values of the wrong kind.
@@ -146,14 +136,14 @@ def _convert(column: Column, values: pd.Series) -> pd.Series:
     dtype = values.dtype
     if column.dtype == _STRING:
         if not isinstance(dtype, pd.StringDtype):
-            bad = _first_bad(values, _is_text)
+            bad = _first_bad(values, is_text)
             if bad is not None:
                 raise TestbedError(
                     f"trace column {column.name}: expected text, found {bad[1]!r} (row {bad[0]})"
                 )
         return values.astype(_STRING)
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
-        bad = _first_bad(values, _is_number)
+        bad = _first_bad(values, is_number)
         if bad is not None:
             raise TestbedError(
                 f"trace column {column.name}: expected a number, found {bad[1]!r} (row {bad[0]})"

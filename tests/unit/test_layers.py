@@ -90,7 +90,7 @@ def test_the_probe_can_fail() -> None:
 # --- nodes import nothing above the services ------------------------------------------
 
 ALLOWED_FROM_NODES = re.compile(
-    r"testbed\.(errors|latency|policies(\..+)?|systems\.[a-z_]+\.(model|policies))$")
+    r"testbed\.(errors|checks|latency|policies(\..+)?|systems\.[a-z_]+\.(model|policies))$")
 
 
 def _imports(path: Path) -> list[str]:

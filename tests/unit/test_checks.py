@@ -1,0 +1,28 @@
+"""The shared value checks refuse booleans and, where asked, non-finite numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from testbed.checks import is_int, is_number, is_text
+
+
+@pytest.mark.parametrize("value", [0, -3, 2**70, np.int64(4)])
+def test_integers(value: object) -> None:
+    assert is_int(value) and is_number(value)
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), 1.0, "1", None])
+def test_not_integers(value: object) -> None:
+    assert not is_int(value)
+
+
+def test_numbers_and_finiteness() -> None:
+    assert is_number(1.5) and is_number(np.float32(2)) and is_number(float("nan"))
+    assert not is_number(float("nan"), finite=True) and not is_number(float("inf"), finite=True)
+    assert not is_number(True) and not is_number("2") and not is_number(None)
+
+
+def test_text() -> None:
+    assert is_text("") and not is_text("", nonempty=True) and not is_text(3)
