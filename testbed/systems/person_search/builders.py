@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_int, is_number
 from testbed.systems.person_search.model import SHARING_MODES
 from testbed.systems.person_search.policies import SEARCH_POLICIES
 from workloads.person_search import MAX_SLOTS, MAX_TARGETS, MOVEMENTS
@@ -59,16 +60,15 @@ def edge_name(server: int) -> str:
 
 
 def _integer(value: Any, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_int(value) or not low <= value <= high:
         raise ValueError(f"params.{field}: expected an integer in [{low}, {high}], "
                          f"found {value!r}")
-    return value
+    return int(value)
 
 
 def _number(value: Any, field: str, low: float, *, open_low: bool = False,
             high: float = math.inf) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) \
-        and math.isfinite(value) and (value > low if open_low else value >= low) \
+    ok = is_number(value, finite=True) and (value > low if open_low else value >= low) \
         and value <= high
     if not ok:
         bound = f"> {low:g}" if open_low else f">= {low:g}"
