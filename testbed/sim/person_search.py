@@ -29,8 +29,9 @@ The model, and the choices the paper leaves open:
 3. **Eq. 7-8 in the accounting** (``accounting``). ``"plain"`` (default): durations as
    in 2. ``"compensated"``: the paper's literal reading of its 1-D simulator, where an
    analysis of item i costs the compensated ``Tc'_i = Tc l_i`` with ``l_i =
-   max(1, 2 |T_i - T_L| - 1)`` (:func:`~testbed.person_search.compensation_factor`,
-   ``T_L`` the search's last discovery time when it chose i), times ``n`` as above. It
+   max(1, 2 |T_i - T_L| - 1)``
+   (:func:`~testbed.systems.person_search.model.compensation_factor`, ``T_L`` the
+   search's last discovery time when it chose i), times ``n`` as above. It
    applies to every policy alike (it is the simulated world, not a policy). The other
    reading, ``l_i`` inside Eq. 1, is the priority policy's own option
    ``compensation="response-time"``; the two may be combined.
