@@ -70,6 +70,13 @@ def test_file_keys_override_the_builders() -> None:
     assert scen.system == "person-search"
 
 
+def test_a_new_seed_draws_another_world_over_the_same_links() -> None:
+    scen = load_scenario("person-search")
+    other = scen.with_overrides(seed=3)
+    assert (scen.workload.seed, other.workload.seed) == (0, 3)
+    assert other.topology.links == scen.topology.links
+
+
 def test_builtin_scenario_is_the_small_line() -> None:
     scen = load_scenario("person-search")
     dep = deployment(scen)

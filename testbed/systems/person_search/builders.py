@@ -7,9 +7,11 @@ A scenario file names it with parameters::
 and gets the deployment of the paper's person search: a ``cloud`` node running the
 search coordinator (``person_search.coordinator``) behind a WAN switch, and ``N`` edge
 nodes (``e001`` ...), each running an edge data server (``person_search.edge_server``,
-``server_index`` 0 .. N-1) behind its own link to the switch with a seeded one-way delay
-drawn uniformly from ``edge_delay_ms``. The workload is the ``person-search`` generator
-over the same ``N`` servers on a line (one search per target, all at time 0). The
+``server_index`` 0 .. N-1) behind its own link to the switch, its one-way delay drawn
+uniformly from ``edge_delay_ms`` with ``seed``. The workload is the ``person-search``
+generator over the same ``N`` servers on a line (one search per target, all at time
+0), seeded by the scenario's seed: ``seed`` unless the file or ``--seed`` gives another,
+which then draws another world and other policy streams over the same links. The
 servers' ``Tc`` and the workload's ``tc_s`` are the same number, and the servers take
 the scenario's ``time_scale`` (their registered context), so the simulator and the
 emulation run the same model.
@@ -146,7 +148,7 @@ def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
         "seed": seed,
         "topology": {"nodes": nodes, "links": links},
         "services": services,
-        "workload": {"generator": "person-search", "seed": seed,
+        "workload": {"generator": "person-search",
                      "params": {"servers": n, "movement": p["movement"],
                                 "targets": p["targets"], "layout": "line",
                                 "slots": p["slots"], "tc_s": p["tc"]}},
