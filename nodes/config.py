@@ -16,8 +16,8 @@ derived from it, so they cannot disagree:
 
 Checks that involve several fields (at least one token, ``beacon`` needs ``token``) are
 the dataclass's ``__post_init__``, raising :class:`ParamError`; both the scenario check
-and the command line run it. This module is stdlib-only: the scenario loader imports the
-parameter modules (``nodes/armada/configs.py`` and the like), which must not drag in
+and the command line run it. This module is stdlib-only (and the project's value checks,
+:mod:`testbed.checks`): the scenario loader imports the parameter modules (``nodes/armada/configs.py`` and the like), which must not drag in
 aiohttp, OpenCV or numpy.
 
 A required field's dataclass default is ``None``: the scenario check and the command line
@@ -35,12 +35,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import math
 import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
+
+from testbed.checks import is_int, is_number, is_text
 
 #: ``{ip:NODE}``: a node's address, substituted by the executor after validation. A
 #: string holding one passes every string check (choices), as its final value is not
@@ -173,13 +174,13 @@ class _Field:
         if self.kind is bool:
             ok = isinstance(value, bool)
         elif self.kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and self._in_range(value)
+            ok = is_int(value) and self._in_range(value)
+            value = int(value) if ok else value
         elif self.kind is float:
-            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                  and math.isfinite(value) and self._in_range(value))
+            ok = is_number(value, finite=True) and self._in_range(value)
             value = float(value) if ok else value
         else:
-            ok = isinstance(value, str) and (
+            ok = is_text(value) and (
                 self.spec.choices is None or value in self.spec.choices
                 or PLACEHOLDER.search(value) is not None)
         if not ok:

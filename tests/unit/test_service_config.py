@@ -225,6 +225,13 @@ def test_validated_params_are_a_normalised_copy_without_defaults() -> None:
     assert isinstance(clean["timeout_s"], float) and given["token"] == "one"
     clean["token"].append("two")
     assert validate_params(armada_configs.BeaconParams, given)["token"] == ["one"]
+    # a builder's NumPy numbers are numbers (and come back as Python ones)
+    import numpy as np
+
+    spinner = validate_params(armada_configs.SpinnerParams,
+                              {"max_missed": np.int64(4), "health_timeout_s": np.float32(2)})
+    assert spinner == {"max_missed": 4, "health_timeout_s": 2.0}
+    assert type(spinner["max_missed"]) is int and type(spinner["health_timeout_s"]) is float
 
 
 # ------------------------------------------------------------------ command lines
