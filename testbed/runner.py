@@ -97,6 +97,17 @@ def machine_details() -> dict[str, Any]:
             "os": platform.platform()}
 
 
+def _policy_seeds(system: Any, scenario: Scenario) -> dict[str, list[int]] | None:
+    """Each policy's seed per repetition, as the system seeds them (``None``: unseeded)."""
+    from testbed.systems import resolve
+
+    if system.policy_seed is None:
+        return None
+    seed = resolve(system.policy_seed)
+    return {p: [seed(scenario, r) for r in range(scenario.repetitions)]
+            for p in scenario.policies}
+
+
 def check_executor(system: Any, executor: str, option: str) -> None:
     """Refuse, in one line naming ``option``, an executor ``system`` cannot run."""
     if executor not in EXECUTORS:
@@ -153,8 +164,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "source": scenario.source,
         "executor": executor,
         "seeds": {"scenario": scenario.seed, "workload": scenario.workload.seed,
-                  "policies": {p: [scenario.seed * 1000 + r for r in range(scenario.repetitions)]
-                               for p in scenario.policies}},
+                  "policies": _policy_seeds(system, scenario)},
         "trace": {"n": trace_meta["n"], "sha256": trace_meta["sha256"]},
         "versions": _versions(),
         "git_commit": _git_commit(),

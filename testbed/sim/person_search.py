@@ -120,6 +120,12 @@ def policy_seed_for(seed: int, repetition: int = 0) -> int:
     return int(state[0] >> np.uint64(1))
 
 
+def scenario_policy_seed(scenario: Scenario, repetition: int) -> int:
+    """The policies' seed in ``repetition`` of a person-search scenario (both executors):
+    :func:`policy_seed_for` of the workload's seed."""
+    return policy_seed_for(scenario.workload.seed, repetition)
+
+
 def server_name(server: int) -> str:
     """The trace's default ``target`` for edge server ``server`` (``edge-<index>``)."""
     return f"{SERVER_PREFIX}{server}"
@@ -398,7 +404,7 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     rows: list[dict[str, Any]] = []
     replays: list[dict[str, Any]] = []
     for repetition in range(scenario.repetitions):
-        pseed = policy_seed_for(seed, repetition)
+        pseed = scenario_policy_seed(scenario, repetition)
         for policy in scenario.policies:
             result = simulate(world, policy, seed, tc=dep.tc, sharing=dep.sharing,
                               policy_seed=pseed)

@@ -17,7 +17,9 @@ What a system registers:
 - ``emulate`` / ``simulate``: how ``testbed run`` replays a scenario's policies on each
   executor (``simulate`` is ``None`` for a system without a simulator, which then
   refuses ``--executor sim`` with a one-line error);
-- ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports.
+- ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports;
+- ``policy_seed``: ``function(scenario, repetition) -> int``, the seed its policies get
+  in a repetition (recorded in every run's metadata), if they take one.
 
 A scenario belongs to the system that registers its programs (a ``system:`` key can
 name it outright). :func:`register` adds a system at run time, e.g. from a test.
@@ -100,6 +102,7 @@ class System:
     simulate: str | None = None
     experiments: tuple[Experiment, ...] = ()
     preload: tuple[str, ...] = ()
+    policy_seed: str | None = None
 
     def program(self, name: str) -> Program | None:
         """The program registered as ``name``, or ``None``."""

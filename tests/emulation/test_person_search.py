@@ -26,7 +26,7 @@ from testbed.systems.person_search.experiment_emulation import (
     point_name,
     run_emulation,
 )
-from testbed.systems.person_search.report import write_emulation_report
+from testbed.systems.person_search.paper_reports import write_emulation_report
 from testbed.traces import read_traces
 from workloads.person_search import read_ground_truth
 

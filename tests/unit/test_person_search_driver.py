@@ -12,7 +12,7 @@ from testbed.scenario.loader import scenario_from_dict
 from testbed.systems.person_search.builders import edge_name
 from testbed.systems.person_search.driver import overheads, run_rows, world_truths
 from testbed.systems.person_search.experiment_emulation import SIZES
-from testbed.systems.person_search.report import reductions
+from testbed.systems.person_search.paper_reports import reductions
 from testbed.traces import rows_to_frame
 from workloads.person_search import build_world
 

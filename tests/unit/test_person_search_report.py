@@ -24,7 +24,7 @@ from testbed.systems.person_search.experiment_sim import (
     grid_table,
     run_simulation,
 )
-from testbed.systems.person_search.report import write_simulation_report
+from testbed.systems.person_search.paper_reports import write_simulation_report
 from workloads.person_search import Layout, SearchWorld, build_world
 
 
@@ -199,7 +199,7 @@ PURE_MODULES = ("testbed.systems.person_search", "testbed.systems.person_search.
                 "testbed.systems.person_search.experiment",
                 "testbed.systems.person_search.experiment_sim",
                 "testbed.systems.person_search.experiment_emulation",
-                "testbed.systems.person_search.report", "testbed.sim.person_search")
+                "testbed.systems.person_search.paper_reports", "testbed.sim.person_search")
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

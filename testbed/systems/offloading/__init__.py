@@ -51,4 +51,5 @@ SYSTEM = System(
                    report_dir="docs/results/offloading"),
     ),
     preload=("nodes.tier_server", "testbed.dispatch", "testbed.policies"),
+    policy_seed="testbed.sim.tiers_replay:policy_seed",
 )

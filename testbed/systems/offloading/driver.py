@@ -19,6 +19,7 @@ from testbed.emulation.executor import EmulatedTopology
 from testbed.emulation.probe import http_json, in_netns
 from testbed.errors import EmulationError
 from testbed.scenario.model import Scenario
+from testbed.sim.tiers_replay import policy_seed
 
 Progress = Callable[[str], None]
 START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
@@ -81,7 +82,7 @@ class DispatchDriver:
                        for s in scenario.servers_for(client)]
             out = topo.workdir / f"rows-{tag}-{client.name}.jsonl"
             config = {"run": self.run, "client": client.name, "policy": policy,
-                      "policy_seed": scenario.seed * 1000 + repetition,
+                      "policy_seed": policy_seed(scenario, repetition),
                       "repetition": repetition, "trace": str(self.trace_dir),
                       "targets": targets, "poll_interval_s": poll,
                       "time_scale": scenario.time_scale, "start_at": start_at,

@@ -47,4 +47,5 @@ SYSTEM = System(
                    report_dir="docs/results/person-search"),
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
+    policy_seed="testbed.sim.person_search:scenario_policy_seed",
 )

@@ -31,7 +31,7 @@ import numpy as np
 
 from testbed.errors import EmulationError
 from testbed.scenario.model import Scenario
-from testbed.sim.person_search import policy_seed_for
+from testbed.sim.person_search import scenario_policy_seed
 from testbed.systems.person_search.deployment import Deployment, deployment
 from workloads.person_search import SearchWorld, read_ground_truth
 
@@ -190,7 +190,7 @@ class SearchDriver:
         dep, world = self.deployment, self.world
         if world is None:
             raise EmulationError("replay before prepare: no world is loaded")
-        pseed = policy_seed_for(self.scenario.workload.seed, repetition)
+        pseed = scenario_policy_seed(self.scenario, repetition)
         body = {"servers": self.urls, "layout": world.layout.kind, "slots": world.slots,
                 "starts": [int(s) for s in world.holder[:, 0]], "policy": policy,
                 "policy_seed": pseed, "tc": dep.tc, "time_scale": dep.time_scale,

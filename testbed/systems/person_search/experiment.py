@@ -52,7 +52,7 @@ def run(size: str, out: Path, progress: Callable[[str], None] = print,
 def report(out: Path, report_dir: Path, command: str,
            executors: tuple[str, ...] = PARTS) -> list[Path]:
     """The report of each part of ``executors`` run into ``out``, written to ``report_dir``."""
-    from testbed.systems.person_search.report import (
+    from testbed.systems.person_search.paper_reports import (
         write_emulation_report,
         write_simulation_report,
     )

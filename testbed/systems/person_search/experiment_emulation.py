@@ -11,7 +11,7 @@ to run every search under each policy, over real HTTP, compressed by the scenari
 with the same policy seeds. Each emulated total response time thus has its simulated
 twin, and :func:`run_emulation` tabulates both, with their discrepancy and where the
 wall time went, into ``<out>/person_search.json`` for
-:func:`~testbed.systems.person_search.report.write_emulation_report`.
+:func:`~testbed.systems.person_search.paper_reports.write_emulation_report`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ experiment code, not part of the engine. :func:`run_simulation` computes all of 
 one size, under both readings of Eq. 7-8 in the accounting (``plain`` and
 ``compensated``), plus the priority policy under other closings of the paper's gaps
 (``variants``) and each search run alone on idle servers (``alone``), into
-``<out>/simulation.json``, which :func:`~testbed.systems.person_search.report.
+``<out>/simulation.json``, which :func:`~testbed.systems.person_search.paper_reports.
 write_simulation_report` turns into the report.
 
 Pure: numpy only, no Mininet, aiohttp, docker or matplotlib.
