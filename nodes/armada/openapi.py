@@ -1,28 +1,22 @@
-"""The OpenAPI 3.0 building blocks of the Armada services' documents (``GET /openapi.json``).
+"""The Armada services' request schemas and routes for their OpenAPI documents.
 
-Each service lists its routes once (:class:`nodes.common.Route`), each with a summary
-and an operation made by :func:`op` from the schemas here; its document is generated
-from that table (:func:`add_api`), so a route cannot be served undocumented or
-documented but not served. The schemas are written by hand from the contract in
-``docs/armada.md`` (the services validate bodies with small field tables, not schemas),
-compact but complete enough for a client generator or a curious human: every path,
-method, request body and status.
+The building blocks (:func:`nodes.openapi.op`, :func:`nodes.openapi.body`) are every
+service's; the schemas are written by hand from the contract in ``docs/armada.md`` (the
+services validate bodies with small field tables, not schemas), compact but complete
+enough for a client generator or a curious human: every path, method, request body and
+status. Every Armada document declares the bearer scheme of the Beacon's secured
+operations (:func:`add_api`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from aiohttp import web
 
+from nodes import openapi
 from nodes.armada.configs import NODE_TYPES
-from nodes.common import Handler, Route, add_routes
+from nodes.common import Handler, Route
+from nodes.openapi import NUMBER, STRING, Schema, body, op
 
-Schema = dict[str, Any]
-
-NUMBER: Schema = {"type": "number"}
-STRING: Schema = {"type": "string"}
 LOCATION: Schema = {
     "type": "object",
     "required": ["lat", "lon"],
@@ -36,12 +30,6 @@ ARGS: Schema = {
     "type": "object",
     "additionalProperties": {"oneOf": [STRING, NUMBER, {"type": "boolean"}]},
 }
-ERROR: Schema = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {"error": {"type": "string"}},
-}
-ANY_OBJECT: Schema = {"type": "object"}
 TASK_SPEC: dict[str, Schema] = {
     "task_id": STRING,
     "app": STRING,
@@ -52,81 +40,9 @@ TASK_SPEC: dict[str, Schema] = {
     "cpu": {"type": "number", "exclusiveMinimum": 0},
     "memory_mb": {"type": "integer", "minimum": 1},
 }
-REASONS = {
-    400: "malformed body (the reason names the field)",
-    401: "no or malformed Authorization header",
-    403: "token not accepted",
-    404: "unknown object",
-    409: "refused in the current state",
-    422: "understood but cannot be done here",
-    502: "upstream unreachable",
-    504: "upstream did not answer in time",
-}
-#: The storage layer's own statuses.
-STORAGE_REASONS = {
-    413: "body too large",
-    503: "not acknowledged in time, or the application is still syncing here",
-    507: "insufficient storage (capacity or quota)",
-}
-
-
-def body(properties: dict[str, Schema], required: list[str]) -> Schema:
-    """A closed JSON object schema."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-def op(
-    ok: int = 200,
-    request: Schema | None = None,
-    errors: tuple[int, ...] = (),
-    secured: bool = False,
-) -> dict[str, Any]:
-    """One operation (all but its summary): JSON request (optional), a JSON success and
-    JSON errors.
-
-    The errors are listed by status, except the storage layer's (:data:`STORAGE_REASONS`),
-    which follow in the order ``errors`` gives them.
-    """
-    common = [code for code in errors if code not in STORAGE_REASONS]
-    storage = [code for code in errors if code in STORAGE_REASONS]
-    operation: dict[str, Any] = {
-        "responses": {
-            str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
-            **{
-                str(code): {"description": REASONS[code], "content": _json(ERROR)}
-                for code in sorted({*common, *((401, 403) if secured else ())})
-            },
-            **{
-                str(code): {"description": STORAGE_REASONS[code], "content": _json(ERROR)}
-                for code in storage
-            },
-        },
-    }
-    if request is not None:
-        operation["requestBody"] = {"required": True, "content": _json(request)}
-    if secured:
-        operation["security"] = [{"bearer": []}]
-    return operation
-
-
-def _json(schema: Schema) -> dict[str, Any]:
-    return {"application/json": {"schema": schema}}
-
-
-#: Every Armada document declares the bearer scheme of the Beacon's secured operations.
-SECURITY: dict[str, Any] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
-
-
-def add_api(app: web.Application, title: str, description: str, routes: list[Route],
-            components: Mapping[str, Any] | None = SECURITY) -> None:
-    """Register ``routes`` on ``app`` and serve their document at ``GET /openapi.json``."""
-    add_routes(app, routes, {"title": title, "version": "1.0", "description": description},
-               components)
+def add_api(app: web.Application, title: str, description: str, routes: list[Route]) -> None:
+    """Register ``routes`` and serve their document, with the bearer scheme declared."""
+    openapi.add_api(app, title, description, routes, openapi.SECURITY)
 
 
 def registry_routes(

@@ -3,14 +3,13 @@
 Each service lists its routes once (:class:`nodes.common.Route`) and its document
 (``GET /openapi.json``) is generated from that table. The schemas are written by hand
 from ``docs/person_search.md`` (the services validate bodies with field tables and a
-few hand-written checks, not with these schemas). The building blocks
-(:func:`~nodes.armada.openapi.op`, :func:`~nodes.armada.openapi.body`,
-:func:`~nodes.armada.openapi.add_api`) are the Armada services' own.
+few hand-written checks, not with these schemas); the building blocks are every
+service's (:mod:`nodes.openapi`).
 """
 
 from __future__ import annotations
 
-from nodes.armada.openapi import Schema, add_api, body, op
+from nodes.openapi import Schema, add_api, body, op
 
 __all__ = ["ANALYSE", "RUN", "WORLD", "add_api", "op"]
 

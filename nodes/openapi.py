@@ -1,0 +1,88 @@
+"""Building blocks of the services' OpenAPI 3.0 documents (``GET /openapi.json``).
+
+A service lists its routes once (:class:`nodes.common.Route`), each with a summary and
+an operation made by :func:`op`; :func:`add_api` registers the routes and generates the
+document from the same table, so a route cannot be served undocumented or documented
+but not served. Each system writes its request schemas with :func:`body`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from nodes.common import Route, add_routes
+
+Schema = dict[str, Any]
+
+NUMBER: Schema = {"type": "number"}
+STRING: Schema = {"type": "string"}
+ERROR: Schema = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
+ANY_OBJECT: Schema = {"type": "object"}
+#: What each error status means, in every service's document.
+REASONS = {
+    400: "malformed body (the reason names the field)",
+    401: "no or malformed Authorization header",
+    403: "token not accepted",
+    404: "unknown object",
+    409: "refused in the current state",
+    413: "body too large",
+    422: "understood but cannot be done here",
+    502: "upstream unreachable",
+    503: "not acknowledged in time, or not ready here yet",
+    504: "upstream did not answer in time",
+    507: "insufficient storage (capacity or quota)",
+}
+#: The bearer scheme of secured operations, declared by documents that have them.
+SECURITY: dict[str, Any] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+
+
+def body(properties: dict[str, Schema], required: list[str]) -> Schema:
+    """A closed JSON object schema."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def op(
+    ok: int = 200,
+    request: Schema | None = None,
+    errors: tuple[int, ...] = (),
+    secured: bool = False,
+) -> dict[str, Any]:
+    """One operation (all but its summary): JSON request (optional), a JSON success and
+    JSON errors (by status; a secured operation adds 401 and 403)."""
+    operation: dict[str, Any] = {
+        "responses": {
+            str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
+            **{
+                str(code): {"description": REASONS[code], "content": _json(ERROR)}
+                for code in sorted({*errors, *((401, 403) if secured else ())})
+            },
+        },
+    }
+    if request is not None:
+        operation["requestBody"] = {"required": True, "content": _json(request)}
+    if secured:
+        operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def add_api(app: web.Application, title: str, description: str, routes: list[Route],
+            components: Mapping[str, Any] | None = None) -> None:
+    """Register ``routes`` on ``app`` and serve their document at ``GET /openapi.json``."""
+    add_routes(app, routes, {"title": title, "version": "1.0", "description": description},
+               components)
