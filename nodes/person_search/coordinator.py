@@ -6,10 +6,10 @@ the timing. The coordinator knows the item metadata only
 (:meth:`~workloads.person_search.Items.for_layout`); the ground truth stays on the edge
 servers, which answer "does item i contain target k" (``nodes.person_search.edge_server``).
 
-It mirrors :func:`testbed.person_search_sim.simulate` as closely as real concurrency
+It mirrors :func:`testbed.sim.person_search.simulate` as closely as real concurrency
 allows:
 
-1. **Searches.** One :class:`~testbed.person_search.Search` per target ``k``, starting
+1. **Searches.** One :class:`~testbed.systems.person_search.model.Search` per target ``k``, starting
    from the position of server ``starts[k]`` at ``T_L = 0`` and asking for ``T_R =
    slots`` (as :meth:`Search.for_target` does). All start at once (the run's start is
    time 0) and each has exactly one analysis in flight (Algorithm 1).
@@ -82,6 +82,7 @@ from nodes.http import PeerError, call_json, error_of
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import CoordinatorParams
 from nodes.person_search.serving import read_large_json_object, serve
+from testbed.checks import is_int, is_number
 from testbed.systems.person_search.model import (
     ACCOUNTINGS,
     PriorityParams,
@@ -104,14 +105,6 @@ PRIORITY_OPTIONS = {
 }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _enum(choices: Sequence[str], required: bool = True) -> Field:
     return Field(f"one of {', '.join(choices)}", lambda v: v in choices, required)
 
@@ -129,7 +122,7 @@ RUN_FIELDS = {
     "policy_seed": int_field(0),
     "tc": positive_number_field(required=False),
     "time_scale": Field("finite number >= 1 (model seconds per wall second)",
-                        lambda v: _is_number(v) and math.isfinite(v) and v >= 1),
+                        lambda v: is_number(v, finite=True) and v >= 1),
     "accounting": _enum(ACCOUNTINGS, required=False),
     "request_timeout_s": positive_number_field(required=False),
 }
@@ -191,7 +184,7 @@ class RunSpec:
                        f"found {len(servers)}") from None
         n = len(servers)
         for k, start in enumerate(body["starts"]):
-            if not (_is_int(start) and 0 <= start < n):
+            if not (is_int(start) and 0 <= start < n):
                 raise _bad(f"starts[{k}]: expected a server index, an integer in 0 .. "
                            f"{n - 1}, found {describe(start)}")
         tc = float(body.get("tc", 10.0))

@@ -7,7 +7,7 @@ which targets each of them contains (the ground truth, which only this server ho
 ``POST /analyse`` "analyses" one item for one target: it answers whether the target is
 in it after the time the paper's response model gives.
 
-The response model is :class:`testbed.person_search.AnalysisServer` with ``Tc`` =
+The response model is :class:`testbed.systems.person_search.model.AnalysisServer` with ``Tc`` =
 ``tc / time_scale`` wall seconds (``time_scale`` is the scenario's: model seconds per
 wall second, >= 1), driven by the event loop's clock (``loop.time()``):
 
@@ -68,6 +68,7 @@ from nodes.common import (
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import EdgeServerParams
 from nodes.person_search.serving import read_large_json_object, serve
+from testbed.checks import is_number
 from testbed.systems.person_search.model import AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
@@ -77,10 +78,6 @@ _log = logging.getLogger("nodes.person_search.edge_server")
 WORLD_BODY_BYTES = 16 * 1024 * 1024
 #: Largest Eq. 7 factor accepted (``2 |T_i - T_L| - 1`` stays below ``2 * MAX_SLOTS``).
 MAX_FACTOR = 1e6
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 WORLD_FIELDS = {
@@ -93,7 +90,7 @@ ANALYSE_FIELDS = {
     "search": int_field(0),
     "item": int_field(0),
     "factor": Field(f"finite number > 0 and <= {MAX_FACTOR:g}",
-                    lambda v: _is_number(v) and math.isfinite(v) and 0 < v <= MAX_FACTOR,
+                    lambda v: is_number(v, finite=True) and 0 < v <= MAX_FACTOR,
                     required=False),
 }
 
