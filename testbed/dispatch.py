@@ -58,6 +58,7 @@ from typing import IO, Any
 import aiohttp
 
 from nodes.common import configure_logging, sleep_until
+from nodes.http import error_text
 from testbed.checks import is_int, is_number, is_text
 from testbed.errors import EmulationError, TestbedError
 from testbed.latency import completed_columns
@@ -574,17 +575,6 @@ class Dispatcher:
         self.rows.append(row)
         self.out.write(json.dumps(row, allow_nan=False) + "\n")
         self.out.flush()
-
-
-def error_text(text: str) -> str:
-    """The ``error`` of a JSON error body, or the (shortened) raw body."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return body["error"]
-    return text[:200]
 
 
 async def run_dispatch(config: Mapping[str, Any]) -> list[dict[str, Any]]:
