@@ -593,13 +593,8 @@ def decode_records(data: bytes) -> list[tuple[int, np.ndarray]]:
 #: Labelled descriptors every data replica starts with (the paper's 1000).
 INITIAL_RECORDS = 1000
 #: The observation key of the initial descriptors; frame ``k`` of a trace is observation
-#: ``k + 1`` (:func:`frame_observation`), so no frame repeats an initial descriptor.
+#: ``k + 1`` (:class:`FacePlan`'s ``observation``), so no frame repeats an initial one.
 INITIAL_KEY = 0
-
-
-def frame_observation(task_id: int) -> int:
-    """The observation key of trace task ``task_id``'s face."""
-    return task_id + 1
 
 
 def initial_records(
