@@ -36,9 +36,10 @@ from testbed.systems.armada.churn_experiment import CHURN_SIZES, churn_schedule
 from testbed.systems.armada.driver import FrameDriver, StorageDriver, make_driver
 from testbed.systems.armada.failures_experiment import FAIL_NODE_CORES, FAIL_SIZES, failure_order
 from testbed.systems.armada.fleet import StreamPlan, fleet_of, fleet_scenario
+from testbed.systems.armada.load_experiment import LOAD_SIZES, load_schedule
 
-BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-storage",
-            "armada-selection", "armada-failover")
+BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-load",
+            "armada-storage", "armada-selection", "armada-failover")
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
@@ -76,6 +77,28 @@ def test_built_in_churn_scenario_is_the_small_experiment() -> None:
         (a.offset_s, a.action, a.target) for a in actions]
     left = {e.target for e in scenario.events if e.action == "leave"}
     assert len(left) / fleet.nodes >= 0.3 and left <= set(volunteer_nodes(fleet))
+
+
+def test_built_in_load_scenario_is_the_small_experiment() -> None:
+    scenario = load_scenario("armada-load")
+    plan = LOAD_SIZES["small"]
+    fleet = fleet_of(scenario)
+    assert fleet is not None and (fleet.nodes, fleet.users) == (plan.nodes, plan.users)
+    actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
+                            plan.cpu)
+    assert list(fleet.actions) == [a.to_event() for a in actions]
+    stream = StreamPlan.of_scenario(scenario, "armada")
+    assert [(a.offset_s, a.target) for a in stream.actions] == [
+        (4.47, "serving:u01"), (18.47, "last:load")]
+
+
+def test_fleet_actions_name_a_moving_target_and_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"params\.actions\[0\]\.target: expected serving"):
+        armada_fleet({"nodes": 3, "users": 2,
+                      "actions": [{"at": 1, "action": "crash", "target": "e01"}]})
+    with pytest.raises(ValueError, match=r"params\.actions\[0\]\.params\.cpu"):
+        armada_fleet({"nodes": 3, "users": 2, "actions": [
+            {"at": 1, "action": "load", "target": "serving:u01", "params": {"cpu": 2}}]})
 
 
 def test_a_fleet_round_trips_through_its_scenario() -> None:

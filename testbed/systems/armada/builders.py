@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,11 @@ class Fleet:
     node and a replica's utilisation, measured against it, reads as the node's);
     ``users_per_replica`` drives the Application Manager's user-driven scaling;
     ``max_replicas`` defaults to one per node; ``duration`` is the scenario's (model
-    seconds each policy streams).
+    seconds each policy streams). ``actions`` are timed changes whose target is only
+    known when they fire, which ``events:`` cannot say: ``{"at", "action", "target",
+    "params"}`` with ``target`` ``serving:USER`` (the node serving USER's latest frame)
+    or ``last:ACTION`` (the node of the latest applied ACTION), e.g. background load
+    that follows a user.
     """
 
     nodes: int
@@ -154,6 +159,7 @@ class Fleet:
     fps: float = 1.0
     frame: tuple[int, int] = (240, 180)  # HOG takes about 5.4 ms of a full core on one
     duration: float = 20.0
+    actions: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < MIN_REPLICAS:
@@ -193,12 +199,14 @@ class Fleet:
             fps=_number(params, "fps", 1.0, hi=30.0),
             frame=tuple(int(v) for v in _numbers(params, "frame", (240, 180), 2, True)),
             duration=_number(params, "duration", 20.0),
+            actions=_actions(params),
         )
 
     def to_params(self) -> dict[str, Any]:
         """The builder params of this fleet (``Fleet.from_params`` gives it back)."""
         out = dataclasses.asdict(self)
         out["node_cores"], out["frame"] = list(self.node_cores), list(self.frame)
+        out["actions"] = [dict(a) for a in self.actions]
         return out
 
     @property
@@ -213,6 +221,47 @@ class Fleet:
     def cpu_per_replica(self) -> float:
         """What each replica asks for (cores)."""
         return self.replica_cpu or min(self.node_cores)
+
+
+#: What an action may do (the emulated topology's node actions).
+ACTIONS = ("crash", "leave", "join", "load")
+
+
+def _within(where: str, check: Callable[[], Any]) -> Any:
+    """``check()``, its error's field path moved under ``params.<where>``."""
+    try:
+        return check()
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("params.", f"params.{where}.", 1)) from None
+
+
+def _actions(params: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The ``actions`` param (see :class:`Fleet`), each field checked."""
+    value = params.get("actions", [])
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"params.actions: expected a list of actions, found {value!r}")  # noqa: TRY004 - the builder contract
+    found = []
+    for i, item in enumerate(value):
+        where = f"actions[{i}]"
+        if not isinstance(item, Mapping) or set(item) - {"at", "action", "target", "params"}:
+            raise ValueError(f"params.{where}: expected a mapping of at, action, target and "
+                             f"params, found {item!r}")
+        at = _within(where, partial(_number, item, "at", -1.0, lo=0.0, lo_open=False))
+        if item.get("action") == "load":
+            _within(f"{where}.params", partial(_number, item.get("params", {}), "cpu", -1.0,
+                                               lo=0.0, hi=1.0, lo_open=False))
+        action = item.get("action")
+        if action not in ACTIONS:
+            raise ValueError(f"params.{where}.action: expected one of {', '.join(ACTIONS)}, "
+                             f"found {action!r}")
+        target = item.get("target")
+        kind, _, rest = str(target).partition(":")
+        if not isinstance(target, str) or kind not in ("serving", "last") or not rest:
+            raise ValueError(f"params.{where}.target: expected serving:USER or last:ACTION "
+                             f"(a fixed node is an event), found {target!r}")
+        found.append({"at": at, "action": action, "target": target,
+                      "params": dict(item.get("params", {}))})
+    return tuple(found)
 
 
 def _offset(lat: float, km_north: float, km_east: float) -> tuple[float, float]:

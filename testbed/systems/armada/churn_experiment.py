@@ -22,7 +22,6 @@ from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     Action,
-    StreamPlan,
     largest_gaps,
     latency_stats,
     run_fleet,
@@ -76,13 +75,13 @@ def run_churn(size: str, out: Path, progress: Progress = print,
     """Volunteer churn during one SDK stream (module docstring)."""
     plan = size_plan(size, CHURN_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, volunteer_share=0.67,
-                  node_cores=plan.node_cores)
+                  node_cores=plan.node_cores, duration=plan.duration_s)
     volunteers = volunteer_nodes(fleet)
     actions = churn_schedule(fleet.edge_names, volunteers, plan.duration_s, plan.leave_share,
                              plan.rejoin_share, fleet.seed)
     progress("churn: " + ", ".join(f"{a.action} {a.target} at {a.offset_s:g} s" for a in actions))
-    run_fleet(fleet, [StreamPlan("armada", plan.duration_s, tuple(actions))], out,
-              "armada-churn", size, progress, ledger_root)
+    run_fleet(fleet, ["armada"], out, "armada-churn", size, progress, ledger_root,
+              events=actions)
     return out
 
 

@@ -79,13 +79,17 @@ class FrameDriver:
         self.deployments: list[dict[str, Any]] = []
         self.streams: list[dict[str, Any]] = []
         self.before: list[dict[str, Any]] = []
+        self.monitor: Any = None
 
     def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
                 progress: Progress) -> None:
         """Frames, Captains, the first deployment (module docstring)."""
+        from testbed.host_monitor import HostMonitor
+
         self.run, self.trace_dir = run, trace_dir
         self.frames_dir = write_frames(self.scenario.workload.params, topo.workdir / "frames")
         write_small_probe(self.frames_dir)
+        self.monitor = HostMonitor(interval_s=0.5).start()  # stopped by details()
         self._deploy(topo, progress)
 
     def _deploy(self, topo: EmulatedTopology, progress: Progress) -> None:
@@ -113,7 +117,7 @@ class FrameDriver:
         from testbed.host_monitor import HostMonitor
 
         k = len(self.streams)
-        if k > 0 and self.scenario.events:
+        if k > 0 and (self.scenario.events or (self.fleet is not None and self.fleet.actions)):
             remove_app(topo, APP)
             self._deploy(topo, progress)
         elif k > 0 and self.fleet is not None:
@@ -131,9 +135,11 @@ class FrameDriver:
         return done["rows"]
 
     def details(self) -> dict[str, Any]:
-        """The deployments, every stream's record and the fleet it ran on."""
+        """The deployments, every stream's record, the fleet it ran on and the host's
+        CPU idle share from the first deployment on."""
+        host = None if self.monitor is None else self.monitor.stop().to_dict()
         return {"fleet": None if self.fleet is None else dataclasses.asdict(self.fleet),
-                "deployments": self.deployments, "streams": self.streams}
+                "deployments": self.deployments, "streams": self.streams, "host": host}
 
 
 class StorageDriver:

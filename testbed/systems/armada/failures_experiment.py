@@ -22,7 +22,6 @@ from testbed.systems.armada.builders import Fleet
 from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     Action,
-    StreamPlan,
     intervals,
     run_fleet,
 )
@@ -61,16 +60,15 @@ def run_failures(size: str, out: Path, progress: Progress = print,
     per policy (the SDK and Edge-to-Cloud), the same failure order and trace."""
     plan = size_plan(size, FAIL_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
-                  node_cores=FAIL_NODE_CORES, replica_cpu=0.06)
+                  node_cores=FAIL_NODE_CORES, replica_cpu=0.06,
+                  duration=(plan.failures + 1) * plan.interval_s)
     order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
-    actions = tuple(Action((k + 1) * plan.interval_s, "crash", node)
-                    for k, node in enumerate(order))
-    duration = (plan.failures + 1) * plan.interval_s
+    crashes = [Action((k + 1) * plan.interval_s, "crash", node) for k, node in enumerate(order)]
     out.mkdir(parents=True, exist_ok=True)
     for policy in FAIL_POLICIES:
         progress(f"== {policy}: failing {', '.join(order)} every {plan.interval_s:g} s")
-        run_fleet(fleet, [StreamPlan(policy, duration, actions)], out / policy,
-                  "armada-failures", size, progress, ledger_root)
+        run_fleet(fleet, [policy], out / policy, "armada-failures", size, progress,
+                  ledger_root, events=crashes)
     result = {"size": size, "plan": dataclasses.asdict(plan), "order": order,
               "policies": {p: failure_intervals(out / p) for p in FAIL_POLICIES}}
     (out / "failures.json").write_text(json.dumps(result, indent=1))

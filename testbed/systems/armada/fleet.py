@@ -16,9 +16,9 @@ Armada scenario with Captains and frame-streaming users. The steps:
    frame trace through the plan's client (the Armada SDK, a
    :class:`~nodes.armada.user.BaselineClient` or the server-reconnect client) while the
    plan's timed actions (crash, leave, join, load) are applied through the harness;
-3. :func:`run_fleet` runs a list of plans on one bring-up and writes the results folder
-   (traces, ``fleet.json``, metadata) like every experiment; the rows of plan ``k``
-   carry ``repetition = k``.
+3. :func:`run_fleet`, the fleet experiments' run: a list of policies on one bring-up
+   through ``testbed run`` (its driver, :mod:`testbed.systems.armada.driver`, runs steps
+   1 and 2), then ``fleet.json`` beside the standard results folder.
 
 Actions are applied in the driver's own thread, between the users' start and the wait
 for their end: the run's launcher serves one request at a time, and a user's wait holds
@@ -48,7 +48,6 @@ from testbed.systems.armada.control import (
     Progress,
     beacon_service,
     poll,
-    run_frames_experiment,
     start_user,
     wait_for_captains,
     wait_users,
@@ -74,11 +73,12 @@ SMALL_NODES = (0.1, 0.12, 0.15)
 TINY_NODES = (0.05, 0.06, 0.07)
 
 
-def fleet_scenario(fleet: Fleet, name: str = "armada-fleet",
-                   policies: Sequence[str] = ()) -> Scenario:
-    """The scenario of ``fleet``: the ``armada-fleet`` builder called through the
-    scenario loader, as a file naming it would."""
+def fleet_scenario(fleet: Fleet, name: str = "armada-fleet", policies: Sequence[str] = (),
+                   events: Sequence[Action] = ()) -> Scenario:
+    """The scenario of ``fleet`` with ``policies`` and ``events``: the ``armada-fleet``
+    builder called through the scenario loader, as a file naming it would."""
     return scenario_from_dict({"name": name, "policies": list(policies),
+                               "events": [e.to_event() for e in events],
                                "build": {"builder": "armada-fleet",
                                          "params": fleet.to_params()}},
                               source=f"<{name}>")
@@ -106,6 +106,12 @@ class Action:
     target: str
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    def to_event(self) -> dict[str, Any]:
+        """The action as a scenario event (or a fleet's ``actions`` entry): ``at`` in
+        model seconds, which are wall seconds at a time scale of 1 (every fleet's)."""
+        return {"at": self.offset_s, "action": self.action, "target": self.target,
+                "params": dict(self.params)}
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamPlan:
@@ -122,11 +128,16 @@ class StreamPlan:
 
     @classmethod
     def of_scenario(cls, scenario: Scenario, policy: str) -> StreamPlan:
-        """``policy`` streaming for the scenario's duration, its ``events`` as actions
-        (model seconds divided by the time scale: wall seconds after the stream's start)."""
+        """``policy`` streaming for the scenario's duration; its ``events`` and, for a
+        fleet, the fleet's ``actions`` are the stream's actions (model seconds divided by
+        the time scale: wall seconds after the stream's start)."""
+        fleet = fleet_of(scenario)
+        timed = [(e.at, e.action, e.target, e.params) for e in scenario.events]
+        timed += [(a["at"], a["action"], a["target"], a["params"])
+                  for a in (fleet.actions if fleet is not None else ())]
         return cls(policy, scenario.duration / scenario.time_scale, tuple(
-            Action(e.at / scenario.time_scale, e.action, e.target, dict(e.params))
-            for e in scenario.events))
+            Action(at / scenario.time_scale, action, target, dict(params))
+            for at, action, target, params in sorted(timed, key=lambda t: t[0])))
 
 
 def latency_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -413,61 +424,32 @@ def write_small_probe(frames_dir: Path) -> Path:
     return path
 
 
-def run_fleet(fleet: Fleet, plans: Sequence[StreamPlan], out: Path, name: str,
-              size: str, progress: Progress = print,
-              ledger_root: Path | None = None) -> Path:
-    """Run ``plans`` on ``fleet`` (module docstring) and write the results folder ``out``.
+def run_fleet(fleet: Fleet, policies: Sequence[str], out: Path, name: str, size: str,
+              progress: Progress = print, ledger_root: Path | None = None,
+              events: Sequence[Action] = ()) -> Path:
+    """Run ``policies`` in turn on ``fleet`` with ``events`` through ``testbed run``
+    (:func:`testbed.runner.run_scenario`) into ``out``, and add ``fleet.json``.
 
-    ``fleet.json`` holds the deployment and settling measurements and, per plan, its
-    :func:`stream_record` with the host's CPU idle share during it.
+    ``fleet.json`` holds the fleet and its layout, the (first) deployment with its
+    settling measurements, per stream its :func:`stream_record` with the host's CPU idle
+    share during it, and the host's over the whole run; ``metadata.json`` also records
+    the experiment ``name`` and ``size``.
     """
-    from testbed.host_monitor import HostMonitor
+    from testbed.runner import run_scenario
 
-    duration = max(p.duration_s for p in plans)
-    fleet = dataclasses.replace(fleet, duration=duration)
-    scenario = fleet_scenario(fleet, name)
-
-    @dataclasses.dataclass(frozen=True)
-    class Plan:
-        duration_s: float
-        fps: float
-        nodes: int
-        users: int
-        policies: tuple[str, ...]
-
-    plan_record = Plan(duration, fleet.fps, fleet.nodes, fleet.users,
-                       tuple(p.policy for p in plans))
-
-    def measure(topo: Any, run: str, scen: Scenario, frames_dir: Path) -> dict[str, Any]:
-        write_small_probe(frames_dir)
-        with HostMonitor(interval_s=0.5) as monitor:
-            deployed = deploy_fleet(topo, fleet)
-            progress(f"{APP}: {MIN_REPLICAS} replicas serving {deployed['all_min_running_s']:.1f}"
-                     f" s after the deployment request (first after "
-                     f"{deployed['startup_s']:.1f} s); settled at "
-                     f"{len(deployed['settled'])} replicas for {fleet.users} users")
-            streams, rows = [], []
-            for k, plan in enumerate(plans):
-                # every policy starts from a quiet replica set (the previous stream's load
-                # may have scaled it up)
-                before = deployed["settled"] if k == 0 else replica_view(settle(topo))
-                done = stream(topo, plan, k, run, frames_dir, out / "trace")
-                streams.append(stream_record(topo, plan, done, before))
-                rows += done["rows"]
-                progress(f"  {plan.policy}: {_stream_line(streams[-1])}")
-        host = monitor.summary().to_dict()
-        progress(f"host CPU idle {host['idle_share']:.0%}"
-                 + (" - SATURATED" if host["saturated"] else ""))
-        result = {"fleet": dataclasses.asdict(fleet), "layout": fleet_layout(fleet),
-                  "deployment": deployed, "streams": streams, "host": host,
-                  "servers": [s.node for s in scen.services if s.program == CAPTAIN],
-                  "tiers": {n.name: n.tier for n in scen.topology.nodes if n.role == "server"}}
-        return {"rows": rows, "fleet": result, "shaping_backend": topo.net.backend}
-
-    return run_frames_experiment(scenario, plan_record, size, out, {}, measure, "fleet",
-                                 progress, ledger_root)
-
-
-def _stream_line(record: Mapping[str, Any]) -> str:
-    mean = "-" if record["mean_ms"] is None else f"{record['mean_ms']:.0f}"
-    return f"{record['ok']}/{record['frames']} frames ok, mean {mean} ms"
+    scenario = fleet_scenario(fleet, name, policies, events)
+    run_scenario(scenario, out=out, progress=progress, ledger_root=ledger_root)
+    meta = json.loads((out / "metadata.json").read_text())
+    meta.update(experiment=name, size=size)
+    (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
+    driver = meta["driver"]
+    result = {"fleet": dataclasses.asdict(fleet), "layout": fleet_layout(fleet),
+              "deployment": driver["deployments"][0], "streams": driver["streams"],
+              "host": driver["host"],
+              "servers": [s.node for s in scenario.services if s.program == CAPTAIN],
+              "tiers": {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}}
+    (out / "fleet.json").write_text(json.dumps(result, indent=1, default=str))
+    host = result["host"]
+    progress(f"host CPU idle {host['idle_share']:.0%}"
+             + (" - SATURATED" if host["saturated"] else ""))
+    return out

@@ -20,7 +20,6 @@ from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     Action,
-    StreamPlan,
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
@@ -67,11 +66,12 @@ def run_load(size: str, out: Path, progress: Progress = print,
              ledger_root: Path | None = None) -> Path:
     """Background load on u01's serving node during one SDK stream (module docstring)."""
     plan = size_plan(size, LOAD_SIZES)
-    fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, node_cores=plan.node_cores)
+    fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, node_cores=plan.node_cores,
+                  duration=plan.duration_s)
     actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
                             plan.cpu)
-    run_fleet(fleet, [StreamPlan("armada", plan.duration_s, tuple(actions))], out,
-              "armada-load", size, progress, ledger_root)
+    fleet = dataclasses.replace(fleet, actions=tuple(a.to_event() for a in actions))
+    run_fleet(fleet, ["armada"], out, "armada-load", size, progress, ledger_root)
     return out
 
 

@@ -22,7 +22,6 @@ from testbed.systems.armada.control import Progress, size_plan
 from testbed.systems.armada.fleet import (
     SMALL_NODES,
     TINY_NODES,
-    StreamPlan,
     latency_stats,
     run_fleet,
 )
@@ -71,9 +70,9 @@ def run_scalability(size: str, out: Path, progress: Progress = print,
         order = rotated(SELECTION_POLICIES, i)
         progress(f"== {nodes} edge nodes, {users} users; order {', '.join(order)}")
         run = out / f"n{nodes:02d}-u{users:02d}"
-        run_fleet(Fleet(nodes=nodes, users=users, fps=plan.fps, node_cores=plan.node_cores),
-                  [StreamPlan(p, plan.duration_s) for p in order], run,
-                  "armada-scalability", size, progress, ledger_root)
+        run_fleet(Fleet(nodes=nodes, users=users, fps=plan.fps, node_cores=plan.node_cores,
+                        duration=plan.duration_s),
+                  order, run, "armada-scalability", size, progress, ledger_root)
         points.append(scalability_point(run))
     table = {"size": size, "plan": dataclasses.asdict(plan), "points": points}
     (out / "scalability.json").write_text(json.dumps(table, indent=1))
@@ -93,7 +92,7 @@ def scalability_point(run: Path) -> dict[str, Any]:
     rows = trace_rows(run)
     by_policy = {}
     for k, stream in enumerate(fleet["streams"]):
-        mine = [r for r in rows if r["repetition"] == k]
+        mine = [r for r in rows if r["policy"] == stream["policy"]]
         by_policy[stream["policy"]] = {
             **latency_stats(mine), **spread(mine, stream),
             **co_switches(run, k, stream["policy"]), "order": k,
