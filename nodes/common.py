@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from aiohttp import web
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
-from testbed.checks import is_int, is_number
+from testbed.checks import is_int, is_number, is_text
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
@@ -213,7 +213,7 @@ def positive_number_field(required: bool = True) -> Field:
 
 def str_field(required: bool = True) -> Field:
     """A non-empty string."""
-    return Field("non-empty string", lambda v: isinstance(v, str) and v != "", required)
+    return Field("non-empty string", lambda v: is_text(v, nonempty=True), required)
 
 
 def _json_type(value: Any) -> str:

@@ -9,10 +9,10 @@ entry point the rest of the harness calls.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from testbed.checks import is_int, is_number, is_text
 from testbed.errors import TestbedError
 from workloads.bursty_pareto import BurstyPareto
 from workloads.faces import FaceRecognition
@@ -87,16 +87,12 @@ def generate_with(
     if (
         not clients
         or len(set(clients)) != len(clients)
-        or not all(isinstance(c, str) and c for c in clients)
+        or not all(is_text(c, nonempty=True) for c in clients)
     ):
         raise TestbedError(f"workload clients must be distinct non-empty names, found {clients!r}")
-    if (
-        isinstance(duration, bool)
-        or not isinstance(duration, (int, float))
-        or not (math.isfinite(duration) and duration > 0)
-    ):
+    if not is_number(duration, finite=True) or not duration > 0:
         raise TestbedError(f"workload duration must be a finite number > 0, found {duration!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise TestbedError(f"workload seed must be an integer >= 0, found {seed!r}")
     try:
         generator.validate(params)

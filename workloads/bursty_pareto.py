@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_number
 from workloads.trace import Task
 
 _PHASES, _ARRIVALS, _SIZES = 0, 1, 2
@@ -48,12 +49,7 @@ DEFAULT_ALPHA = 2.5
 def _number(params: Mapping[str, Any], key: str, path: str, *, above: float) -> float:
     """Return ``params[key]`` as a float, requiring a finite real number > ``above``."""
     value = params[key]
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > above
-    )
+    ok = is_number(value, finite=True) and value > above
     if not ok:
         raise ValueError(f"{path}.{key}: expected a finite number > {above:g}, found {value!r}")
     return float(value)
@@ -183,8 +179,7 @@ def _check_windows(windows: Any) -> None:
             if key not in window:
                 raise ValueError(f"{path}.{key}: expected a finite number, found nothing")
         start = window["start_s"]
-        if isinstance(start, bool) or not isinstance(start, (int, float)) \
-                or not (math.isfinite(start) and start >= 0):
+        if not is_number(start, finite=True) or not start >= 0:
             raise ValueError(f"{path}.start_s: expected a finite number >= 0, found {start!r}")
         length = _number(window, "duration_s", path, above=0.0)
         _number(window, "factor", path, above=0.0)

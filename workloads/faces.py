@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_int, is_number
 from testbed.errors import TestbedError
 from workloads.frame_stream import PHASES, stream_phase
 from workloads.frames import (
@@ -194,7 +195,7 @@ class FaceFrameSpec:
         }
         for name, (lo, hi) in bounds.items():
             value = raw.get(name, lo)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            if not is_int(value) or not lo <= value <= hi:
                 raise ValueError(
                     f"images.{name}: expected an integer in [{lo}, {hi}], found {value!r}"
                 )
@@ -447,13 +448,11 @@ class IdentityModel:
         noise_scale: float = NOISE_SCALE,
     ) -> None:
         for name, value in (("identities", identities), ("dim", dim), ("seed", seed)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < (name != "seed"):
+            if not is_int(value) or value < (name != "seed"):
                 bound = 0 if name == "seed" else 1
                 raise ValueError(f"{name}: expected an integer >= {bound}, found {value!r}")
         for name, scale in (("centre_scale", centre_scale), ("noise_scale", noise_scale)):
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
-                math.isfinite(scale) and scale > 0
-            ):
+            if not is_number(scale, finite=True) or not scale > 0:
                 raise ValueError(f"{name}: expected a finite number > 0, found {scale!r}")
         self.identities = identities
         self.dim = dim
@@ -463,13 +462,11 @@ class IdentityModel:
         self._centres: dict[int, np.ndarray] = {}
 
     def _check(self, identity: int, key: int) -> None:
-        if isinstance(identity, bool) or not isinstance(identity, (int, np.integer)) or not (
-            0 <= identity < self.identities
-        ):
+        if not is_int(identity) or not 0 <= identity < self.identities:
             raise ValueError(
                 f"identity: expected an integer in [0, {self.identities - 1}], found {identity!r}"
             )
-        if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or key < 0:
+        if not is_int(key) or key < 0:
             raise ValueError(f"observation key: expected an integer >= 0, found {key!r}")
 
     def centre(self, identity: int) -> np.ndarray:
@@ -548,9 +545,7 @@ def encode_record(record_id: int, vector: Any) -> bytes:
     Raises :class:`ValueError` naming what is wrong (an ID out of ``[0, 2**64 - 1]``, a
     vector of another length or with a non-finite value).
     """
-    if isinstance(record_id, bool) or not isinstance(record_id, (int, np.integer)) or not (
-        0 <= record_id <= MAX_ID
-    ):
+    if not is_int(record_id) or not 0 <= record_id <= MAX_ID:
         raise ValueError(f"record id: expected an integer in [0, 2**64 - 1], found {record_id!r}")
     return _ID.pack(int(record_id)) + _vector(vector).astype(_VECTOR).tobytes()
 
@@ -607,7 +602,7 @@ def initial_records(
     inserts them. ``model`` defaults to ``IdentityModel(count, seed=seed)``; a given
     model must have that seed and at least ``count`` identities.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_int(count) or count < 1:
         raise ValueError(f"count: expected an integer >= 1, found {count!r}")
     model = IdentityModel(count, seed=seed) if model is None else model
     if model.seed != seed or model.identities < count:
@@ -648,7 +643,7 @@ _PLAN, _PHASES = 2, 3
 
 def _integer(params: Mapping[str, Any], key: str, low: int, high: int) -> int:
     value = params.get(key, DEFAULTS[key])
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_int(value) or not low <= value <= high:
         raise ValueError(f"params.{key}: expected an integer in [{low}, {high}], found {value!r}")
     return value
 
@@ -657,9 +652,7 @@ def _number(params: Mapping[str, Any], key: str, low: float, high: float, *,
             open_low: bool) -> float:
     value = params.get(key, DEFAULTS[key])
     ok = (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
+        is_number(value, finite=True)
         and (low < value if open_low else low <= value)
         and value <= high
     )

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_number
 from workloads.frames import FrameSpec
 from workloads.trace import Task
 
@@ -67,18 +68,10 @@ class FrameStream:
         if "fps" not in params:
             raise ValueError(f"params.fps: expected a number in (0, {MAX_FPS:g}], found nothing")
         fps = params["fps"]
-        if (
-            isinstance(fps, bool)
-            or not isinstance(fps, (int, float))
-            or not (math.isfinite(fps) and 0 < fps <= MAX_FPS)
-        ):
+        if not is_number(fps, finite=True) or not 0 < fps <= MAX_FPS:
             raise ValueError(f"params.fps: expected a number in (0, {MAX_FPS:g}], found {fps!r}")
         demand = params.get("demand_s", DEFAULT_DEMAND_S)
-        if (
-            isinstance(demand, bool)
-            or not isinstance(demand, (int, float))
-            or not (math.isfinite(demand) and demand > 0)
-        ):
+        if not is_number(demand, finite=True) or not demand > 0:
             raise ValueError(f"params.demand_s: expected a finite number > 0, found {demand!r}")
         phase = params.get("phase", "random")
         if phase not in PHASES:

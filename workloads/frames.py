@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from testbed.checks import is_int
 from testbed.errors import TestbedError
 
 DEFAULT_DATA_DIR = Path("/usr/share/doc/opencv-doc/examples/data")
@@ -60,7 +61,7 @@ class FramesUnavailable(TestbedError):
 def _int_in(raw: Mapping[str, Any], name: str, lo: int, hi: int) -> None:
     """Refuse ``raw[name]`` unless it is an integer in ``[lo, hi]``."""
     value = raw[name]
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if not is_int(value) or not lo <= value <= hi:
         raise ValueError(f"frames.{name}: expected an integer in [{lo}, {hi}], found {value!r}")
 
 

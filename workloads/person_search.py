@@ -76,6 +76,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_int, is_number
 from testbed.errors import TestbedError
 from workloads.trace import Task, read_side_file, write_side_file
 
@@ -348,15 +349,14 @@ def build_world(params: Mapping[str, Any], seed: int) -> SearchWorld:
 
 def _integer(params: Mapping[str, Any], key: str, high: int) -> int:
     value = params.get(key, DEFAULTS[key])
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+    if not is_int(value) or not 1 <= value <= high:
         raise ValueError(f"params.{key}: expected an integer in [1, {high}], found {value!r}")
     return value
 
 
 def _positive(params: Mapping[str, Any], key: str) -> float:
     value = params.get(key, DEFAULTS[key])
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not (math.isfinite(value) and value > 0)):
+    if not is_number(value, finite=True) or not value > 0:
         raise ValueError(f"params.{key}: expected a finite number > 0, found {value!r}")
     return float(value)
 

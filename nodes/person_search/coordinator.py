@@ -197,7 +197,7 @@ class RunSpec:
             if kind is None:
                 raise _bad(f"policy_params.{name}: expected one of the fields "
                            f"{', '.join(sorted(PRIORITY_OPTIONS))}, found an unknown field")
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            number = is_number(value)
             ok = (number or (kind == "number or null" and value is None)) \
                 if kind.startswith("number") else isinstance(value, str)
             if not ok:

@@ -68,7 +68,7 @@ from nodes.common import (
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import EdgeServerParams
 from nodes.person_search.serving import read_large_json_object, serve
-from testbed.checks import is_number
+from testbed.checks import is_int, is_number
 from testbed.systems.person_search.model import AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
@@ -114,8 +114,7 @@ def parse_present(present: dict[str, Any], slots: int) -> list[frozenset[int]]:
     for key in wanted:
         ids = present[key]
         if not (isinstance(ids, list)
-                and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                        for t in ids)):
+                and all(is_int(t) and t >= 0 for t in ids)):
             raise ValueError(f'present["{key}"]: expected array of integers >= 0, '
                              f"found {describe(ids)}")
         out.append(frozenset(ids))

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from testbed.checks import is_int, is_number
 from testbed.errors import ScenarioError
 from testbed.scenario.model import (
     ACTIONS,
@@ -277,7 +278,7 @@ class _Checker:
 
     def integer(self, value: object, path: str, lo: int, hi: int) -> int:
         """An int in ``[lo, hi]``; booleans and integral floats are refused."""
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        if not is_int(value) or not lo <= value <= hi:
             self.fail(path, f"an integer {_range_text(lo, hi, False, False)}", value)
         return value
 
@@ -292,7 +293,7 @@ class _Checker:
     ) -> float:
         """A finite int or float within the given bounds, returned as float."""
         expected = f"a finite number {_range_text(lo, hi, lo_open, hi_open)}".rstrip()
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not is_number(value):
             self.fail(path, expected, value)
         try:
             number = float(value)
