@@ -23,7 +23,7 @@ from nodes.armada.baselines import (
 from nodes.armada.sdk.client import Candidate
 from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.systems import get_system
+from testbed.systems import get_system, resolve
 from testbed.systems.armada.builders import (
     PATH_PARAMS,
     Fleet,
@@ -35,7 +35,13 @@ from testbed.systems.armada.builders import (
 from testbed.systems.armada.churn_experiment import CHURN_SIZES, churn_schedule
 from testbed.systems.armada.driver import FrameDriver, StorageDriver, make_driver
 from testbed.systems.armada.failures_experiment import FAIL_NODE_CORES, FAIL_SIZES, failure_order
-from testbed.systems.armada.fleet import StreamPlan, fleet_of, fleet_scenario
+from testbed.systems.armada.fleet import (
+    StreamPlan,
+    fleet_of,
+    fleet_scenario,
+    replay_seed,
+    user_seed,
+)
 from testbed.systems.armada.load_experiment import LOAD_SIZES, load_schedule
 
 BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-load",
@@ -164,6 +170,15 @@ def test_events_become_wall_actions_of_a_stream() -> None:
         (5.0, "crash", "e04"), (10.0, "crash", "e02")]
     with pytest.raises(ValueError, match="policy: expected one of"):
         StreamPlan.of_scenario(scenario, "nearest")
+
+
+def test_client_seeds_pair_the_policies_of_a_repetition() -> None:
+    scenario = load_scenario("armada-scalability")
+    seed = resolve(get_system("armada").policy_seed)
+    assert seed(scenario, 0) == replay_seed(scenario, 0) == scenario.seed * 1000
+    assert [user_seed(scenario, 1, i) for i in range(3)] == [seed(scenario, 1) + i
+                                                             for i in range(3)]
+    assert seed(scenario, 0) != seed(scenario, 1)
 
 
 def test_the_driver_follows_what_the_scenario_runs() -> None:

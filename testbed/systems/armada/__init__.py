@@ -84,4 +84,5 @@ SYSTEM = System(
                     "under face recognition", cargo_runtime=("process", "docker")),
     ),
     preload=("nodes.armada.user",),
+    policy_seed="testbed.systems.armada.fleet:replay_seed",
 )

@@ -336,6 +336,17 @@ def apply_actions(topo: Any, actions: Sequence[Action], start_at: float,
     return applied
 
 
+def replay_seed(scenario: Scenario, repetition: int) -> int:
+    """The seed of a replay's clients (registered as the system's ``policy_seed``): the
+    same for every policy of a repetition, so their jitter and random draws are paired."""
+    return scenario.seed * 1000 + repetition * 100
+
+
+def user_seed(scenario: Scenario, repetition: int, index: int) -> int:
+    """The seed of the ``index``-th user's client in a replay (:func:`replay_seed` + it)."""
+    return replay_seed(scenario, repetition) + index
+
+
 def client_mode(policy: str) -> str:
     """The ``mode`` of :mod:`nodes.armada.user` that runs ``policy``'s client."""
     if policy in SDK_POLICIES:
@@ -346,7 +357,8 @@ def client_mode(policy: str) -> str:
 def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trace_dir: Path,
            repetition: int | None = None) -> dict[str, Any]:
     """Step 2 of the module docstring for plan ``k`` (its rows carry ``repetition``,
-    ``k`` by default); returns its rows, applied actions and user results."""
+    ``k`` by default, which also seeds the clients); returns its rows, applied actions
+    and user results."""
     scenario = topo.scenario
     beacon, _ = beacon_service(scenario)
     beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
@@ -368,7 +380,8 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
                   "lon": lon, "probe_at": probe_at + stagger * i,
                   "start_at": start_at, "rows": str(rows_of[user]),
                   "repetition": k if repetition is None else repetition,
-                  "seed": scenario.seed * 1000 + k * 100 + i, "policy": plan.policy,
+                  "seed": user_seed(scenario, k if repetition is None else repetition, i),
+                  "policy": plan.policy,
                   "cloud_nodes": cloud, "out": str(topo.workdir / f"result-{tag}-{user}.json"),
                   "mode": client_mode(plan.policy),
                   "probe": "small" if plan.policy == "armada-light" else "frame"}

@@ -126,9 +126,9 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
     lat, lon = site_location(0)
     asked = time.time()
     code, alloc = call(f"http://127.0.0.1:{CM_PORT}/storage", "POST",
-                        {"app": app, "locations": [{"lat": lat, "lon": lon}], "replication": 3,
-                         "consistency": consistency, "strategy": strategy,
-                         "source": {"kind": "file", "path": str(source)}}, timeout=60.0)
+                       {"app": app, "locations": [{"lat": lat, "lon": lon}], "replication": 3,
+                        "consistency": consistency, "strategy": strategy,
+                        "source": {"kind": "file", "path": str(source)}}, timeout=60.0)
     if code not in (200, 201):
         raise EmulationError(f"storage for {app} refused ({code}): {alloc}")
 
@@ -165,7 +165,7 @@ def nearest_task(beacon: str, app: str) -> dict[str, Any]:
 
     def candidate() -> dict[str, Any] | None:
         code, body = call(f"{beacon}/query", "POST",
-                           {"app": app, "lat": lat, "lon": lon, "user": "u01"})
+                          {"app": app, "lat": lat, "lon": lon, "user": "u01"})
         listed = body.get("candidates", []) if code == 200 else []
         return listed[0] if listed else None
 
@@ -397,7 +397,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
     node = task.get("node_id") or site_name(0)
     lat, lon = next(site_location(i) for i in range(size.sites) if site_name(i) == node)
     code, near = in_netns(ctl, lambda: call(f"http://127.0.0.1:{CM_PORT}/query", "POST",
-                                             {"app": app, "lat": lat, "lon": lon, "topn": 1}))
+                                            {"app": app, "lat": lat, "lon": lon, "topn": 1}))
     if code != 200 or not near.get("candidates"):
         raise EmulationError(f"no Cargo of {app} for its task: {near}")
     victim = near["candidates"][0]["cargo_id"]
