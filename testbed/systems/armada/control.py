@@ -19,6 +19,7 @@ from typing import Any
 
 from testbed.errors import EmulationError, TestbedError
 from testbed.experiments.emulated import run_emulated_experiment
+from testbed.poll import wait_until
 from testbed.scenario import Scenario, load_scenario
 
 Progress = Callable[[str], None]
@@ -33,6 +34,7 @@ REPLICA_MEMORY_MB = 256
 REGISTER_TIMEOUT_S = 60.0
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.04-core node starts in about a minute
 REMOVE_TIMEOUT_S = 60.0
+POLL_S = 0.2  # between two checks of a waited-for condition
 
 
 def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
@@ -51,16 +53,10 @@ def beacon_service(scenario: Scenario) -> tuple[Any, str]:
     return beacon, str(tokens if isinstance(tokens, str) else tokens[0])
 
 
-def poll(what: str, timeout: float, check: Callable[[], Any]) -> Any:
-    """Call ``check`` every 0.2 s until it returns something truthy; raise on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise EmulationError(f"{what} within {timeout:g} s")
-        time.sleep(0.2)
+def wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """:func:`testbed.poll.wait_until` at the pace of a control plane (every
+    ``POLL_S``): each check is an HTTP request to a service on a CPU-limited node."""
+    return wait_until(check, timeout, what, interval=POLL_S)
 
 
 def check_containment(topo: Any, replicas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -121,7 +117,7 @@ def wait_for_captains(topo: Any, beacon: Any, servers: list[str]) -> None:
         return alive >= set(servers)
 
     in_netns(topo.net.hosts[beacon.node].pid,
-             lambda: poll("Captains did not all register", REGISTER_TIMEOUT_S, registered))
+             lambda: wait(registered, REGISTER_TIMEOUT_S, "every Captain to register"))
 
 
 def deploy_everywhere(topo: Any, beacon: Any, token: str,
@@ -148,8 +144,8 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str,
         running = [r for r in status["replicas"] if r["status"] == "running"]
         return status if len({r["node_id"] for r in running}) == len(servers) else None
 
-    status = in_netns(ctl.pid, lambda: poll("replicas were not all running",
-                                             DEPLOY_TIMEOUT_S, serving))
+    status = in_netns(ctl.pid, lambda: wait(serving, DEPLOY_TIMEOUT_S,
+                                             "a replica running on every node"))
     return status, asked
 
 
@@ -231,7 +227,7 @@ def remove_app(topo: Any, app: str) -> None:
         code, body = call(url, "DELETE", token=token, timeout=REMOVE_TIMEOUT_S)
         if code not in (200, 202, 204):
             raise EmulationError(f"removing {app} refused ({code}): {body}")
-        poll(f"{app} was not removed", REMOVE_TIMEOUT_S, lambda: call(url)[0] == 404)
+        wait(lambda: call(url)[0] == 404, REMOVE_TIMEOUT_S, f"{app} to be removed")
 
     in_netns(topo.net.hosts[beacon.node].pid, remove)
 

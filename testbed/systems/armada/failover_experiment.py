@@ -40,10 +40,10 @@ from testbed.systems.armada.control import (
     beacon_service,
     check_containment,
     deploy_everywhere,
-    poll,
     run_frames_experiment,
     size_plan,
     start_user,
+    wait,
     wait_users,
 )
 
@@ -231,8 +231,8 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
             same = bool(theirs) and node == max(theirs, key=lambda r: r["response_wall"])["target"]
             return mine if same or time.time() >= latest_by else None
 
-        sdk_rows = poll("the SDK user served no frame before the crash",
-                         plan.crash_after_s + USER_TIMEOUT_S, due)
+        sdk_rows = wait(due, plan.crash_after_s + USER_TIMEOUT_S,
+                        "the SDK user's frames to reach the crash")
         victim = max(sdk_rows, key=lambda r: r["response_wall"])["target"]
         baseline_rows = _ok_rows(rows_of["ub"])
         baseline_on = (max(baseline_rows, key=lambda r: r["response_wall"])["target"]

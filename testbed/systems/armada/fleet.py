@@ -47,8 +47,8 @@ from testbed.systems.armada.control import (
     REPLICA_MEMORY_MB,
     Progress,
     beacon_service,
-    poll,
     start_user,
+    wait,
     wait_for_captains,
     wait_users,
 )
@@ -232,8 +232,8 @@ def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
         running = [r for r in status["replicas"] if r["status"] == "running"]
         return status if len(running) >= MIN_REPLICAS + fleet.cloud else None
 
-    status = in_netns(ctl.pid, lambda: poll("the first replicas were not running",
-                                            DEPLOY_TIMEOUT_S, ready))
+    status = in_netns(ctl.pid, lambda: wait(ready, DEPLOY_TIMEOUT_S,
+                                            "the first replicas to run"))
     deployed = {"asked": asked, "created_at": status["created_at"],
                 "first_running_at": status["first_running_at"],
                 "startup_s": status["first_running_at"] - status["created_at"],
@@ -285,7 +285,7 @@ def settle(topo: Any) -> dict[str, Any]:
         return status if stable else None
 
     return in_netns(topo.net.hosts[beacon.node].pid,
-                    lambda: poll("the replica set did not settle", SETTLE_TIMEOUT_S, settled))
+                    lambda: wait(settled, SETTLE_TIMEOUT_S, "the replica set to settle"))
 
 
 def _serving(rows_file: Path) -> str | None:

@@ -65,9 +65,9 @@ from testbed.systems.armada.builders import (
 )
 from testbed.systems.armada.control import (
     call,
-    poll,
     remove_app,
     size_plan,
+    wait,
     wait_for_captains,
 )
 
@@ -115,7 +115,7 @@ def wait_for_cargos(sites: int) -> list[dict[str, Any]]:
             if code == 200 else []
         return found if len(found) >= sites else None
 
-    return poll("the Cargos did not all register", 60.0, alive)
+    return wait(alive, 60.0, "every Cargo to register")
 
 
 def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
@@ -137,7 +137,7 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
         states = [r["state"] for r in body.get("replicas", [])]
         return body if states.count("ready") >= 3 else None
 
-    alloc = poll(f"the storage of {app} was not ready", 120.0, ready)
+    alloc = wait(ready, 120.0, f"the storage of {app} to be ready")
     stored = time.time()
     spec = {"name": app, "runtime": "process", "module": "nodes.armada.face_task",
             "args": {"storage_manager": cm_for_tasks, "op": "read-write", "model_seed": seed},
@@ -152,7 +152,7 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
         up = [r for r in status.get("replicas", []) if r.get("status") == "running"]
         return status if len(up) >= 3 else None
 
-    status = poll(f"the face task of {app} did not start", DEPLOY_TIMEOUT_S, running)
+    status = wait(running, DEPLOY_TIMEOUT_S, f"the face task of {app} to start")
     return {"allocation": alloc, "storage_ready_s": stored - asked,
             "task_running_s": time.time() - stored,
             "replicas": [{"node_id": r.get("node_id"), "status": r.get("status")}
@@ -169,7 +169,7 @@ def nearest_task(beacon: str, app: str) -> dict[str, Any]:
         listed = body.get("candidates", []) if code == 200 else []
         return listed[0] if listed else None
 
-    return poll(f"no candidate for {app}", 30.0, candidate)
+    return wait(candidate, 30.0, f"a candidate for {app}")
 
 
 # ------------------------------------------------------------------ the user
@@ -410,8 +410,8 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
         streaming = pool.submit(in_netns, user,
                                 lambda: stream_faces(task["url"], prep["frames"], plan, stream,
                                                      run))
-        poll("the stream did not reach the failure point", 600.0,
-              lambda: stream.done >= kill_after or streaming.done())
+        wait(lambda: stream.done >= kill_after or streaming.done(), 600.0,
+             "the stream to reach the failure point")
         killed_at = time.time()
         if cargo_runtime == "docker":
             topo.apply_event(Event(at=0.0, action="crash", target=victim))
@@ -424,8 +424,8 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
         ready = [r for r in body.get("replicas", []) if r["state"] == "ready"]
         return body if len(ready) >= 3 and body.get("restores") else None
 
-    alloc = in_netns(ctl, lambda: poll(f"{app} was not restored to three replicas", 180.0,
-                                        restored))
+    alloc = in_netns(ctl, lambda: wait(restored, 180.0,
+                                        f"{app} to be restored to three replicas"))
     readback = in_netns(ctl, lambda: read_back(alloc, app, plan, stream.written))
     result = {"app": app, "victim": victim, "killed_at": killed_at,
               "how": "container killed" if cargo_runtime == "docker" else "SIGKILL",
