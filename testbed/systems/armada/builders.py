@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from testbed.checks import is_int, is_number, is_text
+
 CENTRE = (40.1106, -88.2073)
 CLOUD = (41.6106, -89.7073)  # a data centre about 200 km away
 MIN_REPLICAS = 3
@@ -63,7 +65,7 @@ def _found(params: Mapping[str, Any], key: str) -> str:
 def _int(params: Mapping[str, Any], key: str, lo: int, hi: int, default: int | None = None,
          ) -> int:
     value = params.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if not is_int(value) or not lo <= value <= hi:
         raise ValueError(f"params.{key}: expected an integer in [{lo}, {hi}], "
                          f"found {_found(params, key)}")
     return value
@@ -72,8 +74,7 @@ def _int(params: Mapping[str, Any], key: str, lo: int, hi: int, default: int | N
 def _number(params: Mapping[str, Any], key: str, default: float, lo: float = 0.0,
             hi: float = math.inf, lo_open: bool = True) -> float:
     value = params.get(key, default)
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-          and math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi)
+    ok = is_number(value, finite=True) and (value > lo if lo_open else value >= lo) and value <= hi
     if not ok:
         bound = f"{'>' if lo_open else '>='} {lo:g}" + (f" and <= {hi:g}" if hi < math.inf else "")
         raise ValueError(f"params.{key}: expected a finite number {bound}, "
@@ -104,8 +105,7 @@ def _numbers(params: Mapping[str, Any], key: str, default: tuple[float, ...],
     size = f"{count} " if count is not None else "a non-empty list of "
     ok = isinstance(value, (list, tuple)) and len(value) > 0 and (
         count is None or len(value) == count) and all(
-        not isinstance(v, bool) and isinstance(v, int if integers else (int, float))
-        and math.isfinite(v) and v > 0 for v in value)
+        (is_int(v) if integers else is_number(v, finite=True)) and v > 0 for v in value)
     if not ok:
         raise ValueError(f"params.{key}: expected {size}{kind} > 0, found {_found(params, key)}")
     return tuple(int(v) if integers else float(v) for v in value)
@@ -256,7 +256,7 @@ def _actions(params: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
                              f"found {action!r}")
         target = item.get("target")
         kind, _, rest = str(target).partition(":")
-        if not isinstance(target, str) or kind not in ("serving", "last") or not rest:
+        if not is_text(target) or kind not in ("serving", "last") or not rest:
             raise ValueError(f"params.{where}.target: expected serving:USER or last:ACTION "
                              f"(a fixed node is an event), found {target!r}")
         found.append({"at": at, "action": action, "target": target,
