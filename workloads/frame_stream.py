@@ -11,7 +11,7 @@ What the task rows mean here:
 
 * ``cls`` is ``"frame"``;
 * the frame number within its stream is the task's position among its client's tasks
-  (the streaming client, :mod:`testbed.frame_client`, numbers them that way and sends
+  (the streaming client, :mod:`nodes.armada.sdk.streaming`, numbers them that way and sends
   source frame ``k mod len(frames)`` of the set described by ``frames``);
 * ``size`` is the *nominal* processing demand: ``demand_s``, the expected detector time
   per frame in model seconds on a node of speed 1 (one full core of the development

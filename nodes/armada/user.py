@@ -51,7 +51,7 @@ from nodes.armada.baselines import (
 )
 from nodes.armada.geo import haversine_km
 from nodes.armada.sdk.client import ArmadaClient, Candidate, frame_sender
-from nodes.armada.sdk.frames import Delivery, Frame, SendError, StreamConfig, stream_frames
+from nodes.armada.sdk.streaming import Delivery, Frame, SendError, StreamConfig, stream_frames
 from nodes.common import sleep_until
 from workloads.trace import read_trace
 

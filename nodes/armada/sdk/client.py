@@ -49,7 +49,7 @@ from nodes.armada.sdk.common import (
     failover_attempts,
     refusal,
 )
-from nodes.armada.sdk.frames import Delivery, Frame, Sender, SendError
+from nodes.armada.sdk.streaming import Delivery, Frame, Sender, SendError
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
 DEFAULT_SWITCH_MARGIN = 0.2
@@ -382,7 +382,7 @@ def app_status(beacon_url: str, name: str) -> dict[str, Any]:
 
 
 def frame_sender(client: ArmadaClient, tiers: Mapping[str, str] | None = None) -> Sender:
-    """A :mod:`nodes.armada.sdk.frames` sender that lets the SDK choose and fail over.
+    """A :mod:`nodes.armada.sdk.streaming` sender that lets the SDK choose and fail over.
 
     Each attempt is recorded in ``frame.tried`` as ``(node, tier)``: the replica's node id
     (its task id when the candidate list gave none) and ``tiers[node]`` (default

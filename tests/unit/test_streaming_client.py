@@ -1,4 +1,4 @@
-"""Tests of the streaming client (``nodes.armada.sdk.frames``).
+"""Tests of the streaming client (``nodes.armada.sdk.streaming``).
 
 Most tests use fake senders, so they need neither OpenCV nor the sample media; one runs
 the real detection task in-process and streams real frames to it.
@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 import workloads
 from nodes.armada.detect_task import make_app
-from nodes.armada.sdk.frames import (
+from nodes.armada.sdk.streaming import (
     UNKNOWN,
     Delivery,
     Frame,
