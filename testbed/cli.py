@@ -244,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``testbed list | head``): stop writing, quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except BaseException as exc:
         from testbed.emulation.executor import Interrupted
 
