@@ -216,8 +216,10 @@ class EmulatedTopology:
             handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log))
             return RunningService(svc, handle=handle)
         cgroup = self.net.cgroups.get(svc.node)
+        # in the run's work folder: a relative path a service is given lands in the run
         pid = self.infra.launcher.spawn(host.pid, module, argv, log,
-                                        cgroups=cgroup.procs_files if cgroup else None)
+                                        cgroups=cgroup.procs_files if cgroup else None,
+                                        cwd=self.workdir)
         self.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
         return RunningService(svc, pid=pid)
 

@@ -9,7 +9,8 @@ enters the host's network namespace (and its cgroups), and runs the module as
 Protocol: JSON lines over a unix socket. Requests::
 
     {"op": "spawn", "netns_pid": P, "module": "nodes.cpu_load", "argv": [...],
-     "log": "/path/log", "cgroups": ["/sys/fs/cgroup/.../cgroup.procs"], "env": {}}
+     "log": "/path/log", "cgroups": ["/sys/fs/cgroup/.../cgroup.procs"], "env": {},
+     "cwd": "/run/work/folder"}
     {"op": "wait", "pid": N, "timeout": seconds}     -> {"exit": code or null}
     {"op": "ping"}
 
@@ -211,10 +212,13 @@ class LauncherClient:
         return reply
 
     def spawn(self, netns_pid: int | None, module: str, argv: list[str], log: Path,
-              cgroups: list[str] | None = None, env: dict | None = None) -> int:
-        """Start ``python -m module argv...`` inside the namespace of ``netns_pid``."""
+              cgroups: list[str] | None = None, env: dict | None = None,
+              cwd: Path | None = None) -> int:
+        """Start ``python -m module argv...`` inside the namespace of ``netns_pid``, in
+        the folder ``cwd`` (the launcher's own when ``None``)."""
         return self.request(op="spawn", netns_pid=netns_pid, module=module, argv=argv,
-                            log=str(log), cgroups=cgroups or [], env=env or {})["pid"]
+                            log=str(log), cgroups=cgroups or [], env=env or {},
+                            cwd=str(cwd) if cwd is not None else None)["pid"]
 
     def wait(self, pid: int, timeout: float) -> int | None:
         """Exit code of a child, or None if it still runs after ``timeout`` seconds."""
