@@ -167,7 +167,7 @@ def test_events_become_wall_actions_of_a_stream() -> None:
     plan = StreamPlan.of_scenario(scenario, "edge-to-cloud")
     assert plan.duration_s == 15.0
     assert [(a.offset_s, a.action, a.target) for a in plan.actions] == [
-        (5.0, "crash", "e04"), (10.0, "crash", "e02")]
+        (5.0, "crash", "e03"), (10.0, "crash", "e04")]
     with pytest.raises(ValueError, match="policy: expected one of"):
         StreamPlan.of_scenario(scenario, "nearest")
 
