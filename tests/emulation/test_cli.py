@@ -29,6 +29,7 @@ def _links() -> set[str]:
     return set(os.listdir("/sys/class/net"))
 
 
+@pytest.mark.timing
 def test_calibrate_json_has_one_object_per_case() -> None:
     res = _testbed("calibrate", "--json", "--probes", "200")
     assert res.returncode == 0, res.stderr

@@ -105,6 +105,7 @@ def assert_within(rtts: list[float], expected_ms: float) -> None:
     assert abs(p50 - expected_ms) <= max(0.05 * expected_ms, 0.5), (p50, expected_ms)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("delay_ms", [5, 20])
 def test_delay_gives_twice_the_one_way_delay_as_rtt(pair: Pair, delay_ms: float) -> None:
     pair.link(delay_ms=delay_ms)
@@ -115,6 +116,7 @@ def test_delay_gives_twice_the_one_way_delay_as_rtt(pair: Pair, delay_ms: float)
     assert stats["a_to_b"]["late_p99_us"] < 1000
 
 
+@pytest.mark.timing
 def test_runtime_change_of_delay(pair: Pair) -> None:
     pair.link(delay_ms=5)
     assert_within(pair.rtts(50), 10)
@@ -205,6 +207,7 @@ def test_bad_requests_get_errors_and_the_delayer_survives(pair: Pair) -> None:
     assert len(pair.rtts(5)) == 5
 
 
+@pytest.mark.timing
 def test_many_links_keep_timing(pair: Pair) -> None:
     """200 links (400 TAPs, past select()'s 1024-fd limit with the rest) keep precise delays."""
     for n in range(1, 201):

@@ -39,6 +39,7 @@ def _scenario(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.timing
 def test_link_change_and_crash_apply_on_schedule(run_scenario, tmp_path: Path) -> None:
     run = run_scenario(str(_scenario(tmp_path)))
     df = run.traces

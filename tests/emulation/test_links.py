@@ -47,6 +47,7 @@ def _reset_link(request: pytest.FixtureRequest) -> Iterator[None]:
         set_link_params(made.link, delay_ms=0.0, jitter_ms=0.0, loss_pct=0.0, bw_mbit=None)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("delay_ms", [5, 20])
 def test_rtt_is_twice_the_one_way_delay(pair: Pair, delay_ms: float) -> None:
     set_link_params(pair.link, delay_ms=float(delay_ms))
