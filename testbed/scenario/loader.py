@@ -569,11 +569,11 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     seed = c.integer(data.get("seed", 1), "seed", 0, MAX_SEED)
     topology = _topology_ref(c, data["topology"], base_dir)
     services = _services(c, data["services"], topology)
-    system = _system_of(c, data.get("system"), services)
-    _check_clients(c, services, topology)
+    registered = [_program(c, svc.program, "services") for svc in services]
+    system = _system_of(c, data.get("system"), [owner for owner, _ in registered])
+    contained = any(program.self_contained for _, program in registered)
+    _check_clients(c, services, topology, contained)
     workload, generator = _workload(c, data["workload"], seed)
-    contained = any(s.self_contained for s in (_program(c, svc.program, "services")[1]
-                                               for svc in services))
     if "policies" not in data:
         c.fail("policies", "a value (the field is required)", "<missing>")
     policies = _policies(c, data["policies"], system, nonempty=not contained)
@@ -695,11 +695,11 @@ def _services(c: _Checker, value: object, topology: Topology) -> tuple[Service, 
     return tuple(services)
 
 
-def _system_of(c: _Checker, value: object, services: tuple[Service, ...]) -> Any:
-    """The scenario's system: named by ``system:``, else the one owning its programs."""
+def _system_of(c: _Checker, value: object, owners_of_programs: list[Any]) -> Any:
+    """The scenario's system: named by ``system:``, else the one owning its programs
+    (``owners_of_programs``: each service's system, ``None`` for a harness program)."""
     registry = _systems(c, "system")
-    owners = sorted({owner.name for owner in (_program(c, s.program, "services")[0]
-                                               for s in services) if owner is not None})
+    owners = sorted({owner.name for owner in owners_of_programs if owner is not None})
     if value is not None:
         name = c.choice(value, "system", tuple(sorted(registry.systems())))
         foreign = [o for o in owners if o != name]
@@ -713,8 +713,10 @@ def _system_of(c: _Checker, value: object, services: tuple[Service, ...]) -> Any
     return registry.systems()[owners[0]]
 
 
-def _check_clients(c: _Checker, services: tuple[Service, ...], topology: Topology) -> None:
-    """Every client can reach a task server, unless a self-contained program serves them.
+def _check_clients(c: _Checker, services: tuple[Service, ...], topology: Topology,
+                   contained: bool) -> None:
+    """Every client can reach a task server, unless a self-contained program serves them
+    (``contained``).
 
     A self-contained entry point (registered so, e.g. a service that hands clients
     their candidate servers) finds or drives its own servers, so clients need none.
@@ -722,7 +724,7 @@ def _check_clients(c: _Checker, services: tuple[Service, ...], topology: Topolog
     scenario_clients = [n for n in topology.nodes if n.role == "client"]
     if not scenario_clients:
         c.fail("topology", "a topology with at least one client node", "<no client>")
-    if any(_program(c, s.program, "services")[1].self_contained for s in services):
+    if contained:
         return
     for client in scenario_clients:
         if not any(

@@ -18,6 +18,7 @@ from typing import Any
 from testbed.emulation.executor import EmulatedTopology
 from testbed.emulation.probe import http_json, in_netns
 from testbed.errors import EmulationError
+from testbed.poll import wait_until
 from testbed.scenario.model import Scenario
 from testbed.sim.tiers_replay import policy_seed
 
@@ -34,17 +35,14 @@ def reset_tier_servers(topo: EmulatedTopology, since: float, timeout: float = 60
         host = topo.net.hosts[svc.node]
         url = f"http://127.0.0.1:{svc.port}/reset"
 
-        def reset(url: str = url) -> None:
-            deadline = time.monotonic() + timeout
-            while True:
-                status, body = http_json(url, method="POST", body={"since": since})
-                if status == 200:
-                    return
-                if status != 409 or time.monotonic() > deadline:
-                    raise EmulationError(f"reset of {url} failed: {status} {body}")
-                time.sleep(0.05)
+        def reset_done(url: str = url) -> bool:
+            status, body = http_json(url, method="POST", body={"since": since})
+            if status not in (200, 409):  # 409: tasks still in flight, ask again
+                raise EmulationError(f"reset of {url} failed: {status} {body}")
+            return status == 200
 
-        in_netns(host.pid, reset)
+        in_netns(host.pid, lambda check=reset_done, url=url: wait_until(
+            check, timeout, f"{url} to accept the reset (tasks in flight)", interval=0.05))
 
 
 class DispatchDriver:
