@@ -121,9 +121,10 @@ def end_processes(entries: list[dict], grace: float = 3.0) -> None:
                     else signal.SIGKILL)
         deadline = time.monotonic() + wait
         while live and time.monotonic() < deadline:
-            for data in live:
-                _reap(data["pid"])
-            live = [d for d in live if is_running(d["pid"], d.get("start"))]
+            ended = [d for d in live if not is_running(d["pid"], d.get("start"))]
+            for data in ended:
+                _reap(data["pid"])  # after the check: one that died just now is collected too
+            live = [d for d in live if d not in ended]
             if live:
                 time.sleep(0.01)
         if not live:
