@@ -15,7 +15,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -122,13 +122,23 @@ def check_executor(system: Any, executor: str, option: str) -> None:
 
 def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "emulation",
                  progress: Callable[[str], None] = print,
-                 ledger_root: Path | None = None) -> Path:
-    """Run ``scenario`` with every policy and write the results folder; returns it."""
+                 ledger_root: Path | None = None, driver: Any = None,
+                 metadata: Mapping[str, Any] | None = None) -> Path:
+    """Run ``scenario`` with every policy and write the results folder; returns it.
+
+    ``driver`` replaces the system's emulation driver (an experiment that measures more
+    than a replay of the trace brings its own, see
+    :class:`~testbed.emulation.executor.Driver`); ``metadata`` adds keys to
+    ``metadata.json`` (an experiment's name, size and plan).
+    """
     from testbed import report, traces
     from testbed.systems import get_system, resolve
 
     system = get_system(scenario.system)
     check_executor(system, executor, "--executor")
+    if driver is not None and executor != "emulation":
+        raise TestbedError(f"--executor {executor}: this run brings its own emulation "
+                           "driver and runs in emulation only")
     if executor == "emulation" and os.geteuid() != 0:
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
                            "run as root")
@@ -149,7 +159,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     else:
         from testbed.emulation.executor import run_emulation
 
-        driver = resolve(system.emulate)(scenario)
+        if driver is None:
+            driver = resolve(system.emulate)(scenario)
         details = run_emulation(scenario, run, trace_dir, workdir, progress, driver,
                                 ledger_root)
     df = traces.rows_to_frame(details.pop("rows"))
@@ -173,6 +184,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "started": started,
         "wall_s": time.time() - started,
         **details,
+        **(metadata or {}),
     }
     (folder / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
     progress(report.format_table(summary))

@@ -1,12 +1,13 @@
 """The per-task trace: one row per placed task, its schema, files and summary.
 
-Every system's driver writes rows (dicts) following :data:`SCHEMA`; the harness gathers them
-with :func:`rows_to_frame`, stores them with :func:`write_traces` (``traces.parquet`` for
-analysis, ``traces.csv`` for people) and condenses them with :func:`summarize`.
+Every system's driver writes rows (dicts) following :func:`schema`; the harness gathers
+them with :func:`rows_to_frame`, stores them with :func:`write_traces` (``traces.parquet``
+for analysis, ``traces.csv`` for people) and condenses them with :func:`summarize`.
 ``docs/traces.md`` is the human reference of the same schema.
 
-Columns shared by every row come first; *extension* columns belong to one ``kind`` of
-row (``frame``, ``storage``, ``search``) and must stay null for every other kind.
+The :data:`CORE` columns, shared by every row, come first; a system registers further
+row kinds with their *extension* columns (:class:`testbed.systems.TraceKind`), which
+follow and must stay null for every other kind.
 Columns that only a completed request can fill (server timestamps, latency parts) are
 nullable but required on ``outcome == "ok"`` rows.
 """
@@ -30,7 +31,7 @@ PARQUET_NAME = "traces.parquet"
 CSV_NAME = "traces.csv"
 SUMMARY_NAME = "summary.json"
 
-KINDS = ("task", "frame", "storage", "search")
+CORE_KIND = "task"
 OUTCOMES = ("ok", "error", "timeout")
 
 # dtypes: "string" (nullable text), "int64" (required integer), "Int64" (nullable
@@ -60,12 +61,7 @@ def _ok(name: str, dtype: str = _FLOAT) -> Column:
     return Column(name, nullable_dtype, nullable=True, ok_required=True)
 
 
-def _ext(kind: str, name: str, dtype: str) -> Column:
-    """An extension column of rows of ``kind``."""
-    return Column(name, dtype, nullable=True, kind=kind)
-
-
-SCHEMA: tuple[Column, ...] = (
+CORE: tuple[Column, ...] = (
     Column("run", _STRING),
     Column("policy", _STRING),
     Column("repetition", _INT),
@@ -96,21 +92,45 @@ SCHEMA: tuple[Column, ...] = (
     Column("decision_us", _FLOAT),
     Column("outcome", _STRING),
     Column("error", _STRING, nullable=True),
-    _ext("frame", "frame_stream", _STRING),
-    _ext("frame", "frame_index", _NULLABLE_INT),
-    _ext("frame", "frame_deadline_s", _FLOAT),
-    _ext("storage", "op", _STRING),
-    _ext("storage", "key", _STRING),
-    _ext("storage", "bytes", _NULLABLE_INT),
-    _ext("storage", "replica", _STRING),
-    _ext("search", "step", _NULLABLE_INT),
-    _ext("search", "item", _STRING),
 )
+"""The columns of every row, whatever its kind."""
 
-COLUMNS: dict[str, str] = {c.name: c.dtype for c in SCHEMA}
-"""Every trace column in file order, mapped to its pandas dtype."""
+_EXTENSION_DTYPES = {"string": _STRING, "int": _NULLABLE_INT, "float": _FLOAT}
 
-_BY_NAME = {c.name: c for c in SCHEMA}
+
+def schema() -> tuple[Column, ...]:
+    """Every trace column in file order: :data:`CORE`, then the registered systems'
+    extension columns (a :class:`TestbedError` if a registration clashes or names an
+    unknown dtype)."""
+    from testbed.systems import trace_kinds
+
+    found = list(CORE)
+    seen = {c.name for c in CORE}
+    for system, kind in trace_kinds():
+        for name, dtype in kind.columns:
+            if name in seen:
+                raise TestbedError(f"system {system.name!r}: trace column {name!r} of kind "
+                                   f"{kind.name!r} is declared already")
+            if dtype not in _EXTENSION_DTYPES:
+                raise TestbedError(f"system {system.name!r}: trace column {name!r}: dtype "
+                                   f"must be one of {', '.join(_EXTENSION_DTYPES)}, found "
+                                   f"{dtype!r}")
+            seen.add(name)
+            found.append(Column(name, _EXTENSION_DTYPES[dtype], nullable=True,
+                                kind=kind.name))
+    return tuple(found)
+
+
+def columns() -> dict[str, str]:
+    """Every trace column in file order, mapped to its pandas dtype."""
+    return {c.name: c.dtype for c in schema()}
+
+
+def kinds() -> tuple[str, ...]:
+    """The row kinds: the core ``task`` and every registered one."""
+    from testbed.systems import trace_kinds
+
+    return (CORE_KIND, *(kind.name for _, kind in trace_kinds()))
 
 
 def _is_null(value: Any) -> bool:
@@ -170,15 +190,17 @@ def validate_frame(df: pd.DataFrame) -> pd.DataFrame:
     nulls where a value is required, unknown kinds or outcomes and extension values on
     rows of another kind raise :class:`TestbedError`.
     """
-    unknown = [c for c in df.columns if c not in COLUMNS]
+    table = schema()
+    known = [c.name for c in table]
+    unknown = [c for c in df.columns if c not in known]
     if unknown:
-        raise TestbedError(f"trace has unknown columns {unknown}; known: {list(COLUMNS)}")
-    missing = [c.name for c in SCHEMA if not c.nullable and c.name not in df.columns]
+        raise TestbedError(f"trace has unknown columns {unknown}; known: {known}")
+    missing = [c.name for c in table if not c.nullable and c.name not in df.columns]
     if missing:
         raise TestbedError(f"trace lacks required columns {missing}")
     raw = df.reset_index(drop=True)
     out = pd.DataFrame(index=raw.index)
-    for column in SCHEMA:
+    for column in table:
         if column.name in raw:
             values = raw[column.name]
         else:
@@ -190,13 +212,14 @@ def validate_frame(df: pd.DataFrame) -> pd.DataFrame:
             rows = list(mask[mask].index[:5])
             raise TestbedError(f"trace rows {rows}: {what}")
 
-    for column in SCHEMA:
+    for column in table:
         if not column.nullable:
             refuse(out[column.name].isna(), f"{column.name} is required but null")
-    refuse(~out["kind"].isin(KINDS), f"kind must be one of {', '.join(KINDS)}")
+    row_kinds = kinds()
+    refuse(~out["kind"].isin(row_kinds), f"kind must be one of {', '.join(row_kinds)}")
     refuse(~out["outcome"].isin(OUTCOMES), f"outcome must be one of {', '.join(OUTCOMES)}")
     ok = out["outcome"] == "ok"
-    for column in SCHEMA:
+    for column in table:
         if column.ok_required:
             refuse(ok & out[column.name].isna(), f"{column.name} is required when outcome is ok")
         if column.kind is not None:
@@ -214,11 +237,12 @@ def rows_to_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     (unknown or missing required keys, wrong value types, bad kind or outcome, ...) raises
     :class:`TestbedError` naming the column and rows.
     """
+    known = columns()
     for index, row in enumerate(rows):
-        unknown = [k for k in row if k not in COLUMNS]
+        unknown = [k for k in row if k not in known]
         if unknown:
             raise TestbedError(f"trace row {index}: unknown columns {unknown}")
-    frame = pd.DataFrame([dict(r) for r in rows], columns=list(COLUMNS), dtype=object)
+    frame = pd.DataFrame([dict(r) for r in rows], columns=list(known), dtype=object)
     return validate_frame(frame)
 
 
@@ -256,7 +280,7 @@ def read_traces(folder: str | Path) -> pd.DataFrame:
 
 def _parse_csv_column(values: pd.Series) -> pd.Series:
     """Turn a CSV column read as text back into numbers where the schema wants them."""
-    dtype = COLUMNS.get(str(values.name))
+    dtype = columns().get(str(values.name))
     if dtype is None or dtype == _STRING:
         return values
     return values.map(lambda v: np.nan if _is_null(v) else float(v)).astype(_FLOAT)

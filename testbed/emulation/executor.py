@@ -454,6 +454,11 @@ class Driver(Protocol):
     ``System.emulate``. :func:`run_emulation` calls :meth:`prepare` once after
     bring-up, :meth:`replay` for every repetition and policy (restoring the network and
     services after each), then :meth:`details` for the run's metadata.
+
+    A driver whose comparison needs its policies side by side (their users on the
+    network at once, hit by the same events: a failover study) defines
+    ``replay_together(topo, policies, repetition, progress)`` instead of using
+    :meth:`replay`; it is called once per repetition with every policy.
     """
 
     def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
@@ -489,7 +494,12 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                             for name, host in topo.net.hosts.items()}
         driver.prepare(topo, run, trace_dir, progress)
         rows: list[dict] = []
+        together = getattr(driver, "replay_together", None)
         for rep in range(scenario.repetitions):
+            if together is not None:
+                rows += together(topo, tuple(scenario.policies), rep, progress)
+                topo.restore(scenario.events)
+                continue
             for policy in scenario.policies:
                 rows += driver.replay(topo, policy, rep, progress)
                 topo.restore(scenario.events)

@@ -1,28 +1,69 @@
-"""The frame every emulated experiment shares: checks, bring-up, measurement, results.
+"""The frame every emulated experiment shares: its measurement as a run of the scenario.
 
-An experiment driver supplies two functions: ``prepare``
-materialises what the run needs before the network exists (traces, frames, ground
-truth) and ``measure`` drives the brought-up topology. :func:`run_emulated_experiment`
-does the rest the same way for all of them: it refuses to run without root or into a
-non-empty folder, brings the scenario up under a ledger, tears everything down on every
-exit (signals included), and writes traces, summary and self-describing metadata like
-``testbed run``.
+An experiment driver supplies two functions: ``prepare`` materialises what its
+measurement needs beyond the scenario's trace (frames, ground truth, further traces) and
+``measure`` drives the brought-up topology, every policy side by side.
+:func:`run_emulated_experiment` wraps them in a :class:`StudyDriver` and runs the
+scenario through :func:`testbed.runner.run_scenario`, as ``testbed run`` does: the same
+checks (root, an empty folder), the trace materialised first, bring-up under a ledger,
+teardown on every exit, and the standard results folder (traces, summary, plots,
+self-describing metadata), plus the experiment's own results as ``<result_key>.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import TestbedError
 from testbed.scenario import Scenario
 
 Progress = Callable[[str], None]
+
+
+class StudyDriver:
+    """An experiment's measurement as an emulation driver: one replay per repetition with
+    every policy side by side (``replay_together``).
+
+    ``prepare(run, workdir)`` runs once the topology is up; ``measure(topo, run,
+    scenario, prepared)`` returns ``rows``, the experiment's results under
+    ``result_key`` (kept as :attr:`result`) and further keys for the run's metadata.
+    """
+
+    def __init__(self, prepare: Callable[[str, Path], Any],
+                 measure: Callable[[Any, str, Scenario, Any], dict[str, Any]],
+                 result_key: str) -> None:
+        self._prepare, self._measure, self.result_key = prepare, measure, result_key
+        self.run = ""
+        self.prepared: Any = None
+        self.result: Any = None
+        self.extra: dict[str, Any] = {}
+
+    def prepare(self, topo: Any, run: str, trace_dir: Path, progress: Progress) -> None:
+        """Materialise what the measurement needs into the run's work folder."""
+        self.run = run
+        self.prepared = self._prepare(run, topo.workdir)
+
+    def replay_together(self, topo: Any, policies: tuple[str, ...], repetition: int,
+                        progress: Progress) -> list[dict[str, Any]]:
+        """Run the measurement (every policy at once); its trace rows."""
+        found = self._measure(topo, self.run, topo.scenario, self.prepared)
+        self.result = found.pop(self.result_key)
+        rows = found.pop("rows")
+        self.extra.update(found)
+        return rows
+
+    def replay(self, topo: Any, policy: str, repetition: int,
+               progress: Progress) -> list[dict[str, Any]]:
+        """Not used: the executor calls :meth:`replay_together`."""
+        raise NotImplementedError("a study replays its policies together")
+
+    def details(self) -> dict[str, Any]:
+        """The measurement's keys beyond rows and results."""
+        return dict(self.extra)
 
 
 def run_emulated_experiment(scenario: Scenario, plan: Any, size: str, out: Path,
@@ -32,46 +73,19 @@ def run_emulated_experiment(scenario: Scenario, plan: Any, size: str, out: Path,
                             ledger_root: Path | None = None) -> Path:
     """Run one experiment on the emulated network; write its results folder ``out``.
 
-    ``prepare(run, workdir)`` runs first (its value is handed to ``measure``);
-    ``measure(topo, run, scenario, prepared)`` must return a dict holding ``rows`` (trace
-    rows) and ``result_key`` (the experiment's own results, also written as
-    ``<result_key>.json``); its other keys go to ``metadata.json``. ``plan`` is a
-    dataclass recorded in the metadata.
+    ``scenario`` is run once (its repetitions set to 1) through
+    :func:`testbed.runner.run_scenario` with a :class:`StudyDriver` of ``prepare`` and
+    ``measure``; ``metadata.json`` also records the experiment's name, ``size`` and
+    ``plan`` (a dataclass), and its results go to ``<result_key>.json``.
     """
-    from testbed import traces
-    from testbed.emulation.executor import emulated_topology
-    from testbed.emulation.ledger import Ledger
-    from testbed.runner import _git_commit, _versions, machine_details, new_run_id
+    from testbed.runner import run_scenario
 
-    if os.geteuid() != 0:
-        raise TestbedError("emulation needs root (network namespaces, tc, cgroups): run as root")
-    run = new_run_id(scenario)
-    if out.exists() and any(out.iterdir()):
-        raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    workdir = out / "work"
-    workdir.mkdir(parents=True)
-    started = time.time()
-    prepared = prepare(run, workdir)
-
-    ledger = Ledger(run, root=ledger_root)
-    details: dict[str, Any] = {"ledger": str(ledger.path)}
-    errors: list[str] = []
-    with emulated_topology(scenario, ledger, workdir, f"tb{run[-4:]}", progress,
-                           errors) as topo:
-        details["helper_versions"] = topo.infra.versions()
-        details.update(measure(topo, run, scenario, prepared))
-    rows = details.pop("rows")
-    result = details.pop(result_key)
-    df = traces.rows_to_frame(rows)
-    traces.write_traces(df, out)
-    traces.write_summary({**traces.summarize(df), result_key: result}, out)
-    meta = {"run": run, "experiment": scenario.name, "size": size,
-            "plan": dataclasses.asdict(plan), "scenario": scenario.resolved(),
-            "source": scenario.source, "executor": "emulation", "versions": _versions(),
-            "git_commit": _git_commit(), "machine": machine_details(), "started": started,
-            "wall_s": time.time() - started, "teardown_errors": errors, **details}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
-    (out / f"{result_key}.json").write_text(json.dumps(result, indent=2))
+    driver = StudyDriver(prepare, measure, result_key)
+    run_scenario(dataclasses.replace(scenario, repetitions=1), out=out, progress=progress,
+                 ledger_root=ledger_root, driver=driver,
+                 metadata={"experiment": scenario.name, "size": size,
+                           "plan": dataclasses.asdict(plan)})
+    (out / f"{result_key}.json").write_text(json.dumps(driver.result, indent=2))
     return out
 
 

@@ -89,6 +89,21 @@ class Experiment:
 
 
 @dataclass(frozen=True)
+class TraceKind:
+    """A kind of trace row a system writes beside the core ``task`` rows.
+
+    ``columns`` are its extension columns as ``(name, dtype)`` with dtype ``"string"``,
+    ``"int"`` (a nullable integer) or ``"float"``; they follow the core columns in
+    ``traces.parquet`` and stay null on rows of every other kind
+    (:func:`testbed.traces.schema`).
+    """
+
+    name: str
+    description: str
+    columns: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class System:
     """One reproduced system's registration (see the module docstring)."""
 
@@ -103,6 +118,7 @@ class System:
     experiments: tuple[Experiment, ...] = ()
     preload: tuple[str, ...] = ()
     policy_seed: str | None = None
+    trace_kinds: tuple[TraceKind, ...] = ()
 
     def program(self, name: str) -> Program | None:
         """The program registered as ``name``, or ``None``."""
@@ -153,8 +169,17 @@ def register(system: System) -> Callable[[], None]:
         if clash:
             raise TestbedError(f"system {system.name!r}: program {min(clash)!r} is "
                                f"registered by {other.name!r}")
+        kinds = {k.name for k in other.trace_kinds} & {k.name for k in system.trace_kinds}
+        if kinds:
+            raise TestbedError(f"system {system.name!r}: trace kind {min(kinds)!r} is "
+                               f"registered by {other.name!r}")
     _REGISTERED[system.name] = system
     return lambda: _REGISTERED.pop(system.name, None)
+
+
+def trace_kinds() -> list[tuple[System, TraceKind]]:
+    """Every registered system's trace row kinds, in registry order."""
+    return [(system, kind) for system in systems().values() for kind in system.trace_kinds]
 
 
 def get_system(name: str) -> System:

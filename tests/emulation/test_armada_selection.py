@@ -66,5 +66,4 @@ def test_every_streamed_frame_has_an_ok_row(selection_run: Path) -> None:
         assert len(mine) == sum(t.client == user for t in tasks) > 0
     meta = json.loads((selection_run / "metadata.json").read_text())
     assert meta["teardown_errors"] == []
-    assert "idle_share" in json.loads((selection_run / "summary.json").read_text())[
-        "selection"]["host"]
+    assert "idle_share" in json.loads((selection_run / "selection.json").read_text())["host"]

@@ -18,6 +18,7 @@ def test_the_new_system_runs_in_emulation(run_scenario) -> None:
     assert run.metadata["system"] == "echo" and run.metadata["executor"] == "emulation"
     df = run.traces
     assert set(df["outcome"]) == {"ok"}
+    assert set(df["kind"]) == {"ping"} and df["echo_seq"].notna().all()
     assert set(df[df["policy"] == "first"]["target"]) == {"echo1"}
     assert set(df[df["policy"] == "round-robin"]["target"]) == {"echo1", "echo2"}
     # e2's link is 2 ms longer one-way than e1's, so each round trip 4 ms longer; a ping

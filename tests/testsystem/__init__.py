@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.systems import Experiment, Program, System, register
+from testbed.systems import Experiment, Program, System, TraceKind, register
 
 _HERE = __name__
 
@@ -31,6 +31,7 @@ SYSTEM = System(
                             run=f"{_HERE}.experiment:run", report=f"{_HERE}.experiment:report",
                             executors=("sim", "emulation"), report_dir="results/echo",
                             options={"servers": ("2", "3")}),),
+    trace_kinds=(TraceKind("ping", "one echo request", (("echo_seq", "int"),)),),
 )
 
 SCENARIO = __file__.rsplit("/", 1)[0] + "/echo.yaml"

@@ -55,7 +55,8 @@ class EchoDriver:
                     status, body = http_json(topo.url(svc, client, "/echo"), "POST",
                                              {"task_id": task.task_id})
                     row = {"run": self.run, "policy": policy, "repetition": repetition,
-                           "kind": "task", "task_id": task.task_id, "client": client,
+                           "kind": "ping", "echo_seq": k, "task_id": task.task_id,
+                           "client": client,
                            "target": svc.name, "tier": svc.tier, "size": task.size,
                            "cls": task.cls, "arrival_model": task.arrival,
                            "dispatch_model": task.arrival, "arrival_wall": due,

@@ -31,8 +31,8 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                     at = task.arrival * k
                     arrive = at + network / 2
                     rows.append({
-                        "run": run, "policy": policy, "repetition": rep, "kind": "task",
-                        "task_id": task.task_id, "client": client.name, "target": svc.name,
+                        "run": run, "policy": policy, "repetition": rep, "kind": "ping",
+                        "echo_seq": n, "task_id": task.task_id, "client": client.name, "target": svc.name,
                         "tier": svc.tier, "size": task.size, "cls": task.cls,
                         "arrival_model": task.arrival, "dispatch_model": task.arrival,
                         "arrival_wall": at, "dispatch_wall": at,

@@ -18,6 +18,7 @@ from testbed.cli import listing, main
 from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.systems import get_system, register
+from testbed.traces import read_traces
 from tests.testsystem import SCENARIO, SYSTEM, register_echo
 
 
@@ -34,6 +35,9 @@ def test_cli_runs_the_new_system_in_the_simulator(tmp_path: Path,
     assert summary["policies"]["first"]["mean_ms"] == pytest.approx(9.0)
     assert summary["policies"]["round-robin"]["mean_ms"] == pytest.approx(11.0)
     assert (folder / "traces.parquet").is_file() and (folder / "trace" / "trace.csv").is_file()
+    # the system's own row kind and column, registered with it, are in the standard file
+    df = read_traces(folder)
+    assert set(df["kind"]) == {"ping"} and df["echo_seq"].notna().all()
     assert sorted(p.name for p in folder.glob("*.png"))
     assert "round-robin" in capsys.readouterr().out
 

@@ -11,12 +11,14 @@ import pandas as pd
 import pytest
 
 from testbed.errors import TestbedError
+from testbed.systems import System, TraceKind, register
 from testbed.traces import (
-    COLUMNS,
-    KINDS,
-    SCHEMA,
+    CORE,
+    columns,
+    kinds,
     read_traces,
     rows_to_frame,
+    schema,
     summarize,
     validate_frame,
     write_summary,
@@ -85,6 +87,7 @@ def failed_row(task_id: int = 0, policy: str = "jsq", outcome: str = "timeout") 
 
 
 def test_columns_are_ordered_and_typed():
+    COLUMNS = columns()
     names = list(COLUMNS)
     assert names[:6] == ["run", "policy", "repetition", "kind", "task_id", "client"]
     assert names.index("error") < names.index("frame_stream")
@@ -92,19 +95,20 @@ def test_columns_are_ordered_and_typed():
     assert COLUMNS["task_id"] == "int64"
     assert COLUMNS["queue_at_arrival"] == "Int64"
     assert COLUMNS["error"] == "string"
-    assert set(KINDS) == {"task", "frame", "storage", "search"}
+    assert set(kinds()) == {"task", "frame", "storage", "search"}
+    assert names[:len(CORE)] == [c.name for c in CORE]
 
 
 def test_every_column_is_documented():
     text = DOC.read_text().split("## Per-task trace")[1]
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.MULTILINE))
-    assert documented == set(COLUMNS)
+    assert documented == set(columns())
 
 
 def test_rows_to_frame_types_and_fills_nullable():
     df = rows_to_frame([row(0), failed_row(1)])
-    assert list(df.columns) == list(COLUMNS)
-    assert {c: str(df[c].dtype) for c in df.columns} == COLUMNS
+    assert list(df.columns) == list(columns())
+    assert {c: str(df[c].dtype) for c in df.columns} == columns()
     assert df.loc[1, "latency_s"] != df.loc[1, "latency_s"]  # NaN
     assert df["queue_at_arrival"].isna().tolist() == [False, True]
     assert df["frame_index"].isna().all()
@@ -113,7 +117,7 @@ def test_rows_to_frame_types_and_fills_nullable():
 
 def test_rows_to_frame_empty():
     df = rows_to_frame([])
-    assert df.empty and list(df.columns) == list(COLUMNS)
+    assert df.empty and list(df.columns) == list(columns())
 
 
 @pytest.mark.parametrize(
@@ -221,6 +225,50 @@ def test_summarize_policy_without_completed_tasks(tmp_path):
 
 
 def test_schema_flags_are_consistent():
-    for column in SCHEMA:
+    for column in schema():
         if column.ok_required or column.kind is not None:
             assert column.nullable, column.name
+
+
+def _probe_system(*trace_kinds: TraceKind) -> System:
+    return System(name="trace-probe", description="registers trace kinds",
+                  trace_kinds=trace_kinds)
+
+
+def test_a_registered_kind_brings_its_columns():
+    """A system's trace kind adds its extension columns after the others; they are
+    refused on rows of another kind and gone again once the system is removed."""
+    probe = row(0, kind="probe", probe_hops=3, probe_path="a>b")
+    with pytest.raises(TestbedError, match="unknown columns"):
+        rows_to_frame([probe])
+    unregister = register(_probe_system(TraceKind(
+        "probe", "a multi-hop probe", (("probe_hops", "int"), ("probe_path", "string")))))
+    try:
+        assert list(columns())[-2:] == ["probe_hops", "probe_path"]
+        assert kinds()[-1] == "probe"
+        df = rows_to_frame([probe, row(1)])
+        assert str(df["probe_hops"].dtype) == "Int64" and df.loc[0, "probe_path"] == "a>b"
+        with pytest.raises(TestbedError, match="probe_hops is only for rows of kind probe"):
+            rows_to_frame([row(2, probe_hops=1)])
+    finally:
+        unregister()
+    assert "probe_hops" not in columns() and "probe" not in kinds()
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    (TraceKind("probe", "x", (("latency_s", "float"),)), "'latency_s' of kind 'probe' is declared"),
+    (TraceKind("probe", "x", (("op", "string"),)), "'op' of kind 'probe' is declared already"),
+    (TraceKind("probe", "x", (("probe_when", "datetime"),)), "dtype must be one of string"),
+])
+def test_a_clashing_or_mistyped_column_is_refused(kind: TraceKind, message: str):
+    unregister = register(_probe_system(kind))
+    try:
+        with pytest.raises(TestbedError, match=message):
+            schema()
+    finally:
+        unregister()
+
+
+def test_a_kind_two_systems_claim_is_refused():
+    with pytest.raises(TestbedError, match="trace kind 'frame' is registered by 'armada'"):
+        register(_probe_system(TraceKind("frame", "again")))

@@ -40,7 +40,8 @@ from typing import Any
 import aiohttp
 import requests
 
-from nodes.armada.sdk.common import (
+from nodes.armada.sdk.streaming import Delivery, Frame, Sender, SendError
+from nodes.armada.sdk.transport import (
     AsyncClient,
     Event,
     EventLog,
@@ -49,7 +50,6 @@ from nodes.armada.sdk.common import (
     failover_attempts,
     refusal,
 )
-from nodes.armada.sdk.streaming import Delivery, Frame, Sender, SendError
 
 DEFAULT_REPROBE_S = (5.0, 7.0)
 DEFAULT_SWITCH_MARGIN = 0.2

@@ -39,7 +39,7 @@ import aiohttp
 import numpy as np
 import requests
 
-from nodes.armada.sdk.common import (
+from nodes.armada.sdk.transport import (
     AsyncClient,
     EventLog,
     SyncClient,

@@ -11,7 +11,7 @@ Armada has no simulator yet: its scenarios run in emulation only. This module im
 nothing but the registry's dataclasses.
 """
 
-from testbed.systems import Experiment, Program, System
+from testbed.systems import Experiment, Program, System, TraceKind
 
 _EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"
@@ -85,4 +85,12 @@ SYSTEM = System(
     ),
     preload=("nodes.armada.user",),
     policy_seed="testbed.systems.armada.fleet:replay_seed",
+    trace_kinds=(
+        TraceKind("frame", "a camera frame sent to a detection replica",
+                  (("frame_stream", "string"), ("frame_index", "int"),
+                   ("frame_deadline_s", "float"))),
+        TraceKind("storage", "a frame of a face-recognition task and its Cargo operation",
+                  (("op", "string"), ("key", "string"), ("bytes", "int"),
+                   ("replica", "string"))),
+    ),
 )

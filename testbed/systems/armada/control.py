@@ -149,38 +149,33 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str,
     return status, asked
 
 
-def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path, params: Mapping[str, Any],
+def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
+                          params: Mapping[str, Any], policies: tuple[str, ...],
                           measure: Callable[..., dict[str, Any]], result_key: str,
                           progress: Progress = print,
                           ledger_root: Path | None = None) -> Path:
     """Run one Armada frame experiment on the emulated network; write its results folder.
 
-    Shared by every Armada frame experiment: the materialised frame trace (workload ``params``
-    override the scenario's) and the frames themselves, then
-    :func:`~testbed.experiments.emulated.run_emulated_experiment` with
-    ``measure(topo, run, scenario, frames_dir)``, whose dict must hold ``rows`` (kind
-    ``frame``) and ``result_key``.
+    Shared by every Armada frame experiment: the scenario with the workload ``params``
+    over its own, ``plan.duration_s`` of frames and the ``policies`` the measurement
+    streams side by side, run through
+    :func:`~testbed.experiments.emulated.run_emulated_experiment` (its trace in
+    ``out/trace``) with ``measure(topo, run, scenario, frames_dir)``, whose dict must
+    hold ``rows`` (kind ``frame``) and ``result_key``.
     """
-    from workloads import generate
-    from workloads.trace import write_trace
-
     base = load_scenario(name) if isinstance(name, str) else name
     if out.exists() and any(out.iterdir()):
         raise TestbedError(f"--out {out}: the folder exists and is not empty")
     # the experiment applies its own actions at its own instants, not the file's events
-    scenario = dataclasses.replace(with_captain_workdir(base, out / "work" / "captains"),
-                                   events=())
-    params = {**scenario.workload.params, **params}
+    scenario = dataclasses.replace(
+        with_captain_workdir(base, out / "work" / "captains"), events=(),
+        policies=policies, duration=float(plan.duration_s),
+        workload=dataclasses.replace(base.workload,
+                                     params={**base.workload.params, **params}))
 
     def prepare(run: str, workdir: Path) -> Path:
-        frames_dir = write_frames(params, workdir / "frames")
-        users = [n.name for n in scenario.clients()]
-        tasks = generate(scenario.workload.generator, params, users, plan.duration_s,
-                         scenario.workload.seed)
-        write_trace(tasks, out / "trace", {"generator": scenario.workload.generator,
-                                           "params": params, "seed": scenario.workload.seed,
-                                           "clients": users, "duration": plan.duration_s})
-        progress(f"run {run}: {len(tasks)} frames materialised for {', '.join(users)}")
+        frames_dir = write_frames(scenario.workload.params, workdir / "frames")
+        progress(f"run {run}: frames written for {', '.join(n.name for n in scenario.clients())}")
         return frames_dir
 
     return run_emulated_experiment(scenario, plan, size, out, prepare, measure, result_key,

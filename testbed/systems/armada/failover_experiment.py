@@ -131,7 +131,8 @@ def run_failover(size: str, out: Path, progress: Progress = print,
         return _measure(topo, run, plan, out, frames_dir, progress)
 
     return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps, "phase": "zero"},
-                                 measure, "failover", progress, ledger_root)
+                                 tuple(policy for _, _, policy in CLIENTS), measure,
+                                 "failover", progress, ledger_root)
 
 
 def _ok_rows(path: Path) -> list[dict[str, Any]]:
@@ -269,8 +270,7 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
                 "replicas_before": replicas, "replicas_after": replaced}
     if not containment[victim]["same_netns"]:
         raise EmulationError(f"the replica on {victim} was not inside its node")
-    return {"rows": rows, "failover": failover, "shaping_backend": topo.net.backend,
-            "hosts": {n: {"ip": h.IP(), "pid": h.pid} for n, h in topo.net.hosts.items()}}
+    return {"rows": rows, "failover": failover}
 
 
 # ------------------------------------------------------------------ report

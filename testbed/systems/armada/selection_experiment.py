@@ -132,8 +132,8 @@ def run_selection(size: str, out: Path, progress: Progress = print,
         return _measure(topo, run, plan, users, servers, tiers, beacon, token, out,
                         frames_dir, progress)
 
-    return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps}, measure,
-                                 "selection", progress, ledger_root)
+    return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps}, ("armada",),
+                                 measure, "selection", progress, ledger_root)
 
 
 def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[str],
@@ -200,9 +200,7 @@ def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[st
                  "switches": {u: [e for e in s["events"] if e["kind"] == "switch"]
                               for u, s in streams.items()},
                  "host": host, "startup_s": startup_s, "containment": containment}
-    return {"rows": rows, "selection": selection, "samples": samples,
-            "shaping_backend": topo.net.backend,
-            "hosts": {n: {"ip": h.IP(), "pid": h.pid} for n, h in topo.net.hosts.items()}}
+    return {"rows": rows, "selection": selection, "samples": samples}
 
 
 # ------------------------------------------------------------------ report

@@ -100,7 +100,8 @@ def storage_scenario(size: StorageSize, workdir: Path, cargo_runtime: str = "pro
     by the scenario loader), its services' folders under ``workdir``."""
     doc = armada_storage({"sites": size.sites, "frames": size.frames, "seed": size.seed,
                           "mode": "read", "cargo_runtime": cargo_runtime})
-    doc = {"name": SCENARIO, "policies": [], **anchor_paths(doc, str(workdir))}
+    doc = {"name": SCENARIO, "policies": [app for app, _, _ in APPS],
+           **anchor_paths(doc, str(workdir))}
     return scenario_from_dict(doc, source=f"<{SCENARIO}>")
 
 
@@ -292,8 +293,10 @@ def run_storage(size: str, out: Path, progress: Progress = print,
     scenario = storage_scenario(plan_size, (out / "work").resolve(), cargo_runtime)
 
     def prepare(run: str, workdir: Path) -> dict[str, Any]:
-        plans = {}
+        plans = {scenario.workload.params["mode"]: read_plan(out / "trace")}
         for mode in WORKLOADS:
+            if mode in plans:
+                continue  # the run's own trace
             variant = dataclasses.replace(scenario, workload=dataclasses.replace(
                 scenario.workload, params={**scenario.workload.params, "mode": mode}))
             plans[mode] = read_plan(materialise(variant, out / f"trace-{mode}"))
@@ -348,7 +351,7 @@ def run_storage(size: str, out: Path, progress: Progress = print,
                   "deployments": deployments, "eventual_lag": lags, "fault": fault,
                   "host": host, "site_delays_ms": SITE_DELAYS_MS[:plan_size.sites],
                   "cargo_runtime": cargo_runtime}
-        return {"rows": rows, "storage": result, "shaping_backend": topo.net.backend}
+        return {"rows": rows, "storage": result}
 
     return run_emulated_experiment(scenario, plan_size, size, out, prepare, measure,
                                    "storage", progress, ledger_root)

@@ -14,7 +14,7 @@ reports (:mod:`.report`); the simulator is :mod:`testbed.sim.person_search`.
 Everything is named by import path: importing this package imports nothing heavy.
 """
 
-from testbed.systems import Experiment, Program, System
+from testbed.systems import Experiment, Program, System, TraceKind
 
 SYSTEM = System(
     name="person-search",
@@ -48,4 +48,8 @@ SYSTEM = System(
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
     policy_seed="testbed.sim.person_search:scenario_policy_seed",
+    trace_kinds=(
+        TraceKind("search", "one analysis step of a person search",
+                  (("step", "int"), ("item", "string"))),
+    ),
 )

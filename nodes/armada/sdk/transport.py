@@ -1,5 +1,5 @@
-"""What the Armada SDKs share: the compute SDK (:mod:`nodes.armada.sdk.client`) and the
-storage SDK (:mod:`nodes.armada.sdk.storage`).
+"""The transport the Armada SDKs share: the compute SDK
+(:mod:`nodes.armada.sdk.client`) and the storage SDK (:mod:`nodes.armada.sdk.storage`).
 
 Both keep a list of targets (the candidate replicas of an application, the data
 replicas of its storage), send each request to the current target and, when it fails,
