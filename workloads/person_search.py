@@ -1,6 +1,6 @@
 """The ``person-search`` generator: moving targets, camera data on edge servers, searches.
 
-The world (context-based person search on edge servers, ``issues show 6``):
+The world (context-based person search on edge servers, seed paper 001):
 
 * **Servers.** ``layout: line`` places ``servers`` edge servers on a line at unit
   spacing, server ``s`` at position ``(s, 0)``. ``layout: grid`` places them on a
