@@ -75,12 +75,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from testbed.report import compare, format_compare
+    from testbed.compare import compare, format_compare
     from testbed.traces import read_traces
 
     df = read_traces(args.run_dir)
-    baseline = args.baseline or min(df["policy"].unique())
-    result = compare(df, baseline=baseline, n_boot=args.boot, seed=args.seed)
+    result = compare(df, baseline=args.baseline)
     if args.json:
         print(json.dumps(result, indent=2, default=float))
     else:
@@ -194,11 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repetitions", type=int, default=None)
     run.set_defaults(fn=_cmd_run)
 
-    cmp_ = sub.add_parser("compare", help="per-policy statistics with bootstrap CIs")
+    cmp_ = sub.add_parser("compare", help="per-policy statistics and paired differences "
+                          "with batch-means intervals (docs/statistics.md)")
     cmp_.add_argument("run_dir")
-    cmp_.add_argument("--baseline", help="policy the others are paired against")
-    cmp_.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
-    cmp_.add_argument("--seed", type=int, default=0)
+    cmp_.add_argument("--baseline", help="policy the others are paired against (default: "
+                      "the first by name, stated in the output)")
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(fn=_cmd_compare)
 

@@ -312,7 +312,14 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     interpolation) and the mean wait, network and service times use the ok rows only and
     are ``None`` when there are none. ``share_by_target`` is the fraction of *all* rows
     (placement decisions, failed ones included) sent to each target.
+
+    Beside those keys: ``n_error`` and ``n_timeout`` (the failed rows by outcome),
+    ``failed_tasks`` (tasks completed in no repetition) and ``intervals``
+    (:func:`testbed.compare.summary_intervals`: batch-means intervals of the mean and
+    percentiles, the method, the replications and repetitions behind them).
     """
+    from testbed.compare import failures, summary_intervals
+
     frame = validate_frame(df)
     policies: dict[str, Any] = {}
     for policy in sorted(frame["policy"].unique()):
@@ -331,6 +338,8 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
         entry["share_by_target"] = {
             str(t): int(counts[t]) / len(rows) for t in sorted(counts.index)
         }
+        entry.update(failures(frame, policy))
+        entry["intervals"] = summary_intervals(frame, policy)
         policies[str(policy)] = entry
     return {"policies": policies}
 

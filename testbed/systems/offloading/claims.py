@@ -99,9 +99,10 @@ def _m(point: Mapping[str, Any], policy: str, executor: str) -> Mapping[str, Any
 
 
 def _better(point: Mapping[str, Any], other: str, executor: str, stat: str = "mean") -> str:
-    """``better``/``tie``/``worse``: hybrid against ``other``, paired bootstrap on ``stat``."""
+    """``better``/``tie``/``worse``: hybrid against ``other``, paired batch means on
+    ``stat`` (``n/a`` when the run carries no interval)."""
     diff = (_m(point, other, executor).get("vs_hybrid") or {}).get(stat)
-    if diff is None:
+    if diff is None or diff["ci_s"] is None:
         return "n/a"
     if not diff["excludes_zero"]:
         return "tie"
@@ -112,6 +113,8 @@ def _diff_cell(point: Mapping[str, Any], other: str, executor: str, stat: str = 
     diff = (_m(point, other, executor).get("vs_hybrid") or {}).get(stat)
     if diff is None:
         return "-"
+    if diff["ci_s"] is None:
+        return f"{diff['value_s']:+.3f} (no interval)"
     low, high = diff["ci_s"]
     return f"{diff['value_s']:+.3f} [{low:+.3f}, {high:+.3f}] ({_better(point, other, executor, stat)})"
 
@@ -207,7 +210,7 @@ def _claim1(metrics: Metrics) -> tuple[str, list[bool]]:
                     "model-only mean s", "edge-first - hybrid [95% CI]",
                     "model-only - hybrid [95% CI]"], rows)
     rule = ("Rule: each comparison (per executor, load and baseline) passes when the paired "
-            "difference (other minus hybrid, mean latency, 95 % paired-bootstrap interval) is "
+            "difference (other minus hybrid, mean latency, 95 % paired batch-means interval) is "
             "positive and excludes zero; holds if all pass, partly if some do.")
     return table + "\n\n" + rule, flags
 

@@ -51,8 +51,6 @@ RECOVERY_TOLERANCE = 0.10
 #: The model-time state staleness every size keeps: polls every 2 model seconds, as the
 #: built-in ``continuum`` scenario (100 wall ms at time scale 20).
 POLL_MODEL_S = 2.0
-#: Resamples of the paired bootstrap against hybrid.
-BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -338,22 +336,24 @@ def _share(df: pd.DataFrame, tier: str) -> float | None:
     return float((df["tier"] == tier).mean()) if len(df) else None
 
 
-def paired_vs_hybrid(df: pd.DataFrame, n_boot: int = BOOTSTRAP) -> dict[str, Any]:
+def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
     """Per policy: its paired difference to ``hybrid`` (policy minus hybrid, seconds).
 
-    Mean and p95 over tasks completed under both, with a 95 % paired-bootstrap interval
-    (:func:`testbed.report.compare`); ``excludes_zero`` marks a significant difference.
+    Mean and p95 over tasks completed under both, with a 95 % paired batch-means
+    interval of the run (:func:`testbed.compare.compare`; ``None`` when the run is too
+    short to carry one); ``excludes_zero`` marks a significant difference.
     """
-    from testbed.report import compare
+    from testbed.compare import compare
 
-    result = compare(df, baseline="hybrid", stats=("mean", "p95"), n_boot=n_boot)
+    result = compare(df, baseline="hybrid", stats=("mean", "p95"))
     out = {}
     for policy, entry in result["policies"].items():
         if entry["diff"] is None:
             continue
         out[policy] = {
             stat: None if item is None else {
-                "value_s": item["value"] / 1000.0, "ci_s": [v / 1000.0 for v in item["ci"]],
+                "value_s": item["value"] / 1000.0,
+                "ci_s": None if item["ci"] is None else [v / 1000.0 for v in item["ci"]],
                 "excludes_zero": item["excludes_zero"]}
             for stat, item in entry["diff"]["stats"].items()}
     return out
