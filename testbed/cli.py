@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import TestbedError
+from testbed.replays import RunIncomplete
 
 
 def listing() -> dict[str, list[dict[str, str]]]:
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except RunIncomplete as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
     except TestbedError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2

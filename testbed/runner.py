@@ -22,6 +22,7 @@ from typing import Any
 
 from testbed import __version__
 from testbed.errors import TestbedError
+from testbed.replays import RunIncomplete
 from testbed.scenario.model import Scenario
 from workloads import generate_with
 from workloads.trace import write_trace
@@ -126,6 +127,11 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
                  metadata: Mapping[str, Any] | None = None) -> Path:
     """Run ``scenario`` with every policy and write the results folder; returns it.
 
+    A replay (policy, repetition) that fails does not stop the others: the folder holds
+    every replay that finished, ``metadata.json`` lists the failed ones with their
+    errors under ``failed``, and :class:`~testbed.replays.RunIncomplete` is raised at
+    the end.
+
     ``driver`` replaces the system's emulation driver (an experiment that measures more
     than a replay of the trace brings its own, see
     :class:`~testbed.emulation.executor.Driver`); ``metadata`` adds keys to
@@ -163,6 +169,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
             driver = resolve(system.emulate)(scenario)
         details = run_emulation(scenario, run, trace_dir, workdir, progress, driver,
                                 ledger_root)
+    failed = details.pop("failed", [])
     df = traces.rows_to_frame(details.pop("rows"))
     traces.write_traces(df, folder)
     summary = traces.summarize(df)
@@ -185,8 +192,11 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "wall_s": time.time() - started,
         **details,
         **(metadata or {}),
+        "failed": failed,
     }
     (folder / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
     progress(report.format_table(summary))
     progress(f"results: {folder}")
+    if failed:
+        raise RunIncomplete(str(folder), failed)
     return folder

@@ -39,6 +39,7 @@ from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok
 from testbed.emulation.shaping import resolve_backend
 from testbed.errors import EmulationError
+from testbed.replays import replay_each, replay_groups
 from testbed.scenario.model import Event, Scenario, Service
 
 Progress = Callable[[str], None]
@@ -493,16 +494,21 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                                    "runtime": scenario.node(name).runtime}
                             for name, host in topo.net.hosts.items()}
         driver.prepare(topo, run, trace_dir, progress)
-        rows: list[dict] = []
         together = getattr(driver, "replay_together", None)
-        for rep in range(scenario.repetitions):
-            if together is not None:
-                rows += together(topo, tuple(scenario.policies), rep, progress)
-                topo.restore(scenario.events)
-                continue
-            for policy in scenario.policies:
-                rows += driver.replay(topo, policy, rep, progress)
-                topo.restore(scenario.events)
+
+        def restore() -> None:  # after every replay, failed or not
+            topo.restore(scenario.events)
+
+        if together is not None:
+            rows, failed = replay_groups(
+                scenario.repetitions, scenario.policies,
+                lambda group, rep: together(topo, group, rep, progress), progress, restore)
+        else:
+            rows, failed = replay_each(
+                scenario.repetitions, scenario.policies,
+                lambda policy, rep: driver.replay(topo, policy, rep, progress), progress,
+                restore)
+        details["failed"] = failed
         details["driver"] = driver.details()
     details["rows"] = rows
     details["wall_s"] = time.time() - started

@@ -42,6 +42,7 @@ from testbed.scenario.model import (
     Service,
     Topology,
     Workload,
+    default_task_timeout,
     plain_copy,
 )
 
@@ -523,10 +524,10 @@ def _link(c: _Checker, value: object, path: str, names: set[str]) -> Link:
 
 
 _TOP_KEYS = ("name", "system", "build", "description", "seed", "topology", "services",
-             "workload", "policies", "duration", "repetitions", "time_scale", "events",
-             "executor")
+             "workload", "policies", "duration", "repetitions", "time_scale",
+             "task_timeout", "events", "executor")
 _BUILT_KEYS = ("description", "seed", "topology", "services", "workload", "policies",
-               "duration", "time_scale", "events", "executor")
+               "duration", "time_scale", "task_timeout", "events", "executor")
 
 
 def _built(c: _Checker, data: dict[str, Any]) -> dict[str, Any]:
@@ -580,6 +581,8 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
     duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
     time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
+    task_timeout = c.number(data.get("task_timeout", default_task_timeout(duration)),
+                            "task_timeout", lo=0, lo_open=True)
     speeds = [topology.node(s.node).speed for s in services if s.task_server]
     if speeds:
         _check_timing_floor(c, workload, generator, max(speeds), time_scale)
@@ -597,6 +600,7 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
         repetitions=repetitions,
         duration=duration,
         time_scale=time_scale,
+        task_timeout=task_timeout,
         events=events,
         executor=executor,
         source=c.file,

@@ -266,7 +266,13 @@ class ExecutorDefaults:
 
 
 #: The scenario settings that :meth:`Scenario.with_overrides` may change.
-OVERRIDABLE = ("policies", "seed", "duration", "repetitions", "time_scale")
+OVERRIDABLE = ("policies", "seed", "duration", "repetitions", "time_scale", "task_timeout")
+
+
+def default_task_timeout(duration: float) -> float:
+    """How long a client waits for a task when the scenario does not say (model s): the
+    run's duration, at least 60 s."""
+    return max(float(duration), 60.0)
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,7 @@ class Scenario:
     seed: int = 1
     repetitions: int = 1
     time_scale: float = 1.0
+    task_timeout: float = 60.0
     events: tuple[Event, ...] = ()
     executor: ExecutorDefaults = field(default_factory=ExecutorDefaults)
     source: str = field(default="<memory>", compare=False)
@@ -347,6 +354,7 @@ class Scenario:
             "repetitions": self.repetitions,
             "duration": self.duration,
             "time_scale": self.time_scale,
+            "task_timeout": self.task_timeout,
             "events": [e.to_dict() for e in self.events],
             "executor": self.executor.to_dict(),
         }

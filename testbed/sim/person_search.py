@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from testbed.errors import TestbedError
+from testbed.replays import replay_each
 from testbed.systems.person_search.deployment import deployment
 from testbed.systems.person_search.model import (
     ACCOUNTINGS,
@@ -401,22 +402,23 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
         raise TestbedError(f"{scenario.name}: the workload has {world.items.n_servers} "
                            f"servers, the scenario {len(dep.edges)} edge servers")
     seed = scenario.workload.seed
-    rows: list[dict[str, Any]] = []
     replays: list[dict[str, Any]] = []
-    for repetition in range(scenario.repetitions):
+
+    def replay(policy: str, repetition: int) -> list[dict[str, Any]]:
         pseed = scenario_policy_seed(scenario, repetition)
-        for policy in scenario.policies:
-            result = simulate(world, policy, seed, tc=dep.tc, sharing=dep.sharing,
-                              policy_seed=pseed)
-            rows += request_rows(result, run, repetition, dep.client, scenario.time_scale,
-                                 dep.names)
-            replays.append({"repetition": repetition, "policy_seed": pseed,
-                            **result.summary()})
-            progress(f"  {policy} #{repetition}: total {result.total_response:.0f} model s, "
-                     f"{result.mean_analyses:.1f} analyses per search "
-                     f"({result.wall_s:.2f} s wall)")
-    return {"rows": rows, "driver": {"replays": replays, "tc": dep.tc,
-                                     "sharing": dep.sharing, "accounting": "plain"}}
+        result = simulate(world, policy, seed, tc=dep.tc, sharing=dep.sharing,
+                          policy_seed=pseed)
+        replays.append({"repetition": repetition, "policy_seed": pseed, **result.summary()})
+        progress(f"  {policy} #{repetition}: total {result.total_response:.0f} model s, "
+                 f"{result.mean_analyses:.1f} analyses per search "
+                 f"({result.wall_s:.2f} s wall)")
+        return request_rows(result, run, repetition, dep.client, scenario.time_scale,
+                            dep.names)
+
+    rows, failed = replay_each(scenario.repetitions, scenario.policies, replay, progress)
+    return {"rows": rows, "failed": failed,
+            "driver": {"replays": replays, "tc": dep.tc, "sharing": dep.sharing,
+                       "accounting": "plain"}}
 
 
 # --- trace rows ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.policies import make_policy
+from testbed.replays import replay_each
 from testbed.scenario.model import Scenario
 from testbed.sim.tiers import (
     OK,
@@ -80,7 +81,7 @@ def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
         routes=tuple(routes), client_routes=tuple(client_routes),
         time_scale=scenario.time_scale,
         poll_interval_s=scenario.executor.poll_interval_ms / 1000.0,
-        window_s=TIER_WINDOW_S, timeout_s=max(scenario.duration, 60.0),
+        window_s=TIER_WINDOW_S, timeout_s=scenario.task_timeout,
         shift_network=shift_network, events=scenario.events)
 
 
@@ -158,20 +159,21 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     tasks, _ = read_trace(trace_dir)
     model = build_model(scenario, shift_network)
     started = time.time()
-    rows: list[dict[str, Any]] = []
     replays = []
-    for rep in range(scenario.repetitions):
-        for policy in scenario.policies:
-            began = time.perf_counter()
-            res = simulate(model, tasks, policy, policy_seed(scenario, rep),
-                           network_seed=f"sim-network-{scenario.seed}-{rep}")
-            took = time.perf_counter() - began
-            rows += results_to_rows(model, tasks, res, run, policy, rep)
-            ok = sum(1 for o in res.outcome if o == OK)
-            replays.append({"policy": policy, "repetition": rep, "tasks": len(tasks),
-                            "events": res.events, "sim_s": took,
-                            "tasks_per_s": len(tasks) / took if took > 0 else None})
-            progress(f"  {policy} (repetition {rep}): {ok}/{len(tasks)} tasks ok "
-                     f"(simulated in {took:.2f} s)")
+
+    def replay(policy: str, rep: int) -> list[dict[str, Any]]:
+        began = time.perf_counter()
+        res = simulate(model, tasks, policy, policy_seed(scenario, rep),
+                       network_seed=f"sim-network-{scenario.seed}-{rep}")
+        took = time.perf_counter() - began
+        ok = sum(1 for o in res.outcome if o == OK)
+        replays.append({"policy": policy, "repetition": rep, "tasks": len(tasks),
+                        "events": res.events, "sim_s": took,
+                        "tasks_per_s": len(tasks) / took if took > 0 else None})
+        progress(f"  {policy} (repetition {rep}): {ok}/{len(tasks)} tasks ok "
+                 f"(simulated in {took:.2f} s)")
+        return results_to_rows(model, tasks, res, run, policy, rep)
+
+    rows, failed = replay_each(scenario.repetitions, scenario.policies, replay, progress)
     return {"executor": "sim", "shift_network": shift_network, "replays": replays,
-            "rows": rows, "wall_s": time.time() - started}
+            "rows": rows, "failed": failed, "wall_s": time.time() - started}

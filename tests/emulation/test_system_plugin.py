@@ -4,12 +4,18 @@ generic ``testbed run`` path with no edit to the harness (see
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from testbed.replays import RunIncomplete
+from testbed.runner import run_scenario
+from testbed.scenario import load_scenario
+from testbed.traces import read_traces
 from tests.testsystem import SCENARIO
 
 pytestmark = pytest.mark.emulation
-
 
 
 @pytest.mark.usefixtures("echo")
@@ -25,3 +31,19 @@ def test_the_new_system_runs_in_emulation(run_scenario) -> None:
     # opens a fresh TCP connection (handshake, then the exchange): two round trips, 8 ms
     p50 = df.groupby("target")["latency_s"].median() * 1000
     assert 6.0 < p50["echo2"] - p50["echo1"] < 12.0
+
+
+@pytest.mark.usefixtures("echo")
+def test_a_failing_policy_in_emulation_keeps_the_others(tmp_path: Path) -> None:
+    """``broken`` raises on each client's third ping in the emulated replay: the run
+    restores the network, replays ``first`` after it and writes what finished."""
+    scenario = load_scenario(SCENARIO).with_overrides(policies=["broken", "first"])
+    out = tmp_path / "run"
+    with pytest.raises(RunIncomplete, match=r"broken \(repetition 0\)"):
+        run_scenario(scenario, out=out, executor="emulation", progress=lambda _l: None)
+    df = read_traces(out)
+    assert set(df["policy"]) == {"first"} and set(df["outcome"]) == {"ok"}
+    meta = json.loads((out / "metadata.json").read_text())
+    assert [f["policy"] for f in meta["failed"]] == ["broken"]
+    assert "third ping" in meta["failed"][0]["error"]
+    assert meta["teardown_errors"] == []

@@ -418,3 +418,16 @@ def test_docker_node_volumes_are_parsed_and_round_trip() -> None:
     again["topology"]["nodes"][2] = shown
     assert scenario_from_dict(again).topology.node("edge") == node
     assert "volumes" not in scenario_from_dict(MINIMAL).topology.node("edge").to_dict()
+
+
+def test_task_timeout_defaults_to_the_duration_and_at_least_a_minute(tmp_path: Path):
+    path = tmp_path / "s.yaml"
+    bad = Path(__file__).parent / "bad_scenarios" / "task_timeout_zero.yaml"
+    text = bad.read_text().replace("task_timeout: 0\n", "")
+    path.write_text(text)
+    assert load_scenario(path).task_timeout == 60.0
+    assert load_scenario(path).with_overrides(duration=90).task_timeout == 90.0
+    path.write_text(text + "task_timeout: 12.5\n")
+    scenario = load_scenario(path)
+    assert scenario.task_timeout == 12.5 and scenario.resolved()["task_timeout"] == 12.5
+    assert scenario.with_overrides(task_timeout=3).task_timeout == 3.0

@@ -75,7 +75,7 @@ def test_program_params_and_policies_are_the_systems() -> None:
     doc = load_scenario(SCENARIO).raw
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict({**doc, "policies": ["jsq"]})
-    assert err.value.path == "policies[0]" and "echo policies first, round-robin" in str(err.value)
+    assert err.value.path == "policies[0]" and "echo policies broken, first, round-robin" in str(err.value)
     built = load_scenario(SCENARIO).resolved()
     built["services"][0]["params"] = {"service_ms": 0}
     with pytest.raises(ScenarioError) as err:
@@ -108,3 +108,23 @@ def test_an_unregistered_system_is_unknown_to_the_loader() -> None:
     with pytest.raises(ScenarioError, match="a program registered by a system") as err:
         scenario_from_dict(built)
     assert err.value.path == "services[0].program"
+
+
+@pytest.mark.usefixtures("echo")
+def test_a_failing_policy_loses_only_itself(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture) -> None:
+    """``broken`` raises on each client's third ping: ``testbed run`` keeps the policies
+    before and after it, names it with its error, and exits 1."""
+    out = tmp_path / "run"
+    code = main(["run", SCENARIO, "--policies", "first,broken,round-robin",
+                 "--out", str(out)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "1 replay(s) failed: broken (repetition 0)" in err and str(out) in err
+    assert set(read_traces(out)["policy"]) == {"first", "round-robin"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary["policies"]) == ["first", "round-robin"]
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["failed"] == [{"policy": "broken", "repetition": 0,
+                               "error": "RuntimeError: broken: fails on a client's third ping"}]
+    assert sorted(p.name for p in out.glob("*.png"))

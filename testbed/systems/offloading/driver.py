@@ -71,7 +71,7 @@ class DispatchDriver:
         start_at = time.time() + START_LEAD_S + RESET_LEAD_S * len(scenario.task_servers())
         reset_tier_servers(topo, since=start_at)
         poll = scenario.executor.poll_interval_ms / 1000.0
-        timeout_model = max(scenario.duration, 60.0)
+        timeout_model = scenario.task_timeout
         pids: dict[str, int] = {}
         outs: dict[str, Path] = {}
         tag = f"{policy}-r{repetition}"
