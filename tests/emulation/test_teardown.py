@@ -7,6 +7,7 @@ cgroup is gone and no ledger is left for ``testbed clean``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation.ledger import Entry, is_running, read_ledger
+from testbed.replays import RunIncomplete
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
 from testbed.systems.offloading.driver import DispatchDriver
@@ -69,9 +71,11 @@ def test_exception_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(DispatchDriver, "replay", failing)
     scenario = load_scenario("continuum").with_overrides(duration=4)
-    with pytest.raises(RuntimeError, match="blew up"):
+    with pytest.raises(RunIncomplete):
         run_scenario(scenario, out=tmp_path / "run", progress=lambda _l: None,
                      ledger_root=tmp_path / "ledgers")
+    failed = json.loads((tmp_path / "run" / "metadata.json").read_text())["failed"]
+    assert failed and all("blew up" in f["error"] for f in failed)
     _assert_gone(seen)
     assert list((tmp_path / "ledgers").iterdir()) == []
 

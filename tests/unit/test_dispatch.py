@@ -194,7 +194,12 @@ async def test_policy_sees_fresh_states_and_learns_outcomes(
         for state in view.targets.values():
             assert state.c == 1 and state.service_rate == 1.0
             assert state.speed == 1.0 and state.backlog is None  # no true state asked for
-            assert 0 < state.delay_s < 0.1 and 0 <= state.age_s < 0.2
+            assert 0 < state.delay_s < 0.1 and state.age_s >= 0
+    # Polled every 10 ms while tasks come every 20 ms wall: most views are fresh. A poller
+    # that stopped after the first answer would show ages growing by 20 ms per task
+    # (median 50 ms); the median ignores one stall of a busy machine.
+    ages = [max(s.age_s for s in view.targets.values()) for _task, view in recorder.views]
+    assert statistics.median(ages) < 0.03, ages
     assert {o.task_id for o in recorder.outcomes} == {t.task_id for t in expected}
     assert all(o.ok and o.estimate_s == 0.25 for o in recorder.outcomes)
     by_id = {r["task_id"]: r for r in rows}
