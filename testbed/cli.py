@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testbed.errors import TestbedError
 from testbed.replays import RunIncomplete
+from testbed.study.run import StudyIncomplete
 
 
 def listing() -> dict[str, list[dict[str, str]]]:
@@ -85,6 +86,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, default=float))
     else:
         print(format_compare(result))
+    return 0
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from testbed.study.run import run_study
+    from testbed.study.spec import load_study
+
+    if args.workers is not None and args.workers < 1:
+        raise TestbedError(f"--workers: expected an integer >= 1, found {args.workers}")
+    if args.workers is not None and args.scheduler is not None:
+        raise TestbedError("--workers sizes the local cluster; with --scheduler the "
+                           "cluster's own workers run the cells")
+    study = load_study(args.file)
+    run_study(study, Path(args.out) if args.out else None, scheduler=args.scheduler,
+              workers=args.workers, include_degraded=args.include_degraded,
+              progress=_print_flush)
     return 0
 
 
@@ -202,6 +219,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(fn=_cmd_compare)
 
+    stu = sub.add_parser("study", help="run a study file: a replicated sweep over a "
+                         "scenario's grid, resumable, on a Dask cluster (docs/studies.md)")
+    stu.add_argument("file")
+    stu.add_argument("--out", help="study folder (default results/<study name>/; a re-run "
+                     "into the same folder runs only unfinished cells)")
+    stu.add_argument("--scheduler", help="address of a running Dask scheduler, e.g. "
+                     "tcp://HOST:8786 (default: a local cluster)")
+    stu.add_argument("--workers", type=int, help="local cluster workers (default: one per "
+                     "core)")
+    stu.add_argument("--include-degraded", action="store_true",
+                     help="keep degraded emulation cells in the statistics")
+    stu.set_defaults(fn=_cmd_study)
+
     cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth")
     cal.add_argument("--backend", choices=("auto", "netem", "userspace"), default="auto")
     cal.add_argument("--probes", type=int, default=200)
@@ -238,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except RunIncomplete as exc:
+    except (RunIncomplete, StudyIncomplete) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 1
     except TestbedError as exc:

@@ -71,7 +71,8 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The project's git commit (``-dirty`` when tracked files changed), if known."""
     try:
         res = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=5, check=False)
@@ -124,7 +125,7 @@ def check_executor(system: Any, executor: str, option: str) -> None:
 def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "emulation",
                  progress: Callable[[str], None] = print,
                  ledger_root: Path | None = None, driver: Any = None,
-                 metadata: Mapping[str, Any] | None = None) -> Path:
+                 metadata: Mapping[str, Any] | None = None, plots: bool = True) -> Path:
     """Run ``scenario`` with every policy and write the results folder; returns it.
 
     A replay (policy, repetition) that fails does not stop the others: the folder holds
@@ -135,7 +136,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     ``driver`` replaces the system's emulation driver (an experiment that measures more
     than a replay of the trace brings its own, see
     :class:`~testbed.emulation.executor.Driver`); ``metadata`` adds keys to
-    ``metadata.json`` (an experiment's name, size and plan).
+    ``metadata.json`` (an experiment's name, size and plan). ``plots=False`` skips the
+    figures and the page (a study draws its own across cells).
     """
     from testbed import report, traces
     from testbed.systems import get_system, resolve
@@ -174,7 +176,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     traces.write_traces(df, folder)
     summary = traces.summarize(df)
     traces.write_summary(summary, folder)
-    report.plot_cdfs(df, folder)
+    if plots:
+        report.plot_cdfs(df, folder)
     meta = {
         "run": run,
         "system": scenario.system,
@@ -185,7 +188,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
                   "policies": _policy_seeds(system, scenario)},
         "trace": {"n": trace_meta["n"], "sha256": trace_meta["sha256"]},
         "versions": _versions(),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "machine": machine_details(),
         "command": sys.argv,
         "started": started,

@@ -110,7 +110,7 @@ def load_scenario(name_or_path: str) -> Scenario:
                 f"a built-in scenario ({', '.join(builtins) or 'none'}) or a scenario file",
                 "<no such scenario>",
             )
-    return scenario_from_dict(_read_yaml(path), source=str(path))
+    return scenario_from_dict(read_yaml(path), source=str(path))
 
 
 def load_topology(name_or_path: str) -> Topology:
@@ -123,7 +123,7 @@ def load_topology(name_or_path: str) -> Topology:
             f"a topology name ({', '.join(builtin_topologies()) or 'none'}) or a topology file",
             "<no such topology>",
         )
-    return _topology(_Checker(str(path)), _read_yaml(path), "")
+    return _topology(_Checker(str(path)), read_yaml(path), "")
 
 
 def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
@@ -159,7 +159,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> Any:
     """Parse one YAML file, turning every failure into a ``ScenarioError``."""
     label = str(path)
     try:
@@ -616,7 +616,7 @@ def _topology_ref(c: _Checker, value: object, base_dir: Path) -> Topology:
             known = ", ".join(builtin_topologies()) or "none"
             c.fail("topology", f"a topology name ({known}), a topology file path relative "
                                "to the scenario, or an inline topology", value)
-        return _topology(_Checker(str(path)), _read_yaml(path), "")
+        return _topology(_Checker(str(path)), read_yaml(path), "")
     return _topology(c, value, "topology")
 
 

@@ -1,0 +1,127 @@
+"""Runs a study's cells on a Dask cluster (or one after another) with a progress line.
+
+By default a ``LocalCluster`` sized to the machine: one single-threaded worker process
+per core, so simulator cells run in parallel on every core. Emulation cells ask for
+the worker resource ``emulation`` (each local worker has one) and, inside the cell,
+hold a cluster-wide lock named by the host (:mod:`testbed.study.cells`), so one
+emulation runs per host at a time however many workers it has. ``scheduler`` sends
+the cells to an existing cluster instead (``docs/studies.md`` says how to start one);
+an unreachable scheduler is one line of error after ``CONNECT_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from testbed.errors import TestbedError
+from testbed.study.cells import run_cell
+
+CONNECT_TIMEOUT_S = 5
+EMULATION = "emulation"
+Progress = Callable[[str], None]
+
+
+class Tally:
+    """Cells done, failed and running, and an estimate of the time left."""
+
+    def __init__(self, total: int, slots: int) -> None:
+        self.total, self.slots = total, max(1, slots)
+        self.done = self.failed = 0
+        self.started = time.monotonic()
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Count one cell that ended."""
+        self.done += 1
+        if record.get("status") not in ("ok", "incomplete"):
+            self.failed += 1
+
+    def line(self) -> str:
+        """``cells 12/60 done (1 failed), 2 running, about 40 s left``."""
+        left = self.total - self.done
+        running = min(left, self.slots)
+        elapsed = time.monotonic() - self.started
+        eta = f", about {elapsed / self.done * left:.0f} s left" if self.done and left else ""
+        return (f"cells {self.done}/{self.total} done ({self.failed} failed), "
+                f"{running} running{eta}")
+
+
+def _error_record(spec: Mapping[str, Any], error: BaseException) -> dict[str, Any]:
+    """The record of a cell whose task itself failed (it runs again on resume)."""
+    return {**{k: spec[k] for k in ("key", "point", "values", "label", "replication",
+                                    "executor", "code")},
+            "status": "error", "error": f"{type(error).__name__}: {error}", "failed": [],
+            "degraded": False, "reasons": []}
+
+
+def run_serial(specs: Sequence[Mapping[str, Any]], progress: Progress) -> list[dict[str, Any]]:
+    """Every cell one after another in this process (the benchmark's peer)."""
+    tally = Tally(len(specs), 1)
+    records = []
+    for spec in specs:
+        try:
+            record = run_cell(spec)
+        except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
+            record = _error_record(spec, exc)
+        tally.add(record)
+        records.append(record)
+        progress(tally.line())
+    return records
+
+
+def _connect(scheduler: str | None, workers: int | None) -> tuple[Any, Any, int]:
+    """(client, cluster we started or None, slots)."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError) as exc:
+            raise TestbedError(f"--scheduler {scheduler}: no Dask scheduler answered within "
+                               f"{CONNECT_TIMEOUT_S} s ({type(exc).__name__})") from exc
+        slots = sum(w.get("nthreads", 1) for w in
+                    client.scheduler_info().get("workers", {}).values())
+        return client, None, slots
+    n = workers or os.cpu_count() or 1
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           resources={EMULATION: 1}, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    return Client(cluster), cluster, n
+
+
+def run_dask(specs: Sequence[Mapping[str, Any]], progress: Progress,
+             scheduler: str | None = None, workers: int | None = None) -> list[dict[str, Any]]:
+    """Every cell as a task of a Dask cluster; records in the order cells end."""
+    from distributed import as_completed
+
+    client, cluster, slots = _connect(scheduler, workers)
+    try:
+        progress(f"dask: {client.dashboard_link if cluster is None else f'{slots} local workers'}"
+                 f"; {len(specs)} cells")
+        futures, by_key = [], {}
+        for spec in specs:
+            resources = {EMULATION: 1} if spec["executor"] == EMULATION else None
+            future = client.submit(run_cell, dict(spec), key=f"cell-{spec['key']}",
+                                   pure=False, resources=resources)
+            futures.append(future)
+            by_key[future.key] = spec
+        tally = Tally(len(specs), slots)
+        records = []
+        for future in as_completed(futures):
+            spec = by_key[future.key]
+            try:
+                record = future.result()
+            except Exception as exc:  # noqa: BLE001 - recorded; the other cells go on
+                record = _error_record(spec, exc)
+            tally.add(record)
+            records.append(record)
+            progress(tally.line())
+        return records
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+

@@ -1,0 +1,116 @@
+"""Runs a study into its folder, resuming what an earlier attempt finished.
+
+The folder (default ``results/<study name>/``) holds ``study.json``, ``cells/<key>/``
+(each cell's run folder and ``cell.json``), ``traces/<key>.parquet`` (one Parquet
+dataset over every cell), ``summary.csv``, ``summary.parquet`` and ``report.html``.
+Running the same study into the same folder again runs only the cells that have not
+finished; everything a killed attempt left half-written is removed first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import TestbedError
+from testbed.study.cells import CELL_FILE, FINISHED, cell_dir, plan_cells, read_cell
+from testbed.study.spec import Study, describe
+from testbed.study.summary import format_summary, summarize, write_summary
+
+Progress = Callable[[str], None]
+
+
+class StudyIncomplete(TestbedError):
+    """Some cells failed or lost policies; the study folder holds everything else."""
+
+    def __init__(self, folder: Path, failed: list[dict[str, Any]]) -> None:
+        self.folder, self.failed = folder, failed
+        shown = "; ".join(f"{r['label']} replication {r['replication']} {r['executor']}: "
+                          f"{r.get('error') or 'policies failed: ' + _failed_policies(r)}"
+                          for r in failed[:5])
+        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(f"{len(failed)} cell(s) incomplete: {shown}{more}; the summary in "
+                         f"{folder} counts them")
+
+
+def _failed_policies(record: dict[str, Any]) -> str:
+    return ", ".join(sorted({f["policy"] for f in record.get("failed", [])}))
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove what a killed attempt left: unfinished cell folders, temporary files and
+    traces of cells that never finished; returns what was removed."""
+    removed: list[Path] = []
+    cells, traces = folder / "cells", folder / "traces"
+    finished: set[str] = set()
+    if cells.is_dir():
+        for cell in sorted(cells.iterdir()):
+            record = read_cell(cell) if cell.is_dir() else None
+            if record is not None and record.get("status") in FINISHED:
+                finished.add(cell.name)
+                continue
+            shutil.rmtree(cell) if cell.is_dir() else cell.unlink()
+            removed.append(cell)
+    if traces.is_dir():
+        for path in sorted(traces.iterdir()):
+            if path.suffix != ".parquet" or path.stem not in finished:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = None,
+              workers: int | None = None, include_degraded: bool = False,
+              serial: bool = False, progress: Progress = print) -> Path:
+    """Run every cell of ``study`` not finished in the folder, then write the summary
+    and the report; returns the folder. Raises :class:`StudyIncomplete` at the end when
+    a cell failed or lost policies (after everything is written)."""
+    from testbed.runner import RESULTS_ROOT
+    from testbed.study.engine import run_dask, run_serial
+
+    folder = Path(out) if out is not None else RESULTS_ROOT / study.name
+    folder.mkdir(parents=True, exist_ok=True)
+    about = describe(study)
+    (folder / "study.json").write_text(json.dumps(about, indent=2, default=str))
+    removed = remove_leftovers(folder)
+    specs = plan_cells(study, folder)
+    todo = [s for s in specs if not (cell_dir(s) / CELL_FILE).exists()]
+    if any(s["executor"] == "emulation" for s in todo) and os.geteuid() != 0:
+        raise TestbedError("executors: emulation cells need root (network namespaces, tc, "
+                           "cgroups): run as root")
+    progress(f"study {study.name}: {len(study.points())} point(s) x {study.replications} "
+             f"replication(s) x {len(study.executors)} executor(s) = {len(specs)} cells; "
+             f"{len(specs) - len(todo)} finished before, {len(todo)} to run"
+             + (f"; removed {len(removed)} leftover(s) of a stopped attempt" if removed else ""))
+    if todo:
+        if serial:
+            run_serial(todo, progress)
+        else:
+            run_dask(todo, progress, scheduler=scheduler, workers=workers)
+    records = [read_cell(cell_dir(s)) or {**s, "status": "error", "error": "no record"}
+               for s in specs]
+    table = summarize(about, records, folder / "traces", include_degraded=include_degraded)
+    write_summary(table, folder)
+    _write_page(folder)
+    progress(format_summary(table, study.grid_paths, study.baseline))
+    degraded = [r for r in records if r.get("degraded")]
+    if degraded:
+        progress(f"warning: {len(degraded)} degraded emulation cell(s) "
+                 f"{'included' if include_degraded else 'left out (--include-degraded keeps them)'}"
+                 f": {degraded[0]['label']}: {'; '.join(degraded[0].get('reasons', []))}")
+    progress(f"study folder: {folder}")
+    incomplete = [r for r in records if r.get("status") != "ok"]
+    if incomplete:
+        raise StudyIncomplete(folder, incomplete)
+    return folder
+
+
+def _write_page(folder: Path) -> None:
+    """``report.html`` of the study."""
+    from testbed.report_html import write_study_page
+
+    write_study_page(folder)
