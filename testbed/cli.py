@@ -7,9 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from testbed.errors import TestbedError
-from testbed.replays import RunIncomplete
-from testbed.study.run import StudyIncomplete
+from testbed.errors import Incomplete, TestbedError
 
 
 def listing() -> dict[str, list[dict[str, str]]]:
@@ -95,13 +93,16 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise TestbedError(f"--workers: expected an integer >= 1, found {args.workers}")
+    if args.serial and (args.workers is not None or args.scheduler is not None):
+        raise TestbedError("--serial runs the cells in this process, without a cluster: "
+                           "leave out --workers and --scheduler")
     if args.workers is not None and args.scheduler is not None:
         raise TestbedError("--workers sizes the local cluster; with --scheduler the "
                            "cluster's own workers run the cells")
     study = load_study(args.file)
     run_study(study, Path(args.out) if args.out else None, scheduler=args.scheduler,
               workers=args.workers, include_degraded=args.include_degraded,
-              progress=_print_flush)
+              serial=args.serial, progress=_print_flush)
     return 0
 
 
@@ -228,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "tcp://HOST:8786 (default: a local cluster)")
     stu.add_argument("--workers", type=int, help="local cluster workers (default: one per "
                      "core)")
+    stu.add_argument("--serial", action="store_true", help="run the cells one after "
+                     "another in this process, without a cluster")
     stu.add_argument("--include-degraded", action="store_true",
                      help="keep degraded emulation cells in the statistics")
     stu.set_defaults(fn=_cmd_study)
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (RunIncomplete, StudyIncomplete) as exc:
+    except Incomplete as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 1
     except TestbedError as exc:

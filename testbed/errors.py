@@ -34,3 +34,10 @@ class ScenarioError(TestbedError):
 
 class EmulationError(TestbedError):
     """The emulated network or one of its services could not be built or driven."""
+
+
+class Incomplete(TestbedError):
+    """Part of a run or study failed; its folder holds, and names, everything else.
+
+    The command line exits 1 for it (2 for other errors): results exist, but not all.
+    """

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import Incomplete
 
 Replay = Callable[[str, int], list[dict[str, Any]]]
 
 
-class RunIncomplete(TestbedError):
+class RunIncomplete(Incomplete):
     """Some replays of a run failed; the results folder holds the others."""
 
     def __init__(self, folder: str, failed: Sequence[dict[str, Any]]) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import Incomplete, TestbedError
 from testbed.study.cells import CELL_FILE, FINISHED, cell_dir, plan_cells, read_cell
 from testbed.study.spec import Study, describe
 from testbed.study.summary import format_summary, summarize, write_summary
@@ -24,7 +24,7 @@ from testbed.study.summary import format_summary, summarize, write_summary
 Progress = Callable[[str], None]
 
 
-class StudyIncomplete(TestbedError):
+class StudyIncomplete(Incomplete):
     """Some cells failed or lost policies; the study folder holds everything else."""
 
     def __init__(self, folder: Path, failed: list[dict[str, Any]]) -> None:
