@@ -75,6 +75,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    if args.other is not None:
+        from testbed.compare_folders import compare_folders, format_folders
+
+        if args.baseline is not None:
+            raise TestbedError("--baseline pairs policies inside one run; with two folders "
+                               "each policy is compared with itself (B - A)")
+        found = compare_folders(args.run_dir, args.other)
+        print(json.dumps(found, indent=2, default=float) if args.json
+              else format_folders(found))
+        return 0
     from testbed.compare import compare, format_compare
     from testbed.traces import read_traces
 
@@ -213,8 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=_cmd_run)
 
     cmp_ = sub.add_parser("compare", help="per-policy statistics and paired differences "
-                          "with batch-means intervals (docs/statistics.md)")
-    cmp_.add_argument("run_dir")
+                          "with honest intervals, in one run or between two run or study "
+                          "folders (docs/statistics.md)")
+    cmp_.add_argument("run_dir", help="a run folder (policies against --baseline), or A")
+    cmp_.add_argument("other", nargs="?", help="B: a second run or study folder; then per "
+                      "policy B - A with its interval")
     cmp_.add_argument("--baseline", help="policy the others are paired against (default: "
                       "the first by name, stated in the output)")
     cmp_.add_argument("--json", action="store_true")

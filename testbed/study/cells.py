@@ -38,6 +38,8 @@ from testbed.study.spec import Point, Study
 #: Statuses of a finished cell; ``error`` cells run again on resume.
 FINISHED = ("ok", "incomplete")
 CELL_FILE = "cell.json"
+#: What a cell's record copies from its spec.
+RECORD_KEYS = ("key", "point", "values", "label", "replication", "seed", "executor", "code")
 
 
 def code_version() -> str:
@@ -79,6 +81,7 @@ def plan_cells(study: Study, folder: Path, code: str | None = None) -> list[dict
                     "replication": replication,
                     "executor": executor,
                     "scenario": resolved,
+                    "seed": resolved["seed"],
                     "code": code,
                 })
     return specs
@@ -203,8 +206,7 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         status, error = _run_sim(spec, run_dir)
     else:
         status, error = _run_emulation(spec, folder, run_dir)
-    record = {k: spec[k] for k in ("key", "point", "values", "label", "replication",
-                                   "executor", "code")}
+    record = {k: spec[k] for k in RECORD_KEYS}
     record.update(status=status, error=error, failed=[], degraded=False, reasons=[],
                   started=started, wall_s=time.time() - started)
     if status in FINISHED:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.study.cells import run_cell
+from testbed.study.cells import RECORD_KEYS, run_cell
 
 CONNECT_TIMEOUT_S = 5
 EMULATION = "emulation"
@@ -51,8 +51,7 @@ class Tally:
 
 def _error_record(spec: Mapping[str, Any], error: BaseException) -> dict[str, Any]:
     """The record of a cell whose task itself failed (it runs again on resume)."""
-    return {**{k: spec[k] for k in ("key", "point", "values", "label", "replication",
-                                    "executor", "code")},
+    return {**{k: spec[k] for k in RECORD_KEYS},
             "status": "error", "error": f"{type(error).__name__}: {error}", "failed": [],
             "degraded": False, "reasons": []}
 
