@@ -63,6 +63,20 @@ def remove_leftovers(folder: Path) -> list[Path]:
     return removed
 
 
+#: Longest study folder path for emulation cells: their run folders hold Unix sockets
+#: (``cells/<key>/run/work/launcher.sock``, 50 more bytes) and a socket path has 107.
+MAX_EMULATION_FOLDER = 57
+
+
+def check_socket_room(folder: Path) -> None:
+    """Refuse a study folder too deep for the emulation's Unix sockets."""
+    length = len(os.fsencode(folder.resolve()))
+    if length > MAX_EMULATION_FOLDER:
+        raise TestbedError(f"--out {folder}: the folder's path is {length} bytes; emulation "
+                           "cells keep Unix sockets under it and a socket path holds 107, so "
+                           f"use a folder path of at most {MAX_EMULATION_FOLDER} bytes")
+
+
 def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = None,
               workers: int | None = None, include_degraded: bool = False,
               serial: bool = False, progress: Progress = print) -> Path:
@@ -79,9 +93,11 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
     removed = remove_leftovers(folder)
     specs = plan_cells(study, folder)
     todo = [s for s in specs if not (cell_dir(s) / CELL_FILE).exists()]
-    if any(s["executor"] == "emulation" for s in todo) and os.geteuid() != 0:
-        raise TestbedError("executors: emulation cells need root (network namespaces, tc, "
-                           "cgroups): run as root")
+    if any(s["executor"] == "emulation" for s in todo):
+        if os.geteuid() != 0:
+            raise TestbedError("executors: emulation cells need root (network namespaces, "
+                               "tc, cgroups): run as root")
+        check_socket_room(folder)
     progress(f"study {study.name}: {len(study.points())} point(s) x {study.replications} "
              f"replication(s) x {len(study.executors)} executor(s) = {len(specs)} cells; "
              f"{len(specs) - len(todo)} finished before, {len(todo)} to run"

@@ -98,9 +98,17 @@ def _m(point: Mapping[str, Any], policy: str, executor: str) -> Mapping[str, Any
     return point["policies"][policy][executor]
 
 
+def _replications(metrics: Metrics) -> str:
+    """How the sweeps' paired intervals were formed, for rule texts."""
+    n = metrics["size"].get("replications", 1)
+    return (f"{n} independent replications" if n > 1 else
+            "1 replication, so batch means over its tasks instead (docs/statistics.md)")
+
+
 def _better(point: Mapping[str, Any], other: str, executor: str, stat: str = "mean") -> str:
-    """``better``/``tie``/``worse``: hybrid against ``other``, paired batch means on
-    ``stat`` (``n/a`` when the run carries no interval)."""
+    """``better``/``tie``/``worse``: hybrid against ``other``, the paired interval on
+    ``stat`` (t across replications, or batch means of one replication; ``n/a`` when
+    there is no interval)."""
     diff = (_m(point, other, executor).get("vs_hybrid") or {}).get(stat)
     if diff is None or diff["ci_s"] is None:
         return "n/a"
@@ -210,8 +218,9 @@ def _claim1(metrics: Metrics) -> tuple[str, list[bool]]:
                     "model-only mean s", "edge-first - hybrid [95% CI]",
                     "model-only - hybrid [95% CI]"], rows)
     rule = ("Rule: each comparison (per executor, load and baseline) passes when the paired "
-            "difference (other minus hybrid, mean latency, 95 % paired batch-means interval) is "
-            "positive and excludes zero; holds if all pass, partly if some do.")
+            "difference (other minus hybrid, mean latency, 95 % paired interval: t across "
+            f"{_replications(metrics)}) is positive and excludes zero; holds if all pass, "
+            "partly if some do.")
     return table + "\n\n" + rule, flags
 
 
@@ -452,7 +461,9 @@ def _setup(metrics: Metrics, command: str) -> str:
     lines = [
         (f"- **Size** `{size['name']}`: time scale {size['time_scale']:g}, "
         f"{size['duration_s']:g} model s per run (burst run {size['burst_duration_s']:g} s), "
-        f"{size['repetitions']} repetition(s) per policy; loads "
+        f"{size.get('replications', 1)} independent replication(s) per sweep point (the "
+        "load and edge sweeps are studies, `docs/studies.md`: each replication its own "
+        f"trace) and {size['repetitions']} repetition(s) of each trace per policy; loads "
         f"{', '.join(f'{x:g}' for x in size['loads'])}; edge workers "
         f"{', '.join(str(x) for x in size['edge_workers'])} at the arrival rate of load "
         f"{size['edge_load']:g}; bursts at load {size['burst_load']:g}: {bursts}."),
@@ -467,8 +478,10 @@ def _setup(metrics: Metrics, command: str) -> str:
         ("- **Offered load** = sum over clients of rate x mean size / sum over tiers of "
         "workers x speed (work arriving per model second over the work all tiers can do "
         "per model second; 34 at 4 edge workers)."),
-        (f"- **Seeds**: scenario seed {scenario['seed']}, workload seed "
-        f"{scenario['workload']['seed']}, policy seeds seed x 1000 + repetition (as both "
+        (f"- **Seeds**: sweep points take the seed of their study cell (a hash of the study "
+        f"seed, the point and the replication; the first run shown has seed "
+        f"{scenario['seed']}), the burst run the scenario's; policy seeds seed x 1000 + "
+        f"repetition (as both "
         f"executors do). Sim and emulation replayed identical traces: "
         f"{'yes (same sha256 per scenario)' if same else 'NO'}."),
         f"- **Policies**: {', '.join(metrics['policies'])} (`docs/policies.md`).",
@@ -476,6 +489,8 @@ def _setup(metrics: Metrics, command: str) -> str:
         f"kernel {machine['kernel']}; shaping backend {backend or 'not used'}; commit(s) "
         f"{commits}."),
         f"- **Wall time**: {walls}.",
+        *([(f"- **Incomplete cells** (left out, see the study folders): "
+           f"{'; '.join(metrics['incomplete'])}")] if metrics.get("incomplete") else []),
         (f"- **Regenerate**: `{command}` (as root for the emulation; "
         "`docs/experiments.md`)."),
     ]

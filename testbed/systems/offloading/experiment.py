@@ -30,10 +30,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from testbed.errors import TestbedError
 from testbed.policies.queue_aware import PENALTY_SWEEP
 from testbed.scenario import Scenario, load_scenario, scenario_from_dict
+from testbed.study.spec import Study, load_study
 
 Progress = Callable[[str], None]
 
@@ -57,7 +59,10 @@ POLL_MODEL_S = 2.0
 class Size:
     """How big an experiment run is. Durations are model seconds.
 
-    ``bursts`` are ``(start_s, duration_s, factor)`` windows of the burst experiment;
+    ``replications`` counts independent traces per point of the load and edge sweeps
+    (studies, ``docs/studies.md``); ``repetitions`` replays each trace again with other
+    policy seeds. ``bursts`` are ``(start_s, duration_s, factor)`` windows of the burst
+    experiment;
     ``window_s`` is the rolling-p95 window, ``bin_s`` the time bin of tier shares and
     rolling p95, ``pre_s`` how long before a burst the pre-burst p95 is measured.
     """
@@ -77,6 +82,7 @@ class Size:
     penalty_load: float
     repetitions: int
     calibrate_probes: int
+    replications: int = 1
 
 
 SIZES: dict[str, Size] = {
@@ -93,8 +99,8 @@ SIZES: dict[str, Size] = {
                  loads=(0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), edge_workers=(1, 2, 4, 8, 16),
                  edge_load=0.6, burst_duration_s=600.0, burst_load=0.4,
                  bursts=((120.0, 30.0, 2.5), (300.0, 30.0, 2.5), (480.0, 30.0, 2.5)),
-                 window_s=10.0, bin_s=4.0, pre_s=60.0, penalty_load=0.8, repetitions=3,
-                 calibrate_probes=200),
+                 window_s=10.0, bin_s=4.0, pre_s=60.0, penalty_load=0.8, repetitions=1,
+                 calibrate_probes=200, replications=3),
 }
 
 
@@ -147,36 +153,63 @@ def variant(base: Scenario, name: str, size: Size, *, rate: float, duration: flo
 
 @dataclass(frozen=True)
 class Point:
-    """One scenario of an experiment: which experiment, its x value, the scenario."""
+    """One scenario of an experiment: which experiment, its x value, the scenario, and
+    the name its runs go by (the scenario's name unless given)."""
 
     experiment: str
     x: float
     scenario: Scenario
+    label: str = ""
 
     @property
-    def key(self) -> str:
-        """Identifies the scenario: points with equal scenarios share one run."""
-        return json.dumps(self.scenario.resolved(), sort_keys=True)
+    def name(self) -> str:
+        """The point's name in metrics and reports."""
+        return self.label or self.scenario.name
 
 
-def plan(size: Size) -> list[Point]:
-    """Every point of the three experiments at ``size``."""
-    base = load_scenario("continuum")
-    points = [Point("load", load, variant(base, f"continuum-load{load:g}", size,
-                                          rate=rate_for_load(base, load),
-                                          duration=size.duration_s))
-              for load in size.loads]
-    edge_rate = rate_for_load(base, size.edge_load)
-    for workers in size.edge_workers:
-        points.append(Point("edge", workers, variant(
-            base, f"continuum-load{size.edge_load:g}" if workers == _edge_workers(base)
-            else f"continuum-edge{workers}", size, rate=edge_rate, duration=size.duration_s,
-            edge_workers=workers)))
+def burst_point(size: Size) -> Point:
+    """The burst experiment's one scenario at ``size``."""
     burst = load_scenario("continuum-burst")
-    points.append(Point("burst", size.burst_load, variant(
+    return Point("burst", size.burst_load, variant(
         burst, "continuum-burst", size, rate=rate_for_load(burst, size.burst_load),
-        duration=size.burst_duration_s, bursts=size.bursts)))
-    return points
+        duration=size.burst_duration_s, bursts=size.bursts))
+
+
+def sweep_base(size: Size) -> Scenario:
+    """The scenario both sweeps vary: ``continuum`` with every policy, the size's timing
+    and the Poisson rate of the edge sweep's reference load."""
+    base = load_scenario("continuum")
+    return variant(base, "continuum-sweep", size, rate=rate_for_load(base, size.edge_load),
+                   duration=size.duration_s)
+
+
+def sweep_studies(size: Size, executors: Sequence[str], scenario_file: Path
+                  ) -> list[tuple[str, Study]]:
+    """The load sweep and the edge-capacity sweep as study files beside one scenario
+    file (``load.yaml`` and ``edge.yaml``, which ``testbed study`` runs as they are).
+
+    The load sweep's grid is the Poisson rate of each of the size's loads; the edge
+    sweep's is the edge's worker count at the reference load's rate. ``hybrid`` is the
+    baseline; ``size.replications`` independent traces per point.
+    """
+    base = sweep_base(size)
+    scenario_file.parent.mkdir(parents=True, exist_ok=True)
+    scenario_file.write_text(json.dumps(base.resolved(), indent=1))
+    reference = load_scenario("continuum")
+    common = {"scenario": str(scenario_file), "executors": list(executors),
+              "policies": list(ALL_POLICIES), "baseline": "hybrid",
+              "replications": size.replications, "seed": base.seed}
+    edge = next(s.name for s in base.task_servers() if s.tier == "edge")
+    load = {"study": "offloading-load", **common, "grid": {
+        "workload.params.rate": [rate_for_load(reference, x) for x in size.loads]}}
+    capacity_ = {"study": "offloading-edge", **common, "grid": {
+        f"services.{edge}.params.workers": list(size.edge_workers)}}
+    out = []
+    for name, doc in (("load", load), ("edge", capacity_)):
+        file = scenario_file.parent / f"{name}.yaml"
+        file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out.append((name, load_study(file)))
+    return out
 
 
 def _edge_workers(scenario: Scenario) -> int:
@@ -359,6 +392,42 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def replicated_vs_hybrid(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
+    """:func:`paired_vs_hybrid` over independent replications: per policy and statistic
+    the mean over replications of (policy - hybrid) in the same replication, with the
+    95 % t-interval across them. One replication: batch means of that run."""
+    from testbed.stats import replication_interval
+
+    if len(frames) == 1:
+        return paired_vs_hybrid(frames[0])
+    per_rep = [paired_vs_hybrid(frame) for frame in frames]
+    out: dict[str, Any] = {}
+    for policy in per_rep[0]:
+        out[policy] = {}
+        for stat in ("mean", "p95"):
+            values = [rep[policy][stat]["value_s"] for rep in per_rep
+                      if rep.get(policy) and rep[policy].get(stat)]
+            interval = replication_interval(values)
+            bounds = interval.bounds
+            out[policy][stat] = None if interval.estimate is None else {
+                "value_s": interval.estimate, "ci_s": bounds,
+                "excludes_zero": bounds is not None and (bounds[0] > 0 or bounds[1] < 0),
+                "replications": len(values)}
+    return out
+
+
+def pooled(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Replications' traces as one frame for pooled metrics: task ids are renumbered so
+    that tasks of different replications stay distinct."""
+    parts, offset = [], 0
+    for frame in frames:
+        part = frame.copy()
+        part["task_id"] = part["task_id"] + offset
+        offset = int(part["task_id"].max()) + 1 if len(part) else offset
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 # --- systematic network offsets (claim 6) ------------------------------------------------
 
 
@@ -472,14 +541,66 @@ def _calibrate(scenario: Scenario, probes: int, progress: Progress) -> list[dict
                      probes=probes, iperf_seconds=1.0)
 
 
+def _run_info(folder: Path) -> dict[str, Any]:
+    """What the report says about one run folder."""
+    meta = json.loads((folder / "metadata.json").read_text())
+    return {"folder": str(folder), "trace_sha256": meta["trace"]["sha256"],
+            "n_tasks": meta["trace"]["n"], "wall_s": meta["wall_s"],
+            "git_commit": meta["git_commit"], "shaping_backend": meta.get("shaping_backend"),
+            "scenario": meta["scenario"], "fidelity": meta.get("fidelity")}
+
+
+def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progress,
+               result: dict[str, Any]) -> tuple[list[Point], dict[tuple[str, str], list[Path]]]:
+    """Run the load and edge sweeps as studies under ``out/studies``; returns their points
+    and, per (executor, point name), the run folders of its finished replications.
+
+    Cells that failed are named under ``result["incomplete"]`` and the experiment goes
+    on with what finished (a point with no finished replication has no metrics).
+    """
+    from testbed.study.cells import FINISHED, plan_cells, read_cell
+    from testbed.study.run import StudyIncomplete, run_study
+
+    points: list[Point] = []
+    runs: dict[tuple[str, str], list[Path]] = {}
+    studies = out / "studies"
+    for experiment, study in sweep_studies(size, executors, studies / "continuum-sweep.yaml"):
+        folder = studies / study.name
+        progress(f"[{experiment} sweep] study {folder}")
+        try:
+            run_study(study, folder, progress=progress)
+        except StudyIncomplete as exc:
+            progress(f"warning: {exc}")
+            result.setdefault("incomplete", []).append(str(exc))
+        specs = plan_cells(study, folder)
+        for point in study.points():
+            value = point.values[0][1]
+            x = size.loads[point.index] if experiment == "load" else int(value)
+            name = f"continuum-load{x:g}" if experiment == "load" else f"continuum-edge{x}"
+            points.append(Point(experiment, x, study.scenario(point, 0), name))
+            for spec in specs:
+                if spec["point"] != point.index:
+                    continue
+                record = read_cell(folder / "cells" / spec["key"]) or {}
+                if record.get("status") in FINISHED:
+                    runs.setdefault((spec["executor"], name), []).append(
+                        folder / "cells" / spec["key"] / "run")
+    return points, runs
+
+
 def run_experiment(size_name: str, executors: Sequence[str], out: Path,
                    progress: Progress = print) -> dict[str, Any]:
     """Run every experiment at ``size_name`` with ``executors``; returns all metrics.
 
-    Run folders go to ``out/<executor>/<scenario name>``; the metrics are also written to
-    ``out/metrics.json`` (what :func:`testbed.systems.offloading.claims.write_report` reads).
+    The load and edge sweeps are studies (``out/studies/offloading-load/`` and
+    ``offloading-edge/``, resumable, their cells on a local Dask cluster); the burst
+    run goes to ``out/<executor>/continuum-burst``. The metrics are also written to
+    ``out/metrics.json`` (what :func:`testbed.systems.offloading.claims.write_report`
+    reads); with several replications a point's metrics pool its replications' tasks
+    and its differences to ``hybrid`` carry t-intervals across replications.
     """
     from testbed.runner import machine_details
+    from testbed.traces import read_traces
 
     if size_name not in SIZES:
         raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size_name!r}")
@@ -487,31 +608,28 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     if unknown or not executors:
         raise TestbedError(f"--executors: expected sim and/or emulation, found {executors!r}")
     size = SIZES[size_name]
-    points = plan(size)
-    unique = {p.key: p for p in points}
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"size": asdict(size), "executors": list(executors),
                               "policies": list(ALL_POLICIES), "machine": machine_details(),
                               "points": [], "runs": {}, "wall_s": {}}
-    frames: dict[tuple[str, str], pd.DataFrame] = {}
+    if "emulation" in executors:
+        result["calibration"] = _calibrate(sweep_base(size), size.calibrate_probes, progress)
+    began = time.time()
+    points, folders = run_sweeps(size, executors, out, progress, result)
+    result["wall_s"]["sweeps"] = time.time() - began
+    burst = burst_point(size)
     for executor in executors:
         began = time.time()
-        if executor == "emulation":
-            result["calibration"] = _calibrate(points[0].scenario, size.calibrate_probes,
-                                               progress)
-        for key, point in unique.items():
-            folder = out / executor / point.scenario.name
-            progress(f"[{executor}] {point.scenario.name} (offered load "
-                     f"{offered_load(point.scenario):.2f})")
-            frames[(executor, key)] = run_point(point, executor, folder, progress)
-            meta = json.loads((folder / "metadata.json").read_text())
-            result["runs"].setdefault(point.scenario.name, {})[executor] = {
-                "folder": str(folder), "trace_sha256": meta["trace"]["sha256"],
-                "n_tasks": meta["trace"]["n"], "wall_s": meta["wall_s"],
-                "git_commit": meta["git_commit"],
-                "shaping_backend": meta.get("shaping_backend"),
-                "scenario": meta["scenario"]}
-        result["wall_s"][executor] = time.time() - began
+        folder = out / executor / burst.name
+        progress(f"[{executor}] {burst.name} (offered load {offered_load(burst.scenario):.2f})")
+        run_point(burst, executor, folder, progress)
+        folders[(executor, burst.name)] = [folder]
+        result["wall_s"][f"burst {executor}"] = time.time() - began
+    points.append(burst)
+    replications = {key: [read_traces(f) for f in found] for key, found in folders.items()}
+    for (executor, name), found in folders.items():
+        result["runs"].setdefault(name, {})[executor] = {
+            **_run_info(found[0]), "replications": len(found)}
     if "sim" in executors:
         began = time.time()
         progress("[sim] penalty-factor sensitivity of hybrid")
@@ -521,20 +639,26 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     if "emulation" in executors:
         low = min((p for p in points if p.experiment == "load"), key=lambda p: p.x)
         offsets = network_offsets(low.scenario, result["calibration"],
-                                  frames[("emulation", low.key)])
-        result["offsets"] = {"from": low.scenario.name, "per_tier": offsets}
+                                  replications[("emulation", low.name)][0])
+        result["offsets"] = {"from": low.name, "per_tier": offsets}
     for point in points:
         entry: dict[str, Any] = {"experiment": point.experiment, "x": point.x,
-                                 "scenario": point.scenario.name,
+                                 "scenario": point.name,
                                  "offered_load": offered_load(point.scenario),
                                  "edge_workers": _edge_workers(point.scenario),
+                                 "replications": {e: len(replications.get((e, point.name), []))
+                                                  for e in executors},
                                  "policies": {}}
-        paired = {executor: paired_vs_hybrid(frames[(executor, point.key)])
-                  for executor in executors}
+        if not all(entry["replications"].values()):
+            raise TestbedError(f"{point.name}: no replication finished on "
+                               f"{', '.join(e for e, n in entry['replications'].items() if not n)}"
+                               f"; see {out / 'studies'}")
+        frames = {e: pooled(replications[(e, point.name)]) for e in executors}
+        paired = {e: replicated_vs_hybrid(replications[(e, point.name)]) for e in executors}
         for policy in ALL_POLICIES:
             per: dict[str, Any] = {}
             for executor in executors:
-                df = frames[(executor, point.key)]
+                df = frames[executor]
                 df = df[df["policy"] == policy]
                 per[executor] = policy_metrics(df)
                 per[executor]["vs_hybrid"] = paired[executor].get(policy)
@@ -546,7 +670,6 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
         result["points"].append(entry)
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     return result
-
 
 
 def run(size: str, out: Path, progress: Progress, executors: Sequence[str]) -> Path:
