@@ -4,7 +4,9 @@ By default a ``LocalCluster`` sized to the machine: one single-threaded worker p
 per core, so simulator cells run in parallel on every core. Emulation cells ask for
 the worker resource ``emulation`` (each local worker has one) and, inside the cell,
 hold a cluster-wide lock named by the host (:mod:`testbed.study.cells`), so one
-emulation runs per host at a time however many workers it has. ``scheduler`` sends
+emulation runs per host at a time however many workers it has; and they start only
+after every simulator cell ended, so no simulator cell takes CPU from an emulation that
+measures with it. ``scheduler`` sends
 the cells to an existing cluster instead (``docs/studies.md`` says how to start one);
 an unreachable scheduler is one line of error after ``CONNECT_TIMEOUT_S``.
 """
@@ -91,36 +93,51 @@ def _connect(scheduler: str | None, workers: int | None) -> tuple[Any, Any, int]
     return Client(cluster), cluster, n
 
 
-def run_dask(specs: Sequence[Mapping[str, Any]], progress: Progress,
-             scheduler: str | None = None, workers: int | None = None) -> list[dict[str, Any]]:
-    """Every cell as a task of a Dask cluster; records in the order cells end."""
+def _phase(client: Any, specs: Sequence[Mapping[str, Any]], tally: Tally,
+           progress: Progress) -> list[dict[str, Any]]:
+    """Submit ``specs`` and collect their records as they end."""
     from distributed import as_completed
 
+    futures, by_key = [], {}
+    for spec in specs:
+        resources = {EMULATION: 1} if spec["executor"] == EMULATION else None
+        future = client.submit(run_cell, dict(spec), key=f"cell-{spec['key']}", pure=False,
+                               resources=resources)
+        futures.append(future)
+        by_key[future.key] = spec
+    records = []
+    for future in as_completed(futures):
+        spec = by_key[future.key]
+        try:
+            record = future.result()
+        except Exception as exc:  # noqa: BLE001 - recorded; the other cells go on
+            record = _error_record(spec, exc)
+        tally.add(record)
+        records.append(record)
+        progress(tally.line())
+    return records
+
+
+def run_dask(specs: Sequence[Mapping[str, Any]], progress: Progress,
+             scheduler: str | None = None, workers: int | None = None) -> list[dict[str, Any]]:
+    """Every cell as a task of a Dask cluster; records in the order cells end.
+
+    Simulator cells run first, all in parallel; emulation cells only after the last of
+    them ended, so no simulator cell competes for the CPU an emulation measures with.
+    """
     client, cluster, slots = _connect(scheduler, workers)
     try:
         progress(f"dask: {client.dashboard_link if cluster is None else f'{slots} local workers'}"
                  f"; {len(specs)} cells")
-        futures, by_key = [], {}
-        for spec in specs:
-            resources = {EMULATION: 1} if spec["executor"] == EMULATION else None
-            future = client.submit(run_cell, dict(spec), key=f"cell-{spec['key']}",
-                                   pure=False, resources=resources)
-            futures.append(future)
-            by_key[future.key] = spec
         tally = Tally(len(specs), slots)
-        records = []
-        for future in as_completed(futures):
-            spec = by_key[future.key]
-            try:
-                record = future.result()
-            except Exception as exc:  # noqa: BLE001 - recorded; the other cells go on
-                record = _error_record(spec, exc)
-            tally.add(record)
-            records.append(record)
-            progress(tally.line())
+        records = _phase(client, [s for s in specs if s["executor"] != EMULATION], tally,
+                         progress)
+        emulated = [s for s in specs if s["executor"] == EMULATION]
+        if emulated:
+            tally.slots = 1  # one emulation per host
+            records += _phase(client, emulated, tally, progress)
         return records
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
-
