@@ -68,7 +68,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_executor(system, executor, "--executor" if args.executor else
                    f"{scenario.source}: executor.default")
     scenario = scenario.with_overrides(policies=policies, seed=args.seed,
-                                       duration=args.duration, repetitions=args.repetitions)
+                                       duration=args.duration, repetitions=args.repetitions,
+                                       time_scale=args.time_scale,
+                                       task_timeout=args.task_timeout)
     run_scenario(scenario, out=Path(args.out) if args.out else None, executor=executor,
                  progress=lambda line: print(line, flush=True))
     return 0
@@ -220,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=float, default=None,
                      help="model-time seconds, overrides the scenario's duration")
     run.add_argument("--repetitions", type=int, default=None)
+    run.add_argument("--time-scale", type=float, default=None,
+                     help="model seconds per wall second, overrides the scenario's time_scale")
+    run.add_argument("--task-timeout", type=float, default=None,
+                     help="model seconds a task may take before it counts as timed out")
     run.set_defaults(fn=_cmd_run)
 
     cmp_ = sub.add_parser("compare", help="per-policy statistics and paired differences "

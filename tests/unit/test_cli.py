@@ -96,3 +96,11 @@ def test_a_default_executor_the_system_lacks_names_the_file(
         remove()
     err = _err(capsys)
     assert f"{SCENARIO}: executor.default sim: the echo system has no simulator" in err
+
+
+def test_run_takes_time_scale_and_task_timeout(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "continuum", "--executor", "sim", "--duration", "10",
+                 "--time-scale", "40", "--task-timeout", "30", "--out", str(out)]) == 0
+    resolved = json.loads((out / "metadata.json").read_text())["scenario"]
+    assert resolved["time_scale"] == 40 and resolved["task_timeout"] == 30
