@@ -13,6 +13,7 @@ fi
 DEBS=(python3 python3-venv python3-dev mininet bridge-utils iproute2 iptables ethtool
       iputils-ping iperf iperf3 net-tools docker.io openvswitch-switch openvswitch-common procps
       opencv-doc
+      chromium
       util-linux psmisc kmod)
 
 missing=()

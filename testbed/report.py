@@ -19,6 +19,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from testbed.colours import policy_colour
 from testbed.traces import validate_frame
 
 
@@ -43,6 +44,13 @@ def _save(figure: Figure, path: Path) -> Path:
 def _cdf_axes(figure: Figure, title: str, log_x: bool) -> Any:
     """Add and label the single axes of a latency CDF figure."""
     ax = figure.add_subplot()
+    label_cdf_axes(ax, title, log_x)
+    return ax
+
+
+def label_cdf_axes(ax: Any, title: str, log_x: bool) -> None:
+    """Title, label and scale ``ax`` as a latency CDF (model-time ms against the
+    fraction of completed tasks), the same on the PNGs and the HTML pages."""
     ax.set_title(title)
     ax.set_xlabel("latency (model time, ms)")
     ax.set_ylabel("fraction of completed tasks")
@@ -50,13 +58,12 @@ def _cdf_axes(figure: Figure, title: str, log_x: bool) -> Any:
     ax.grid(visible=True, alpha=0.3)
     if log_x:
         ax.set_xscale("log")
-    return ax
 
 
 def _draw_cdf(ax: Any, latency_ms: np.ndarray, label: str) -> None:
     """Draw the empirical CDF of sorted ``latency_ms`` as a step line."""
     fractions = np.arange(1, latency_ms.size + 1) / latency_ms.size
-    ax.step(latency_ms, fractions, where="post", label=label)
+    ax.step(latency_ms, fractions, where="post", label=label, color=policy_colour(label))
 
 
 def plot_cdfs(df: pd.DataFrame, folder: str | Path, *, log_x: bool = False) -> list[Path]:

@@ -3,7 +3,8 @@
 A run folder holds ``metadata.json`` (resolved scenario, seeds, versions, git commit,
 kernel, shaping backend, host and runtime details, wall time), the materialised
 ``trace/`` the policies replayed, ``traces.parquet`` + ``traces.csv``, ``summary.json``,
-one latency-CDF plot per policy, and ``work/`` (service and driver logs).
+one latency-CDF plot per policy, ``report.html`` (one self-contained page of it
+all) and ``work/`` (service and driver logs).
 """
 
 from __future__ import annotations
@@ -198,6 +199,10 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "failed": failed,
     }
     (folder / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
+    if plots:  # after metadata.json: the page shows its fidelity note and failed replays
+        from testbed.report_html import write_run_page
+
+        write_run_page(folder)
     progress(report.format_table(summary))
     progress(f"results: {folder}")
     if failed:
