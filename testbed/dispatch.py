@@ -16,7 +16,11 @@ The one exception is a policy with ``needs_true_state`` (the oracle): right befo
 of its decisions every target is asked, concurrently, for ``/state?detail=1``, and the
 view carries those fresh states with their exact backlog (``state_age_s`` is then the
 age of that answer). A target whose fresh state cannot be fetched is shown from the
-cache, without backlog.
+cache, without backlog. The wall time that fetch waited is the row's ``state_fetch_s``
+(null for every other policy): it delays the send, so it lies between ``arrival_wall``
+and ``dispatch_wall`` and outside ``latency_s``; reported beside the latency, it lets a
+reader compare the oracle with policies that pay no such wait (the simulator's true
+state is free).
 
 Timing. All clients share ``start_at`` (wall epoch seconds); task ``i`` is sent at
 ``start_at + arrival_i / time_scale`` on the event loop's monotonic clock, each task in
@@ -25,7 +29,7 @@ server's timestamps: ``network = (response - dispatch) - (end - server_arrival)`
 physical while wait and service are scaled back to model time, so
 ``latency_s = network + (wait + service) * time_scale``. These parts cover dispatch to
 response; the (small) lag between the scheduled arrival and the dispatch is visible as
-``dispatch_wall - arrival_wall``.
+``dispatch_wall - arrival_wall`` (which includes ``state_fetch_s`` when there is one).
 
 Failures are data: a refused connection, an HTTP error or a timeout gives a row with
 ``outcome`` ``"error"`` or ``"timeout"`` and the reason in ``error`` (the latency
@@ -486,7 +490,12 @@ class Dispatcher:
     async def _send(self, task: Task, arrival_wall: float) -> dict[str, Any]:
         """Place ``task``, POST it and return its complete trace row."""
         cfg = self.config
-        fresh = await self._true_states() if self.policy.needs_true_state else {}
+        fresh: dict[str, Snapshot] = {}
+        state_fetch_s = None
+        if self.policy.needs_true_state:
+            fetch_began = time.perf_counter()
+            fresh = await self._true_states()
+            state_fetch_s = time.perf_counter() - fetch_began
         monitor, decision_columns = self._decide(task, fresh)
         dispatch_wall = time.time()
         row: dict[str, Any] = {
@@ -505,6 +514,7 @@ class Dispatcher:
             "arrival_wall": arrival_wall,
             "dispatch_wall": dispatch_wall,
             **decision_columns,
+            "state_fetch_s": state_fetch_s,
             "outcome": "ok",
             "error": None,
         }

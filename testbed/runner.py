@@ -23,6 +23,7 @@ from typing import Any
 
 from testbed import __version__
 from testbed.errors import TestbedError
+from testbed.fidelity import warning_line
 from testbed.replays import RunIncomplete
 from testbed.scenario.model import Scenario
 from workloads import generate_with
@@ -204,6 +205,9 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
 
         write_run_page(folder)
     progress(report.format_table(summary))
+    warning = warning_line(details.get("fidelity") or {})
+    if warning:  # an emulation whose host, shaper or paths were off: see docs/fidelity.md
+        progress(warning)
     progress(f"results: {folder}")
     if failed:
         raise RunIncomplete(str(folder), failed)

@@ -90,6 +90,7 @@ CORE: tuple[Column, ...] = (
     Column("estimate_s", _FLOAT, nullable=True),
     Column("state_age_s", _FLOAT),
     Column("decision_us", _FLOAT),
+    Column("state_fetch_s", _FLOAT, nullable=True),
     Column("outcome", _STRING),
     Column("error", _STRING, nullable=True),
 )

@@ -27,8 +27,14 @@ heap of the directions' head release times is enough.
 Control: a unix stream socket speaking JSON lines; each request ``{"op": ..., ...}`` gets
 exactly one reply ``{"ok": true, ...}`` or ``{"ok": false, "error": reason}``. A bad request
 never stops the delayer. Operations: ``ping``, ``add_link``, ``set``, ``up``, ``remove``,
-``stats``. Closing the TAP fds removes the devices, so ending the process removes every
-link it served.
+``remove_all``, ``stats``, ``lateness``. Closing the TAP fds removes the devices, so ending
+the process removes every link it served.
+
+Lateness: every forwarded frame's release lateness (written minus due, ns) goes into the
+direction's bounded sample (``stats``: p99 and max of its last 4096 frames) and into one
+process-wide :class:`LatenessHistogram` over every frame since it was last reset
+(``lateness``), which a run's fidelity guard reads: a shaper that releases late adds delay
+the scenario did not ask for.
 
 Run as ``python -m testbed.emulation.delayer --control /path/ctl.sock``; from Python use
 :func:`start_delayer` and :class:`DelayerClient`.
@@ -76,6 +82,8 @@ TFD_TIMER_ABSTIME = 1
 MAX_FRAME = 65535
 MAX_REQUEST = 1 << 20
 LATE_SAMPLES = 4096
+#: Sub-buckets per power of two in :class:`LatenessHistogram` (relative error <= 1/16).
+LATE_SUB_BITS = 5
 DEFAULT_QUEUE = 1000
 LINK_PARAMS = ("delay_ms", "jitter_ms", "loss_pct", "queue", "seed")
 
@@ -166,6 +174,54 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
     return fd
 
 
+class LatenessHistogram:
+    """Counts of release lateness (ns) in log-spaced buckets: constant memory, O(1) adds.
+
+    Values below ``2**LATE_SUB_BITS`` ns are exact; above, each power of two is split in
+    ``2**(LATE_SUB_BITS - 1)`` buckets, so a quantile read as its bucket's upper edge
+    overstates the true value by at most 1/16 (it never understates it).
+    """
+
+    def __init__(self) -> None:
+        self.counts = [0] * (64 << LATE_SUB_BITS)  # every shift a 64-bit value can need
+        self.n = 0
+        self.max_ns = 0
+
+    def add(self, ns: int) -> None:
+        """Count one lateness; negatives (a clock oddity) count as 0."""
+        ns = max(ns, 0)
+        shift = max(ns.bit_length() - LATE_SUB_BITS, 0)
+        self.counts[(shift << LATE_SUB_BITS) | (ns >> shift)] += 1
+        self.n += 1
+        self.max_ns = max(self.max_ns, ns)
+
+    @staticmethod
+    def _upper(key: int) -> int:
+        shift, mantissa = key >> LATE_SUB_BITS, key & ((1 << LATE_SUB_BITS) - 1)
+        return ((mantissa + 1) << shift) - 1
+
+    def quantile(self, q: float) -> int | None:
+        """The ``q`` quantile in ns (bucket upper edge, capped at the maximum seen)."""
+        if not self.n:
+            return None
+        rank = max(1, math.ceil(q * self.n))
+        seen = 0
+        for key, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                return min(self._upper(key), self.max_ns)
+        return self.max_ns
+
+    def summary(self) -> dict[str, Any]:
+        """``count`` frames and their lateness ``p50_us``, ``p99_us``, ``max_us`` (None
+        when no frame was released)."""
+        def us(ns: int | None) -> float | None:
+            return None if ns is None else ns / 1000
+
+        return {"count": self.n, "p50_us": us(self.quantile(0.5)),
+                "p99_us": us(self.quantile(0.99)), "max_us": us(self.max_ns if self.n else None)}
+
+
 @dataclass
 class Direction:
     """One direction of a link: frames read from ``src_fd`` are written to ``dst_fd``."""
@@ -250,6 +306,7 @@ class Delayer:
         self.readers: dict[int, Direction] = {}
         self.clients: dict[int, tuple[socket.socket, bytearray]] = {}
         self.heap: list[tuple[int, int, Direction]] = []
+        self.lateness = LatenessHistogram()
         self._keys = 0
         try:
             os.unlink(control_path)
@@ -311,7 +368,9 @@ class Delayer:
             d.counters["dropped_write"] += 1
             return
         d.counters["forwarded"] += 1
-        d.late_ns.append(time.monotonic_ns() - due)
+        late = time.monotonic_ns() - due
+        d.late_ns.append(late)
+        self.lateness.add(late)
 
     def _release(self) -> None:
         heap = self.heap
@@ -389,7 +448,8 @@ class Delayer:
             handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
             if handler is None:
                 raise ValueError(f"unknown op {op!r}; expected one of "
-                                 "ping, add_link, set, up, remove, remove_all, stats")
+                                 "ping, add_link, set, up, remove, remove_all, stats, "
+                                 "lateness")
             return {"ok": True, **handler(req)}
         except KeyError as exc:
             return {"ok": False, "error": f"missing field {exc}"}
@@ -516,6 +576,17 @@ class Delayer:
         link = self._link(req)
         return {"id": link.link_id, "up": link.up, "params": link.params,
                 "a_to_b": link.ab.stats(), "b_to_a": link.ba.stats()}
+
+    def op_lateness(self, req: dict) -> dict[str, Any]:
+        """Release lateness of every frame since the last reset; ``reset: true`` starts a
+        new count after answering (a run resets it when its replays begin)."""
+        reset = req.get("reset", False)
+        if not isinstance(reset, bool):
+            raise TypeError(f"reset must be true or false, got {reset!r}")
+        summary = self.lateness.summary()
+        if reset:
+            self.lateness = LatenessHistogram()
+        return summary
 
     # -- loop ----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -655,6 +726,12 @@ class DelayerClient:
 
     def stats(self, link_id: str) -> dict[str, Any]:
         return self.request("stats", id=link_id)
+
+    def lateness(self, reset: bool = False) -> dict[str, Any]:
+        """Release lateness over every link since the last reset (``count``, ``p50_us``,
+        ``p99_us``, ``max_us``); ``reset`` starts a new count after this answer."""
+        reply = self.request("lateness", reset=reset)
+        return {k: reply[k] for k in ("count", "p50_us", "p99_us", "max_us")}
 
     def alive(self) -> bool:
         """Whether the delayer answers a ping."""

@@ -10,7 +10,9 @@ removed in reverse order on success, exception, SIGINT or SIGTERM):
 3. hand the running topology to the scenario's system's driver (:class:`Driver`): it
    prepares once, then replays the trace for each repetition and policy (applying the
    scenario's events on schedule through :meth:`EmulatedTopology.schedule_events`); the
-   network and services are restored after every replay;
+   network and services are restored after every replay. The fidelity guard
+   (:class:`~testbed.emulation.fidelity_watch.FidelityWatch`) measures the host, the
+   shaper and the paths meanwhile; its verdict is the details' ``fidelity``;
 4. tear everything down. The caller (:mod:`testbed.runner`) materialised the trace
    before and writes traces, summary, plots and metadata after.
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.emulation import links as linkmod
+from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
@@ -481,7 +484,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                   progress: Progress, driver: Driver,
                   ledger_root: Path | None = None) -> dict[str, Any]:
     """Run every repetition and policy of ``scenario`` with ``driver``; returns rows and
-    run details."""
+    run details (``fidelity``: the verdict of :func:`testbed.fidelity.judge`)."""
     prefix = f"tb{run[-4:]}"
     ledger = Ledger(run, root=ledger_root)
     started = time.time()
@@ -499,15 +502,18 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
         def restore() -> None:  # after every replay, failed or not
             topo.restore(scenario.events)
 
-        if together is not None:
-            rows, failed = replay_groups(
-                scenario.repetitions, scenario.policies,
-                lambda group, rep: together(topo, group, rep, progress), progress, restore)
-        else:
-            rows, failed = replay_each(
-                scenario.repetitions, scenario.policies,
-                lambda policy, rep: driver.replay(topo, policy, rep, progress), progress,
-                restore)
+        with FidelityWatch(topo, progress) as watch:
+            if together is not None:
+                rows, failed = replay_groups(
+                    scenario.repetitions, scenario.policies,
+                    lambda group, rep: together(topo, group, rep, progress), progress,
+                    restore)
+            else:
+                rows, failed = replay_each(
+                    scenario.repetitions, scenario.policies,
+                    lambda policy, rep: driver.replay(topo, policy, rep, progress), progress,
+                    restore)
+        details["fidelity"] = watch.verdict(rows)
         details["failed"] = failed
         details["driver"] = driver.details()
     details["rows"] = rows

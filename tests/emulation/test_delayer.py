@@ -116,6 +116,22 @@ def test_delay_gives_twice_the_one_way_delay_as_rtt(pair: Pair, delay_ms: float)
     assert stats["a_to_b"]["late_p99_us"] < 1000
 
 
+def test_lateness_counts_every_forwarded_frame_since_the_reset(pair: Pair) -> None:
+    pair.link(delay_ms=2)
+    pair.delayer.lateness(reset=True)
+    assert pair.delayer.lateness() == {"count": 0, "p50_us": None, "p99_us": None,
+                                       "max_us": None}
+    assert len(pair.rtts(20)) == 20
+    late = pair.delayer.lateness(reset=True)
+    stats = pair.delayer.stats("tbt-l1")  # read after: it counts every frame since link-up
+    forwarded = stats["a_to_b"]["forwarded"] + stats["b_to_a"]["forwarded"]
+    assert 40 <= late["count"] <= forwarded
+    assert 0 <= late["p50_us"] <= late["p99_us"] <= late["max_us"]
+    assert pair.delayer.lateness()["count"] == 0
+    with pytest.raises(EmulationError, match="reset must be true or false"):
+        pair.delayer.request("lateness", reset="yes")
+
+
 @pytest.mark.timing
 def test_runtime_change_of_delay(pair: Pair) -> None:
     pair.link(delay_ms=5)

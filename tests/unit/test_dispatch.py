@@ -162,6 +162,7 @@ async def test_every_task_is_placed_measured_and_written(tmp_path: Path, policy:
         assert row["response_model"] == pytest.approx(row["dispatch_model"] + row["latency_s"])
         assert row["arrival_wall"] <= row["dispatch_wall"] <= row["server_arrival_wall"]
         assert row["state_age_s"] < 0.2 and row["decision_us"] > 0
+        assert row["state_fetch_s"] is None  # only a true-state policy waits for a fetch
     assert statistics.median(service_errors) < 0.01  # model s; 1 ms wall
     assert max(service_errors) < 0.5  # even when a busy machine stalls the loop
     lags = [r["dispatch_wall"] - r["arrival_wall"] for r in rows]
@@ -240,6 +241,8 @@ async def test_a_true_state_policy_sees_fresh_exact_backlogs(
             assert state.age_s < 0.05  # fetched for this decision, not the 10 s poll
     assert any(s.backlog.in_service for _, v in oracle.views for s in v.targets.values())
     assert all(r["outcome"] == "ok" and r["state_age_s"] < 0.05 for r in rows)
+    # the fetch's wait is reported beside the latency and lies inside the dispatch lag
+    assert all(0 < r["state_fetch_s"] <= r["dispatch_wall"] - r["arrival_wall"] for r in rows)
 
 
 async def test_future_start_is_honoured(tmp_path: Path) -> None:

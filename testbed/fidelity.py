@@ -1,0 +1,219 @@
+"""The fidelity guard: did an emulation run measure the scenario, or the host it ran on?
+
+An emulation shares the machine's cores between the emulated nodes, the link shaper,
+the clients and the harness. Once they run short, every latency includes delays the
+scenario never asked for: tasks leave late, packets are released late, round trips grow.
+The emulation executor measures four things while it runs
+(:mod:`testbed.emulation.fidelity_watch`) and this module judges them:
+
+* ``host_idle_share``: the idle share of all cores during the replays (``/proc/stat``,
+  :class:`testbed.host_monitor.HostMonitor`);
+* ``dispatch_lag``: how late each trace task was sent, ``dispatch_wall - arrival_wall``
+  minus the policy's own ``state_fetch_s`` (a true-state policy's wait is its cost, not
+  the harness's), over rows of the trace-replay kind (``task``); other kinds' wall
+  columns follow their system's own meaning and are not judged;
+* ``shaper_lateness``: how late the userspace delayer released frames against their due
+  time, over every link (netem reports nothing);
+* ``rtt``: per client-to-target path, the median of a few TCP connects at the start of
+  the run against the round trip the topology's link delays configure.
+
+A measure that could not be taken is ``None`` and judged by nothing ("absent", not
+zero); ``absent`` says why. :func:`judge` returns the verdict ``metadata.json`` keeps as
+``fidelity``; its thresholds are :class:`Thresholds` (documented in docs/fidelity.md with
+the healthy and loaded values they were chosen from). Pure: no Mininet, aiohttp, Docker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from testbed.scenario.model import Scenario
+
+#: Row kinds whose ``arrival_wall`` is a scheduled send instant (``testbed.traces.CORE_KIND``,
+#: kept as a literal so this module does not load pandas).
+LAG_KINDS = ("task",)
+#: At most this many client-to-target paths are probed (declaration order), so a large
+#: topology's start-up stays short.
+MAX_PROBED_PATHS = 64
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where a measure stops being a healthy run's.
+
+    Chosen on the project's 2-core VM (docs/fidelity.md): healthy ``continuum`` runs
+    stay well inside every bound, a run beside two busy loops falls below the idle one.
+    """
+
+    #: Degraded when the cores were idle less than this share of the replays.
+    min_host_idle_share: float = 0.10
+    #: Degraded when the 99th percentile of the dispatch lag exceeds this (wall ms).
+    max_dispatch_lag_p99_ms: float = 10.0
+    #: Degraded when the shaper's release lateness p99 exceeds this (wall ms).
+    max_shaper_late_p99_ms: float = 1.0
+    #: A path's measured RTT may differ from the configured one by
+    #: ``max(rtt_slack_ms, rtt_slack_share * configured) + 2 * its jitter``.
+    rtt_slack_ms: float = 2.0
+    rtt_slack_share: float = 0.10
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready form, recorded beside the verdict."""
+        return asdict(self)
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of non-empty ``values`` (an observed value)."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def summarize_ms(values_s: Sequence[float]) -> dict[str, Any] | None:
+    """``count``, ``p50_ms``, ``p99_ms`` and ``max_ms`` of durations given in seconds;
+    ``None`` when there are none."""
+    if not values_s:
+        return None
+    return {"count": len(values_s), "p50_ms": quantile(values_s, 0.5) * 1000,
+            "p99_ms": quantile(values_s, 0.99) * 1000, "max_ms": max(values_s) * 1000}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def dispatch_lags(rows: Iterable[Mapping[str, Any]],
+                  kinds: Sequence[str] = LAG_KINDS) -> dict[str, list[float]]:
+    """Each scheduled row's lag in seconds, per policy: ``dispatch_wall - arrival_wall``
+    minus its ``state_fetch_s`` (when set). Rows of other kinds or without both instants
+    count not."""
+    lags: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("kind") not in kinds:
+            continue
+        due, sent = row.get("arrival_wall"), row.get("dispatch_wall")
+        if not (_finite(due) and _finite(sent)):
+            continue
+        fetch = row.get("state_fetch_s")
+        lag = sent - due - (fetch if _finite(fetch) else 0.0)
+        lags.setdefault(str(row.get("policy")), []).append(lag)
+    return lags
+
+
+def dispatch_lag(rows: Iterable[Mapping[str, Any]],
+                 kinds: Sequence[str] = LAG_KINDS) -> dict[str, Any] | None:
+    """The ``dispatch_lag`` measure: :func:`summarize_ms` of every lag, plus ``by_policy``
+    (the same per policy, so a reader sees whose client fell behind); ``None`` when no
+    row records a scheduled send."""
+    per_policy = dispatch_lags(rows, kinds)
+    summary = summarize_ms([lag for lags in per_policy.values() for lag in lags])
+    if summary is not None:
+        summary["by_policy"] = {policy: summarize_ms(lags)
+                                for policy, lags in sorted(per_policy.items())}
+    return summary
+
+
+def probe_plan(scenario: Scenario, limit: int = MAX_PROBED_PATHS) -> list[dict[str, Any]]:
+    """The client-to-target paths to probe, each with its configured round trip.
+
+    A client's targets are the nodes of the task servers it may use
+    (:meth:`Scenario.servers_for`) or, in a scenario without task servers, every
+    non-client host running a service; its own node is no path. ``configured_ms`` is
+    twice the one-way delays along the route, ``jitter_ms`` the one-way jitters summed.
+    """
+    served = sorted({s.node for s in scenario.services
+                     if scenario.node(s.node).role != "client"},
+                    key=[n.name for n in scenario.topology.nodes].index)
+    plan: list[dict[str, Any]] = []
+    for client in scenario.clients():
+        if scenario.task_servers():
+            targets = list(dict.fromkeys(s.node for s in scenario.servers_for(client)))
+        else:
+            targets = served
+        for target in targets:
+            if target == client.name:
+                continue
+            route = scenario.topology.path(client.name, target)
+            plan.append({"client": client.name, "target": target,
+                         "configured_ms": 2 * sum(link.delay_ms for link in route),
+                         "jitter_ms": sum(link.jitter_ms for link in route)})
+    return plan[:limit]
+
+
+def rtt_allowance_ms(path: Mapping[str, Any], thresholds: Thresholds = DEFAULT_THRESHOLDS
+                     ) -> float:
+    """How far a path's measured RTT may sit from its configured one."""
+    return max(thresholds.rtt_slack_ms,
+               thresholds.rtt_slack_share * path["configured_ms"]) + 2 * path["jitter_ms"]
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f} %"
+
+
+def _rtt_reason(path: Mapping[str, Any], thresholds: Thresholds) -> str | None:
+    measured, configured = path.get("measured_ms"), path["configured_ms"]
+    if not _finite(measured):
+        return None
+    allowed = rtt_allowance_ms(path, thresholds)
+    off = measured - configured
+    where = f"RTT {path['client']}->{path['target']} {measured:.2f} ms vs configured " \
+            f"{configured:.2f} ms"
+    if off > allowed:
+        return f"{where}: +{off:.2f} ms > +{allowed:.2f} ms allowed"
+    if off < -allowed:
+        return f"{where}: {off:.2f} ms, shorter by more than {allowed:.2f} ms " \
+               "(the link delay is not applied)"
+    return None
+
+
+def judge(measures: Mapping[str, Any], thresholds: Thresholds = DEFAULT_THRESHOLDS,
+          absent: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The verdict on one run's ``measures``: ``{"degraded", "reasons", "measures",
+    "thresholds", "absent"}``.
+
+    ``measures`` holds ``host_idle_share`` (share in [0, 1]), ``dispatch_lag`` and
+    ``shaper_lateness`` (``{"count", "p50_ms", "p99_ms", "max_ms"}``, the lag also
+    ``by_policy``) and ``rtt`` (a list
+    of paths from :func:`probe_plan` with ``measured_ms``), each possibly ``None``
+    (absent: judged by nothing). Every reason is one line naming the measure, its value
+    and the threshold it crossed.
+    """
+    reasons: list[str] = []
+    idle = measures.get("host_idle_share")
+    if _finite(idle) and idle < thresholds.min_host_idle_share:
+        reasons.append(f"host CPU idle share {_pct(idle)} < "
+                       f"{_pct(thresholds.min_host_idle_share)} (the cores were saturated)")
+    lag = measures.get("dispatch_lag")
+    if lag and _finite(lag.get("p99_ms")) and lag["p99_ms"] > thresholds.max_dispatch_lag_p99_ms:
+        worst = ""
+        if len(lag.get("by_policy") or {}) > 1:
+            name, most = max(lag["by_policy"].items(), key=lambda item: item[1]["p99_ms"])
+            worst = f", worst policy {name} at {most['p99_ms']:.2f} ms"
+        reasons.append(f"dispatch lag p99 {lag['p99_ms']:.2f} ms > "
+                       f"{thresholds.max_dispatch_lag_p99_ms:g} ms (tasks were sent late"
+                       f"{worst})")
+    late = measures.get("shaper_lateness")
+    if late and _finite(late.get("p99_ms")) \
+            and late["p99_ms"] > thresholds.max_shaper_late_p99_ms:
+        reasons.append(f"shaper release lateness p99 {late['p99_ms']:.2f} ms > "
+                       f"{thresholds.max_shaper_late_p99_ms:g} ms (frames left the links "
+                       "late)")
+    for path in measures.get("rtt") or ():
+        reason = _rtt_reason(path, thresholds)
+        if reason:
+            reasons.append(reason)
+    return {"degraded": bool(reasons), "reasons": reasons, "measures": dict(measures),
+            "thresholds": thresholds.to_dict(), "absent": dict(absent or {})}
+
+
+def warning_line(verdict: Mapping[str, Any]) -> str | None:
+    """The one line a run prints when ``verdict`` is degraded (``None`` otherwise)."""
+    if not verdict.get("degraded"):
+        return None
+    return "warning: degraded emulation: " + "; ".join(verdict["reasons"])
