@@ -208,13 +208,14 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         status, error = _run_emulation(spec, folder, run_dir)
     record = {k: spec[k] for k in RECORD_KEYS}
     record.update(status=status, error=error, failed=[], degraded=False, reasons=[],
-                  started=started, wall_s=time.time() - started)
+                  degraded_policies={}, started=started, wall_s=time.time() - started)
     if status in FINISHED:
         meta = json.loads((run_dir / "metadata.json").read_text())
         fidelity = meta.get("fidelity") or {}
         record.update(failed=meta.get("failed", []),
                       degraded=bool(fidelity.get("degraded", False)),
-                      reasons=list(fidelity.get("reasons", [])))
+                      reasons=list(fidelity.get("reasons", [])),
+                      degraded_policies=dict(fidelity.get("degraded_policies") or {}))
         frame = _traces_with_coordinates(spec, run_dir)
         traces_file(spec).parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(traces_file(spec), lambda p: frame.to_parquet(p, index=False))

@@ -118,6 +118,12 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
         progress(f"warning: {len(degraded)} degraded emulation cell(s) "
                  f"{'included' if include_degraded else 'left out (--include-degraded keeps them)'}"
                  f": {degraded[0]['label']}: {'; '.join(degraded[0].get('reasons', []))}")
+    lagging = sorted({p for r in records for p in r.get("degraded_policies") or {}})
+    if lagging:
+        progress(f"warning: policies marked degraded inside sound emulation cells "
+                 f"({', '.join(lagging)}) "
+                 f"{'included' if include_degraded else 'left out of their own rows'}; "
+                 "cell.json names the reason")
     progress(f"study folder: {folder}")
     incomplete = [r for r in records if r.get("status") != "ok"]
     if incomplete:

@@ -42,6 +42,9 @@ STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 STUDY_KEYS = ("study", "description", "scenario", "executors", "policies", "baseline",
               "replications", "seed", "grid")
 MAX_REPLICATIONS = 1_000
+#: Replication seeds have 31 bits: systems derive further seeds from a scenario seed by
+#: arithmetic (``seed * 1000 + repetition``), which must stay within 63 bits.
+SEED_MASK = 2**31 - 1
 MAX_POINTS = 10_000
 ZIP = "zip"
 #: Grid paths the study sets itself, per replication.
@@ -110,7 +113,7 @@ class Study:
         the replication number."""
         blob = json.dumps([self.seed, list(point.values), replication], sort_keys=True,
                           default=str)
-        return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:8], "big") & MAX_SEED
+        return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
 
     def scenario(self, point: Point, replication: int) -> Scenario:
         """The validated scenario of one replication of ``point``; a

@@ -10,8 +10,9 @@ intervals are then batch means over that run's tasks (:mod:`testbed.stats`), and
 
 Failed and timed-out tasks are counted (``failed_tasks``: tasks no repetition
 completed), never silently dropped. Degraded emulation cells (see
-``docs/fidelity.md``) are counted in ``degraded_cells`` and left out of the statistics
-unless ``include_degraded`` is set.
+``docs/fidelity.md``), and a policy the guard marked degraded inside an otherwise sound
+cell, are counted in the row's ``degraded_cells`` and left out of its statistics unless
+``include_degraded`` is set.
 """
 
 from __future__ import annotations
@@ -124,6 +125,12 @@ def _policy_row(frames: Sequence[pd.DataFrame], policy: str, baseline: str) -> d
     return row
 
 
+def _degraded_for(record: Mapping[str, Any], policy: str) -> bool:
+    """Whether the fidelity guard put ``policy``'s numbers in ``record``'s cell in doubt:
+    the whole cell, or that policy alone (its own client fell behind)."""
+    return bool(record.get("degraded")) or policy in (record.get("degraded_policies") or {})
+
+
 def summarize(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
               traces_dir: Path, include_degraded: bool = False) -> pd.DataFrame:
     """The summary table of a study from its cell records and ``traces/`` folder.
@@ -136,16 +143,18 @@ def summarize(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
         for executor in study["executors"]:
             mine = [r for r in records if r["point"] == point_index
                     and r["executor"] == executor]
-            degraded = sum(1 for r in mine if r.get("degraded"))
             failed_cells = sum(1 for r in mine if r.get("status") not in ("ok", "incomplete"))
-            frames = [pd.read_parquet(traces_dir / f"{r['key']}.parquet") for r in mine
-                      if r.get("status") in ("ok", "incomplete")
-                      and (include_degraded or not r.get("degraded"))]
+            done = [r for r in mine if r.get("status") in ("ok", "incomplete")]
+            frames = {r["key"]: pd.read_parquet(traces_dir / f"{r['key']}.parquet")
+                      for r in done}
             for policy in study["policies"]:
+                doubtful = [r for r in done if _degraded_for(r, policy)]
+                used = [frames[r["key"]] for r in done
+                        if include_degraded or not _degraded_for(r, policy)]
                 row: dict[str, Any] = {path: values.get(path) for path in grid}
                 row.update(executor=executor, policy=policy)
-                row.update(_policy_row(frames, policy, study["baseline"]))
-                row.update(degraded_cells=degraded, failed_cells=failed_cells)
+                row.update(_policy_row(used, policy, study["baseline"]))
+                row.update(degraded_cells=len(doubtful), failed_cells=failed_cells)
                 rows.append(row)
     frame = pd.DataFrame(rows)
     return frame[[*grid, *COLUMNS]] if rows else pd.DataFrame(columns=[*grid, *COLUMNS])

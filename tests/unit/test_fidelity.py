@@ -28,8 +28,9 @@ def healthy() -> dict:
 
 def test_a_healthy_run_is_not_degraded() -> None:
     verdict = judge(healthy())
-    assert verdict == {"degraded": False, "reasons": [], "measures": healthy(),
-                       "thresholds": Thresholds().to_dict(), "absent": {}}
+    assert verdict == {"degraded": False, "reasons": [], "degraded_policies": {},
+                       "measures": healthy(), "thresholds": Thresholds().to_dict(),
+                       "absent": {}}
     json.dumps(verdict)  # metadata.json keeps it as is
     assert fidelity.warning_line(verdict) is None
 
@@ -117,12 +118,21 @@ def test_dispatch_lag_counts_scheduled_rows_without_the_policys_state_fetch() ->
     assert fidelity.LAG_KINDS == (CORE_KIND,)
 
 
-def test_a_lag_reason_names_the_policy_that_fell_behind() -> None:
+def test_one_lagging_policy_is_marked_alone_and_all_lagging_degrade_the_run() -> None:
     lag = {"count": 4, "p50_ms": 1.0, "p99_ms": 40.0, "max_ms": 50.0,
            "by_policy": {"jsq": {"p99_ms": 3.0}, "oracle": {"p99_ms": 45.0}}}
-    [reason] = judge({**healthy(), "dispatch_lag": lag})["reasons"]
-    assert reason == ("dispatch lag p99 40.00 ms > 10 ms (tasks were sent late, worst "
-                      "policy oracle at 45.00 ms)")
+    verdict = judge({**healthy(), "dispatch_lag": lag})
+    assert not verdict["degraded"] and verdict["reasons"] == []
+    assert verdict["degraded_policies"] == {
+        "oracle": "dispatch lag p99 45.00 ms > 10 ms (its tasks were sent late)"}
+    assert fidelity.warning_line(verdict) == (
+        "warning: degraded policies in this emulation: oracle: dispatch lag p99 45.00 ms "
+        "> 10 ms (its tasks were sent late)")
+    lag["by_policy"]["jsq"]["p99_ms"] = 12.0
+    verdict = judge({**healthy(), "dispatch_lag": lag})
+    assert verdict["degraded"] and verdict["degraded_policies"] == {}
+    assert verdict["reasons"] == [("dispatch lag p99 40.00 ms > 10 ms (tasks of every policy "
+                                  "were sent late)")]
 
 
 def test_quantile_is_nearest_rank() -> None:

@@ -205,3 +205,20 @@ def test_a_bad_study_file_is_one_line_and_starts_nothing(tmp_path: Path) -> None
     assert "workload.params.rate=-2.0): workload.params.rate: expected a finite number > 0" \
         in res.stderr and res.stderr.count("\n") == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_degraded_cells_and_policies_are_left_out_unless_included(tmp_path: Path) -> None:
+    from testbed.study.cells import read_cell
+    from testbed.study.summary import summarize
+
+    study = study_from_dict(study_doc(replications=3, grid={}))
+    out = run_study(study, tmp_path / "s", serial=True, progress=lambda _l: None)
+    about = json.loads((out / "study.json").read_text())
+    records = [read_cell(c) for c in sorted((out / "cells").iterdir())]
+    records[0]["degraded"] = True  # as the fidelity guard records it
+    records[1]["degraded_policies"] = {"jsq": "dispatch lag p99 45.00 ms > 10 ms"}
+    table = summarize(about, records, out / "traces").set_index("policy")
+    assert table.loc["random", "replications"] == 2 and table.loc["random", "degraded_cells"] == 1
+    assert table.loc["jsq", "replications"] == 1 and table.loc["jsq", "degraded_cells"] == 2
+    kept = summarize(about, records, out / "traces", include_degraded=True).set_index("policy")
+    assert (kept["replications"] == 3).all() and kept.loc["jsq", "degraded_cells"] == 2
