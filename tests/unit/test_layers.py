@@ -42,7 +42,8 @@ def _package_modules(package: str) -> list[str]:
 
 def _pure_modules() -> list[str]:
     modules = ["testbed.scenario", "testbed.scenario.loader", "testbed.scenario.model",
-               "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity"]
+               "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity",
+               "testbed.study.spec"]
     modules += _package_modules("testbed.policies") + _package_modules("testbed.sim")
     modules += _package_modules("workloads")
     for name in systems():
@@ -123,7 +124,9 @@ def test_the_import_rule_can_fail() -> None:
 GENERIC = ["testbed/runner.py", "testbed/cli.py", "testbed/traces.py", "testbed/report.py",
            "testbed/pytest_plugin.py", "testbed/errors.py", "testbed/calibrate.py",
            "testbed/host_monitor.py", "testbed/latency.py", "testbed/__init__.py",
-           "testbed/fidelity.py",
+           "testbed/fidelity.py", "testbed/stats.py", "testbed/compare.py",
+           "testbed/compare_folders.py", "testbed/replays.py", "testbed/report_html.py",
+           "testbed/html_page.py", "testbed/study",
            "testbed/systems/__init__.py", "testbed/sim/__init__.py",
            "testbed/scenario", "testbed/emulation", "testbed/experiments"]
 
