@@ -170,7 +170,9 @@ def _draw_band(ax: Any, x: np.ndarray, y: np.ndarray, low: np.ndarray, high: np.
     after = np.concatenate((finite[1:], [False]))
     alone = finite & ~before & ~after
     if alone.any():
-        ax.errorbar(x[alone], y[alone], yerr=[y[alone] - low[alone], high[alone] - y[alone]],
+        below = np.maximum(y[alone] - low[alone], 0.0)  # a value outside its own interval
+        above = np.maximum(high[alone] - y[alone], 0.0)  # draws no negative bar
+        ax.errorbar(x[alone], y[alone], yerr=[below, above],
                     fmt="none", ecolor=colour, capsize=3, gid=gid)
 
 

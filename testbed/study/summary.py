@@ -71,7 +71,9 @@ def _replicated(per_rep: Sequence[Mapping[str, float]], diffs: Sequence[float]
 
 
 def _batched(series: np.ndarray, baseline: np.ndarray | None) -> dict[str, Any]:
-    """Columns from the one replication's tasks, by batch means."""
+    """Columns from the one replication's tasks, by batch means. Where an interval exists
+    the value is its centre, the steady-state estimate after the warm-up (so the value
+    lies inside its interval); without one, the value over every completed task."""
     out: dict[str, Any] = {}
     described = ""
     for name in STATS:
@@ -79,12 +81,14 @@ def _batched(series: np.ndarray, baseline: np.ndarray | None) -> dict[str, Any]:
         if name in ("mean", "p95"):
             interval = batch_interval(series, name) if series.size else None
             out[f"{name}_ci_low_ms"], out[f"{name}_ci_high_ms"] = _bounds(interval)
-            if interval is not None and not described:
-                described = interval.describe()
+            if interval is not None and interval.bounds is not None:
+                out[f"{name}_ms"] = interval.estimate
+                described = described or interval.describe()
     diff = None
     if baseline is not None and series.size and baseline.size == series.size:
         diff = paired_batch_interval(series, baseline, "mean")
-        out["diff_vs_baseline_ms"] = statistic(series, "mean") - statistic(baseline, "mean")
+        out["diff_vs_baseline_ms"] = (diff.estimate if diff.bounds is not None else
+                                      statistic(series, "mean") - statistic(baseline, "mean"))
     else:
         out["diff_vs_baseline_ms"] = math.nan
     out["diff_ci_low_ms"], out["diff_ci_high_ms"] = _bounds(diff)

@@ -222,3 +222,17 @@ def test_degraded_cells_and_policies_are_left_out_unless_included(tmp_path: Path
     assert table.loc["jsq", "replications"] == 1 and table.loc["jsq", "degraded_cells"] == 2
     kept = summarize(about, records, out / "traces", include_degraded=True).set_index("policy")
     assert (kept["replications"] == 3).all() and kept.loc["jsq", "degraded_cells"] == 2
+
+
+def test_every_value_lies_inside_its_interval(tmp_path: Path) -> None:
+    for reps in (1, 3):
+        doc = study_doc(replications=reps, grid={})
+        doc["grid"] = {"duration": [40], "workload.params.rate": [1.0, 2.0]}
+        table = pd.read_parquet(run_study(study_from_dict(doc), tmp_path / str(reps),
+                                          serial=True, progress=lambda _l: None)
+                                / "summary.parquet")
+        for value, low, high in (("mean_ms", "mean_ci_low_ms", "mean_ci_high_ms"),
+                                 ("p95_ms", "p95_ci_low_ms", "p95_ci_high_ms"),
+                                 ("diff_vs_baseline_ms", "diff_ci_low_ms", "diff_ci_high_ms")):
+            inside = (table[low] <= table[value] + 1e-9) & (table[value] <= table[high] + 1e-9)
+            assert inside.all(), table[[value, low, high]]
