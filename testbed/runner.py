@@ -9,6 +9,7 @@ all) and ``work/`` (service and driver logs).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -73,8 +74,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The project's git commit (``-dirty`` when tracked files changed), if known."""
+    """The project's git commit (``-dirty`` when tracked files changed), if known.
+
+    Asked once per process: a process runs the code it imported at its start, so a later
+    edit of the tree would not describe it (a study worker runs many cells).
+    """
     try:
         res = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=5, check=False)

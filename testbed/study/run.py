@@ -9,12 +9,15 @@ finished; everything a killed attempt left half-written is removed first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from testbed.errors import Incomplete, TestbedError
 from testbed.study.cells import CELL_FILE, FINISHED, cell_dir, plan_cells, read_cell
@@ -109,9 +112,7 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
             run_dask(todo, progress, scheduler=scheduler, workers=workers)
     records = [read_cell(cell_dir(s)) or {**s, "status": "error", "error": "no record"}
                for s in specs]
-    table = summarize(about, records, folder / "traces", include_degraded=include_degraded)
-    write_summary(table, folder)
-    _write_page(folder)
+    table = _outputs(folder, about, records, include_degraded)
     progress(format_summary(table, study.grid_paths, study.baseline))
     degraded = [r for r in records if r.get("degraded")]
     if degraded:
@@ -131,8 +132,26 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
     return folder
 
 
-def _write_page(folder: Path) -> None:
-    """``report.html`` of the study."""
+OUTPUTS_KEY = "outputs.key"
+
+
+def _outputs(folder: Path, about: dict[str, Any], records: list[dict[str, Any]],
+             include_degraded: bool) -> pd.DataFrame:
+    """The summary table, written with the page unless both already describe exactly
+    these cells (a re-run with nothing to do then rewrites nothing)."""
     from testbed.report_html import write_study_page
 
+    key = hashlib.sha256(json.dumps(
+        [about, include_degraded,
+         [[r.get("key"), r.get("status"), r.get("degraded"), r.get("degraded_policies")]
+          for r in records]], sort_keys=True, default=str).encode()).hexdigest()
+    stamp = folder / OUTPUTS_KEY
+    done = [folder / "summary.parquet", folder / "summary.csv", folder / "report.html"]
+    if stamp.is_file() and stamp.read_text() == key and all(p.is_file() for p in done):
+        return pd.read_parquet(done[0])
+    stamp.unlink(missing_ok=True)
+    table = summarize(about, records, folder / "traces", include_degraded=include_degraded)
+    write_summary(table, folder)
     write_study_page(folder)
+    stamp.write_text(key)
+    return table

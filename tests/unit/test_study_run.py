@@ -83,10 +83,14 @@ def test_rerun_does_nothing_and_resume_runs_only_what_is_missing(tmp_path: Path)
     study = study_from_dict(study_doc())
     out = run_study(study, tmp_path / "s", serial=True, progress=lambda _l: None)
     before = mtimes(out)
+    outputs = {name: (out / name).stat().st_mtime_ns
+               for name in ("summary.csv", "summary.parquet", "report.html")}
     lines: list[str] = []
     run_study(study, out, serial=True, progress=lines.append)
     assert "4 finished before, 0 to run" in lines[0]
     assert mtimes(out) == before  # a finished cell's files are never rewritten
+    assert {n: (out / n).stat().st_mtime_ns for n in outputs} == outputs  # nothing new
+    assert any(line.startswith("baseline: random") for line in lines)  # still shown
     # what a kill leaves: one cell without its record, a half-written traces file
     victim = min((out / "cells").iterdir())
     (victim / CELL_FILE).unlink()
