@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,27 +30,53 @@ Progress = Callable[[str], None]
 
 
 class Tally:
-    """Cells done, failed and running, and an estimate of the time left."""
+    """Cells done, failed and running, and an estimate of the time left.
 
-    def __init__(self, total: int, slots: int) -> None:
-        self.total, self.slots = total, max(1, slots)
+    The estimate takes each executor's mean wall time per finished cell (an emulation
+    cell lasts far longer than a simulator cell) over the cells of that executor still
+    to run, divided by how many run at once: every slot for simulator cells, one for
+    emulation cells. An executor with no finished cell yet borrows the overall mean.
+    """
+
+    def __init__(self, specs: Sequence[Mapping[str, Any]], slots: int) -> None:
+        self.total, self.slots = len(specs), max(1, slots)
+        self.left: dict[str, int] = {}
+        for spec in specs:
+            self.left[spec["executor"]] = self.left.get(spec["executor"], 0) + 1
+        self.walls: dict[str, list[float]] = {}
         self.done = self.failed = 0
-        self.started = time.monotonic()
+        self.emulating = False
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Count one cell that ended."""
         self.done += 1
+        executor = record.get("executor", "")
+        self.left[executor] = max(0, self.left.get(executor, 1) - 1)
+        if record.get("wall_s") is not None:
+            self.walls.setdefault(executor, []).append(float(record["wall_s"]))
         if record.get("status") not in ("ok", "incomplete"):
             self.failed += 1
+
+    def seconds_left(self) -> float | None:
+        """The estimate, or ``None`` before any cell has ended."""
+        every = [w for walls in self.walls.values() for w in walls]
+        if not every:
+            return None
+        total = 0.0
+        for executor, left in self.left.items():
+            walls = self.walls.get(executor) or every
+            at_once = 1 if executor == EMULATION else self.slots
+            total += left * (sum(walls) / len(walls)) / at_once
+        return total
 
     def line(self) -> str:
         """``cells 12/60 done (1 failed), 2 running, about 40 s left``."""
         left = self.total - self.done
-        running = min(left, self.slots)
-        elapsed = time.monotonic() - self.started
-        eta = f", about {elapsed / self.done * left:.0f} s left" if self.done and left else ""
+        running = min(left, 1 if self.emulating else self.slots)
+        eta = self.seconds_left()
+        shown = f", about {eta:.0f} s left" if eta is not None and left else ""
         return (f"cells {self.done}/{self.total} done ({self.failed} failed), "
-                f"{running} running{eta}")
+                f"{running} running{shown}")
 
 
 def _error_record(spec: Mapping[str, Any], error: BaseException) -> dict[str, Any]:
@@ -63,7 +88,7 @@ def _error_record(spec: Mapping[str, Any], error: BaseException) -> dict[str, An
 
 def run_serial(specs: Sequence[Mapping[str, Any]], progress: Progress) -> list[dict[str, Any]]:
     """Every cell one after another in this process (the benchmark's peer)."""
-    tally = Tally(len(specs), 1)
+    tally = Tally(specs, 1)
     records = []
     for spec in specs:
         try:
@@ -137,12 +162,12 @@ def run_dask(specs: Sequence[Mapping[str, Any]], progress: Progress,
     try:
         progress(f"dask: {client.dashboard_link if cluster is None else f'{slots} local workers'}"
                  f"; {len(specs)} cells")
-        tally = Tally(len(specs), slots)
+        tally = Tally(specs, slots)
         records = _phase(client, [s for s in specs if s["executor"] != EMULATION], tally,
                          progress)
         emulated = [s for s in specs if s["executor"] == EMULATION]
         if emulated:
-            tally.slots = 1  # one emulation per host
+            tally.emulating = True  # one emulation per host
             records += _phase(client, emulated, tally, progress)
         return records
     finally:
