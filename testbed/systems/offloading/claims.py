@@ -444,6 +444,23 @@ def _gap_table(metrics: Metrics) -> str:
                    "p95 gap corrected"], rows)
 
 
+def _fidelity_line(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The setup line on the emulated runs' fidelity verdicts (``docs/fidelity.md``)."""
+    degraded = [e for e in entries if e["degraded"]]
+    policies = sorted({p for e in entries for p in e["degraded_policies"]})
+    text = (f"- **Fidelity** (`docs/fidelity.md`): {len(degraded)} of {len(entries)} emulated "
+            "runs degraded")
+    if degraded:
+        text += ": " + "; ".join(f"{e['point']} (replication {e['replication']}): "
+                                 f"{', '.join(e['reasons'])}" for e in degraded)
+        text += (". Their numbers are kept in the tables below (the experiment reports the "
+                 "paper's grid), so read their emulated columns with that in mind")
+    if policies:
+        text += (f"; policies whose own client fell behind in otherwise sound runs: "
+                 f"{', '.join(policies)}")
+    return text + "."
+
+
 def _setup(metrics: Metrics, command: str) -> str:
     size = metrics["size"]
     runs = metrics["runs"]
@@ -489,6 +506,7 @@ def _setup(metrics: Metrics, command: str) -> str:
         f"kernel {machine['kernel']}; shaping backend {backend or 'not used'}; commit(s) "
         f"{commits}."),
         f"- **Wall time**: {walls}.",
+        *([_fidelity_line(metrics["fidelity"])] if metrics.get("fidelity") else []),
         *([(f"- **Incomplete cells** (left out, see the study folders): "
            f"{'; '.join(metrics['incomplete'])}")] if metrics.get("incomplete") else []),
         (f"- **Regenerate**: `{command}` (as root for the emulation; "

@@ -22,6 +22,7 @@ The metric functions take per-task trace frames (``docs/traces.md``) and are pur
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -201,7 +202,7 @@ def sweep_studies(size: Size, executors: Sequence[str], scenario_file: Path
               "replications": size.replications, "seed": base.seed}
     edge = next(s.name for s in base.task_servers() if s.tier == "edge")
     load = {"study": "offloading-load", **common, "grid": {
-        "workload.params.rate": [rate_for_load(reference, x) for x in size.loads]}}
+        "workload.params.rate": [round(rate_for_load(reference, x), 9) for x in size.loads]}}
     capacity_ = {"study": "offloading-edge", **common, "grid": {
         f"services.{edge}.params.workers": list(size.edge_workers)}}
     out = []
@@ -550,6 +551,15 @@ def _run_info(folder: Path) -> dict[str, Any]:
             "scenario": meta["scenario"], "fidelity": meta.get("fidelity")}
 
 
+def _fidelity_entry(point: str, replication: int, found: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """What the report says about one emulated run's fidelity (``found`` is a cell
+    record or a run's ``fidelity`` verdict)."""
+    return {"point": point, "replication": replication,
+            "degraded": bool(found.get("degraded")), "reasons": list(found.get("reasons") or []),
+            "degraded_policies": dict(found.get("degraded_policies") or {})}
+
+
 def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progress,
                result: dict[str, Any]) -> tuple[list[Point], dict[tuple[str, str], list[Path]]]:
     """Run the load and edge sweeps as studies under ``out/studies``; returns their points
@@ -585,6 +595,9 @@ def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progre
                 if record.get("status") in FINISHED:
                     runs.setdefault((spec["executor"], name), []).append(
                         folder / "cells" / spec["key"] / "run")
+                    if spec["executor"] == "emulation":
+                        result.setdefault("fidelity", []).append(_fidelity_entry(
+                            name, spec["replication"], record))
     return points, runs
 
 
@@ -593,11 +606,16 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     """Run every experiment at ``size_name`` with ``executors``; returns all metrics.
 
     The load and edge sweeps are studies (``out/studies/offloading-load/`` and
-    ``offloading-edge/``, resumable, their cells on a local Dask cluster); the burst
-    run goes to ``out/<executor>/continuum-burst``. The metrics are also written to
+    ``offloading-edge/``, their cells on a local Dask cluster); the burst run goes to
+    ``out/<executor>/continuum-burst``. Re-run into the same ``out``, the experiment
+    runs only what an earlier attempt did not finish (the calibration and the penalty
+    sweep, a few seconds, run again). The metrics are also written to
     ``out/metrics.json`` (what :func:`testbed.systems.offloading.claims.write_report`
     reads); with several replications a point's metrics pool its replications' tasks
-    and its differences to ``hybrid`` carry t-intervals across replications.
+    and its differences to ``hybrid`` carry t-intervals across replications. Every
+    emulated run's fidelity verdict is listed under ``fidelity``; the metrics keep
+    degraded runs (the experiment is the paper's grid, not a study's table) and the
+    report names them.
     """
     from testbed.runner import machine_details
     from testbed.traces import read_traces
@@ -622,8 +640,16 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
         began = time.time()
         folder = out / executor / burst.name
         progress(f"[{executor}] {burst.name} (offered load {offered_load(burst.scenario):.2f})")
-        run_point(burst, executor, folder, progress)
+        if (folder / "metadata.json").is_file():  # finished by an earlier attempt
+            progress(f"[{executor}] {burst.name}: finished before, kept")
+        else:
+            if folder.exists():  # what a stopped attempt left
+                shutil.rmtree(folder)
+            run_point(burst, executor, folder, progress)
         folders[(executor, burst.name)] = [folder]
+        if executor == "emulation":
+            verdict = json.loads((folder / "metadata.json").read_text()).get("fidelity") or {}
+            result.setdefault("fidelity", []).append(_fidelity_entry(burst.name, 0, verdict))
         result["wall_s"][f"burst {executor}"] = time.time() - began
     points.append(burst)
     replications = {key: [read_traces(f) for f in found] for key, found in folders.items()}
