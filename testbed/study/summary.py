@@ -158,6 +158,9 @@ def summarize(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                 row: dict[str, Any] = {path: values.get(path) for path in grid}
                 row.update(executor=executor, policy=policy)
                 row.update(_policy_row(used, policy, study["baseline"]))
+                if not used:
+                    row["method"] = (f"no replication to use: {len(doubtful)} degraded "
+                                     f"(left out), {failed_cells} failed")
                 row.update(degraded_cells=len(doubtful), failed_cells=failed_cells)
                 rows.append(row)
     frame = pd.DataFrame(rows)
@@ -201,6 +204,6 @@ def format_summary(frame: pd.DataFrame, grid: Sequence[str], baseline: str) -> s
               for i, h in enumerate(head)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
-    methods = sorted(set(frame["method"])) if len(frame) else []
-    lines += [f"method: {m}" for m in methods]
+    methods = sorted({m.split(":")[0] for m in frame["method"]}) if len(frame) else []
+    lines += [f"method: {m} (each row's in summary.csv)" for m in methods]
     return "\n".join(lines)

@@ -226,6 +226,11 @@ def test_degraded_cells_and_policies_are_left_out_unless_included(tmp_path: Path
     assert table.loc["jsq", "replications"] == 1 and table.loc["jsq", "degraded_cells"] == 2
     kept = summarize(about, records, out / "traces", include_degraded=True).set_index("policy")
     assert (kept["replications"] == 3).all() and kept.loc["jsq", "degraded_cells"] == 2
+    for record in records:
+        record["degraded"] = True
+    none = summarize(about, records, out / "traces").set_index("policy")
+    assert (none["replications"] == 0).all() and none["mean_ms"].isna().all()
+    assert (none["method"] == "no replication to use: 3 degraded (left out), 0 failed").all()
 
 
 def test_every_value_lies_inside_its_interval(tmp_path: Path) -> None:

@@ -219,8 +219,9 @@ def _claim1(metrics: Metrics) -> tuple[str, list[bool]]:
                     "model-only - hybrid [95% CI]"], rows)
     rule = ("Rule: each comparison (per executor, load and baseline) passes when the paired "
             "difference (other minus hybrid, mean latency, 95 % paired interval: t across "
-            f"{_replications(metrics)}) is positive and excludes zero; holds if all pass, "
-            "partly if some do.")
+            f"{_replications(metrics)}; with batch means the difference shown is the "
+            "interval's centre, after the warm-up) is positive and excludes zero; holds if "
+            "all pass, partly if some do.")
     return table + "\n\n" + rule, flags
 
 
