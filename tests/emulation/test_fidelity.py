@@ -56,7 +56,8 @@ def cpu_hog() -> Iterator[list[int]]:
 def test_a_run_records_every_measure(tmp_path: Path) -> None:
     meta, _lines = _short_run(tmp_path, "plain")
     verdict = meta["fidelity"]
-    assert set(verdict) == {"degraded", "reasons", "measures", "thresholds", "absent"}
+    assert set(verdict) == {"degraded", "reasons", "degraded_policies", "measures",
+                            "thresholds", "absent"}
     measures = verdict["measures"]
     assert 0.0 <= measures["host_idle_share"] <= 1.0
     assert measures["dispatch_lag"]["count"] == meta["trace"]["n"]  # one row per task
