@@ -103,22 +103,24 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
 
 
 def _study(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``study.json`` and the usable cells' records, each with its traces (read once)."""
     about = json.loads((folder / "study.json").read_text())
     records = []
     for path in sorted((folder / "cells").glob("*/cell.json")):
         record = json.loads(path.read_text())
         if record.get("status") in ("ok", "incomplete") and not record.get("degraded"):
+            record["frame"] = pd.read_parquet(folder / "traces" / f"{record['key']}.parquet")
             records.append(record)
     return about, records
 
 
-def _replication_means(folder: Path, records: Sequence[Mapping[str, Any]], policy: str
+def _replication_means(records: Sequence[Mapping[str, Any]], policy: str
                        ) -> dict[Any, tuple[float, pd.DataFrame]]:
     """seed -> (the replication's mean latency of ``policy``, its traces); a record
     without a seed gets a key of its own, so it pairs with nothing."""
     out = {}
     for record in records:
-        frame = pd.read_parquet(folder / "traces" / f"{record['key']}.parquet")
+        frame = record["frame"]
         series = task_latencies_ms(frame, policy)
         if not series.empty:
             seed = record.get("seed")
@@ -171,8 +173,8 @@ def compare_studies(a: Path, b: Path) -> dict[str, Any]:
             for ea, eb in pairs:
                 mine = [r for r in rec_a if r["values"] == values and r["executor"] == ea]
                 theirs = [r for r in rec_b if r["values"] == values and r["executor"] == eb]
-                entry = _studies_diff(_replication_means(a, mine, policy),
-                                      _replication_means(b, theirs, policy), policy)
+                entry = _studies_diff(_replication_means(mine, policy),
+                                      _replication_means(theirs, policy), policy)
                 rows.append({**values, "executor": ea if by_executor else f"{ea} -> {eb}",
                              "policy": policy, **entry})
     if not rows:
