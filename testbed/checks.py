@@ -17,10 +17,19 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any, finite: bool = False) -> bool:
-    """An integer or a float, not a boolean; with ``finite``, not NaN or infinite."""
+    """An integer or a float, not a boolean; with ``finite``, not NaN or infinite.
+
+    An integer too large for a float (``1`` and 400 zeros) is not finite: every use of a
+    number here ends in float arithmetic, where it would overflow.
+    """
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         return False
-    return not finite or math.isfinite(value)
+    if not finite:
+        return True
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def is_text(value: Any, nonempty: bool = False) -> bool:

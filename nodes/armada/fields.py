@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nodes.common import Field, int_field, positive_number_field, str_field
+from testbed.checks import is_number
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -21,12 +22,7 @@ RUNTIMES = ("process", "docker")
 
 
 def _number_in(value: Any, lo: float, hi: float) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and lo <= value <= hi
-    )
+    return is_number(value, finite=True) and lo <= value <= hi
 
 
 def lat_field(required: bool = True) -> Field:

@@ -170,6 +170,11 @@ async def test_bad_requests_get_400_with_reasons(tmp_path) -> None:
         assert status == 400 and "min_replicas" in body["error"]
         status, body = await stack.call("POST", "/query", {"app": "det", "lat": "1", "lon": 2})
         assert status == 400 and body["error"].startswith("lat: expected number")
+        huge = 10**400  # an integer no float holds: refused, not an OverflowError (500)
+        status, body = await stack.call("POST", "/query", {"app": "det", "lat": huge, "lon": 2})
+        assert status == 400 and body["error"].startswith("lat: expected number")
+        status, body = await stack.call("POST", "/apps", deployment(cpu=huge), AUTH)
+        assert status == 400 and body["error"].startswith("cpu: expected finite number > 0")
         status, body = await stack.call("POST", "/query", {"app": "none", "lat": 1, "lon": 2})
         assert status == 404 and body["error"] == "no such application: none"
         status, body = await stack.call("GET", "/apps/none")

@@ -24,5 +24,11 @@ def test_numbers_and_finiteness() -> None:
     assert not is_number(True) and not is_number("2") and not is_number(None)
 
 
+def test_an_integer_too_large_for_a_float_is_not_finite() -> None:
+    huge = 10**400
+    assert is_number(huge) and not is_number(huge, finite=True) and not is_number(-huge, finite=True)
+    assert is_number(2**1000, finite=True)  # still a float (about 1e301)
+
+
 def test_text() -> None:
     assert is_text("") and not is_text("", nonempty=True) and not is_text(3)

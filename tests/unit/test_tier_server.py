@@ -367,6 +367,7 @@ TASK_BODY_ERRORS = [
     (b'{"task_id": 1, "size": NaN, "client": "a"}', "size"),
     (b'{"task_id": 1, "size": Infinity, "client": "a"}', "size"),
     (b'{"task_id": 1, "size": "1", "client": "a"}', "size"),
+    (b'{"task_id": 1, "size": 1' + b"0" * 400 + b', "client": "a"}', "size"),  # no float
     (b'{"task_id": 1, "size": 1}', "client"),
     (b'{"task_id": 1, "size": 1, "client": 3}', "client"),
     (b'{"task_id": 1, "size": 1, "client": ""}', "client"),
