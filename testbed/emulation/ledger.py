@@ -5,7 +5,9 @@ written (and fsynced) right after the resource exists, and a matching ``undone``
 after it is removed. :meth:`Ledger.teardown` removes what is still open in reverse order
 of creation; :func:`clean_stale` does the same for the ledgers of runs whose owning
 process is gone (a crash or ``kill -9``), and touches nothing that is not written in
-a ledger.
+a ledger. A ledger becomes visible only with its owner's header in it, so a concurrent
+``clean`` never mistakes a starting run for a stopped one; an owner that is a zombie
+has ended; a ledger that vanishes while ``clean`` reads it is skipped.
 
 Undo handlers are keyed by entry kind and must be idempotent: removing something that
 is already gone is success.
@@ -194,12 +196,26 @@ class Ledger:
         self.root = Path(root) if root is not None else LEDGER_ROOT
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / f"{run_id}.jsonl"
-        if self.path.exists():
-            raise FileExistsError(f"ledger {self.path} already exists")
         self._seq = 0
         self._open: dict[int, Entry] = {}
-        self._append({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
-                      "run": run_id, "time": time.time()})
+        self._publish({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
+                       "run": run_id, "time": time.time()})
+
+    def _publish(self, header: dict) -> None:
+        """Make the ledger visible with its header already in it (written to a temporary
+        name, then linked into place): a ``clean`` never sees a ledger without an owner.
+        ``link`` fails if the name exists, so two runs never share one ledger."""
+        tmp = self.root / f".{self.path.name}.{os.getpid()}.tmp"
+        with tmp.open("w") as fh:
+            fh.write(json.dumps(header, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, self.path)
+        except FileExistsError:
+            raise FileExistsError(f"ledger {self.path} already exists") from None
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _append(self, obj: dict) -> None:
         with self.path.open("a") as fh:
@@ -295,9 +311,13 @@ def stale_ledgers(root: Path | None = None) -> Iterator[Path]:
     if not root.is_dir():
         return
     for path in sorted(root.glob("*.jsonl")):
-        header, _ = read_ledger(path)
+        try:
+            header, _ = read_ledger(path)
+        except FileNotFoundError:
+            continue  # its run tore down (or another clean removed it) meanwhile
         owner = header.get("owner")
-        if owner is None or process_start_time(owner) != header.get("owner_start"):
+        # A zombie owner has ended: only its parent has yet to collect its status.
+        if owner is None or not is_running(owner, header.get("owner_start")):
             yield path
 
 
@@ -309,11 +329,18 @@ def clean_stale(root: Path | None = None) -> dict[str, list[str]]:
     load_handlers()
     report: dict[str, list[str]] = {}
     for path in list(stale_ledgers(root)):
-        _, entries = read_ledger(path)
+        try:
+            _, entries = read_ledger(path)
+        except FileNotFoundError:
+            continue  # another clean got there first; go on with the others
 
         def mark(obj: dict, path: Path = path) -> None:
-            with path.open("a") as fh:
-                fh.write(json.dumps(obj) + "\n")
+            try:  # "r+" never re-creates a ledger another clean has removed
+                with path.open("r+") as fh:
+                    fh.seek(0, os.SEEK_END)
+                    fh.write(json.dumps(obj) + "\n")
+            except FileNotFoundError:
+                pass
 
         errors = _undo_all(entries, mark)
         report[path.stem] = errors
