@@ -309,9 +309,15 @@ def main(argv: list[str] | None = None) -> int:
         from testbed.emulation.executor import Interrupted
 
         if isinstance(exc, Interrupted):
-            print(f"testbed: stopped by {exc}; everything the run created was removed",
-                  file=sys.stderr)
-            return 130
+            if exc.teardown_errors:
+                print(f"testbed: stopped by {exc}; teardown could not remove "
+                      f"{len(exc.teardown_errors)} resource(s): "
+                      f"{'; '.join(exc.teardown_errors)}; run `testbed clean`",
+                      file=sys.stderr)
+            else:
+                print(f"testbed: stopped by {exc}; everything the run created was removed",
+                      file=sys.stderr)
+            return exc.exit_code
         raise
 
 

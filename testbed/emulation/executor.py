@@ -52,22 +52,63 @@ ADDRESS_REF = re.compile(r"\{ip:([a-z][a-z0-9]{0,7})\}")
 
 
 class Interrupted(BaseException):
-    """Raised in the main thread when SIGINT or SIGTERM asks the run to stop."""
+    """Raised in the main thread when SIGINT or SIGTERM asks the run to stop.
+
+    ``teardown_errors`` lists what the teardown could not remove (empty: all went);
+    ``exit_code`` is the shell's convention, 128 + the signal (130 SIGINT, 143 SIGTERM).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.teardown_errors: list[str] = []
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class SignalGuard:
+    """What :func:`stop_on_signals` installed: the first signal raises
+    :class:`Interrupted`; once teardown began (:meth:`shield`), later signals only say that
+    teardown goes on, so a second Ctrl-C never cuts it short."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.shielded = False
+        self.raised = False
+
+    def handler(self, signum: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        if not self.shielded:
+            self.shielded = True  # teardown follows: no later signal may interrupt it
+            self.raised = True
+            raise Interrupted(signum)
+        print(f"testbed: {signal.Signals(signum).name} received; still removing what the "
+              "run created", file=sys.stderr, flush=True)
+
+    def shield(self) -> None:
+        """From now on a signal is remembered, not raised (teardown runs)."""
+        self.shielded = True
+
+    def deferred(self) -> Interrupted | None:
+        """The stop a signal asked for during teardown, to raise once teardown ended."""
+        if self.received is not None and not self.raised:
+            return Interrupted(self.received)
+        return None
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals() -> Iterator[SignalGuard]:
     """Turn SIGINT/SIGTERM into :class:`Interrupted` so ``finally`` blocks tear down."""
+    guard = SignalGuard()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield guard
         return
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {sig: signal.signal(sig, guard.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield guard
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
@@ -437,18 +478,27 @@ def emulated_topology(scenario: Scenario, ledger: Ledger, workdir: Path, prefix:
     could not remove is appended to ``teardown_errors`` and reported through
     ``progress``.
     """
-    with stop_on_signals():
+    with stop_on_signals() as guard:
         try:
             topo = bring_up(scenario, ledger, workdir, prefix, progress)
             try:
                 yield topo
             finally:
+                guard.shield()
                 stop_network(topo.net)
         finally:
+            guard.shield()
             errors = ledger.teardown()
             teardown_errors.extend(errors)
             if errors:
                 progress("teardown left errors: " + "; ".join(errors))
+            stopping = sys.exc_info()[1]
+            if isinstance(stopping, Interrupted):
+                stopping.teardown_errors = list(errors)
+        late = guard.deferred()  # a signal that came during teardown stops the run now
+        if late is not None:
+            late.teardown_errors = list(errors)
+            raise late
 
 
 class Driver(Protocol):

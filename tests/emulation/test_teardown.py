@@ -107,7 +107,44 @@ def test_signal_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, rest
+    assert proc.returncode == 128 + sig, rest  # 130 for SIGINT, 143 for SIGTERM
     assert "stopped by" in rest
+    _assert_gone(entries)
+    assert list(ledgers.iterdir()) == []
+
+
+def test_second_ctrl_c_never_skips_teardown(tmp_path: Path) -> None:
+    """SIGINTs that arrive while the teardown runs are acknowledged, never obeyed."""
+    ledgers = tmp_path / "ledgers"
+    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
+         "--out", str(tmp_path / "run")],
+        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "services answering" in line:
+                break
+        else:
+            pytest.fail("run ended before its services answered:\n" + "".join(lines))
+        entries = _live_entries(ledgers)
+        (path,) = ledgers.glob("*.jsonl")
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while path.exists() and '"undone"' not in path.read_text():
+            assert time.monotonic() < deadline, "teardown never began"
+            time.sleep(0.005)
+        for _ in range(3):  # impatient user: Ctrl-C again while teardown runs
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, rest
+    assert "stopped by SIGINT" in rest
     _assert_gone(entries)
     assert list(ledgers.iterdir()) == []
