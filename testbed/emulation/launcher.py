@@ -15,7 +15,8 @@ Protocol: JSON lines over a unix socket. Requests::
     {"op": "ping"}
 
 Children stay in the launcher's process group, so killing that group ends every
-service the run started even if individual records were lost.
+service the run started even if individual records were lost. If the harness dies
+while the launcher answers it, the launcher ends every child itself and exits.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ class _Server:
         if signum == signal.SIGCHLD:
             self.reap()
             return
+        self.end_children_and_exit()
+
+    def end_children_and_exit(self) -> None:
+        """SIGTERM every child, SIGKILL what is left after 3 s, then exit."""
         for pid in list(self.children):
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -161,8 +166,13 @@ class _Server:
                         reply = self.handle(json.loads(line))
                     except (ValueError, KeyError, TypeError, OSError) as exc:
                         reply = {"error": f"{type(exc).__name__}: {exc}"}
-                    stream.write((json.dumps(reply) + "\n").encode())
-                    stream.flush()
+                    try:
+                        stream.write((json.dumps(reply) + "\n").encode())
+                        stream.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        # the harness died while we answered: nobody will end the
+                        # services it started but could not record, so end them all now
+                        self.end_children_and_exit()
             self.reap()
 
 

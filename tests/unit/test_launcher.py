@@ -45,3 +45,36 @@ def test_bad_requests_get_errors_and_the_launcher_survives(launcher):
     with pytest.raises(EmulationError, match="module"):
         launcher.request(op="spawn", module=3, log="/dev/null")
     assert launcher.request(op="ping")["ok"] is True
+
+
+def test_client_death_mid_answer_ends_every_child(tmp_path: Path):
+    """A harness killed while the launcher answers: the launcher ends its children
+    (one the harness never recorded included) instead of dying of a broken pipe."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from testbed.emulation.ledger import process_start_time
+    from testbed.poll import wait_until
+
+    ledger = Ledger("launcher-death", root=tmp_path / "ledgers")
+    client = start_launcher(ledger, tmp_path)
+    child = client.spawn(None, "nodes.cpu_load", ["--duty", "0.01"], tmp_path / "child.log")
+    start = process_start_time(child)
+    client.close()  # the dying harness below is the launcher's next client
+    script = (f"import json, socket; s = socket.socket(socket.AF_UNIX); "
+              f"s.connect({str(client.control)!r}); "
+              f"s.sendall(json.dumps({{'op': 'wait', 'pid': {child}, 'timeout': 1}})"
+              f".encode() + b'\\n'); print('sent', flush=True); "
+              f"import time; time.sleep(60)")
+    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout.readline().strip() == "sent"
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait()
+        wait_until(lambda: not is_running(client.pid, client.start), timeout=15)
+        assert not is_running(child, start), "the launcher's child outlived it"
+        assert "BrokenPipeError" not in (tmp_path / "launcher.log").read_text()
+    finally:
+        ledger.teardown()
