@@ -195,12 +195,16 @@ def _experiment_options() -> dict[str, set[str]]:
 
 def _cmd_clean(_args: argparse.Namespace) -> int:
     from testbed.emulation.ledger import clean_stale
+    from testbed.emulation.names import release_stale_prefixes
 
     report = clean_stale()
+    freed = release_stale_prefixes()  # only those whose ledger is gone now
     if not report:
         print("nothing to clean: no ledger of a stopped run remains")
     for run, errors in report.items():
         print(f"{run}: {'cleaned' if not errors else 'errors: ' + '; '.join(errors)}")
+    if freed:
+        print(f"run prefixes freed: {' '.join(freed)}")
     return 1 if any(report.values()) else 0
 
 

@@ -36,7 +36,8 @@ EXECUTORS = ("emulation", "sim")
 
 
 def new_run_id(scenario: Scenario) -> str:
-    """``<scenario>-<UTC time>-<4 hex>``; the hex part prefixes the run's interfaces."""
+    """``<scenario>-<UTC time>-<4 hex>`` (the run's interfaces carry a prefix reserved
+    separately: :func:`testbed.emulation.names.reserve_prefix`)."""
     return f"{scenario.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-" \
            f"{secrets.token_hex(2)}"
 

@@ -21,10 +21,8 @@ containerd, shims, container processes, mounts, cgroups and the engine's folder.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import io
-import json
 import os
 import re
 import shutil
@@ -42,6 +40,7 @@ import docker
 import requests
 from docker.types import Mount
 
+from testbed.emulation import locks
 from testbed.emulation.ledger import Entry, Ledger, process_start_time, undo_handler, wait_gone
 from testbed.errors import EmulationError
 
@@ -72,28 +71,13 @@ def _lock_path(data_root: Path) -> Path:
 
 
 def _acquire_lock(data_root: Path, timeout: float, run_id: str) -> int:
-    """Lock ``data_root`` for this harness; wait at most ``timeout`` seconds for it."""
-    path = _lock_path(data_root)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = path.read_text(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise EmulationError(
-                    f"docker data root {data_root} is in use by another engine of the "
-                    f"harness (lock {path}, holder {holder}); waited {timeout:.0f} s. "
-                    "Wait for that run to end, or give this run its own data root "
-                    "(TESTBED_DOCKER_DATA_ROOT).") from None
-            time.sleep(0.05)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "run": run_id, "since": time.time()})
-              .encode(), 0)
-    return fd
+    """Lock ``data_root`` for this harness; wait at most ``timeout`` seconds for it,
+    saying in one line what the run waits for when another engine holds it."""
+    return locks.acquire(
+        _lock_path(data_root), run_id, f"the Docker data root {data_root}",
+        timeout=timeout,
+        hint="wait for that run to end, or give this run its own data root "
+             "(TESTBED_DOCKER_DATA_ROOT)")
 
 
 # This process's descriptor of each running engine's lock, by engine folder. The undo
@@ -109,17 +93,7 @@ def _release_lock(engine_dir: str) -> None:
 
 def _data_root_free(data_root: Path) -> bool:
     """True when no engine (nor harness) holds the data root's lock right now."""
-    try:
-        fd = os.open(_lock_path(data_root), os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the probe lock too
+    return locks.is_free(_lock_path(data_root))
 
 
 # ------------------------------------------------------------------------- the engine

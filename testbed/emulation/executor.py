@@ -38,6 +38,7 @@ from testbed.emulation import links as linkmod
 from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
+from testbed.emulation.names import reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok
 from testbed.emulation.shaping import resolve_backend
@@ -535,8 +536,8 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                   ledger_root: Path | None = None) -> dict[str, Any]:
     """Run every repetition and policy of ``scenario`` with ``driver``; returns rows and
     run details (``fidelity``: the verdict of :func:`testbed.fidelity.judge`)."""
-    prefix = f"tb{run[-4:]}"
     ledger = Ledger(run, root=ledger_root)
+    prefix = reserve_prefix(ledger)  # held until the ledger is gone (teardown or clean)
     started = time.time()
     details: dict[str, Any] = {"ledger": str(ledger.path)}
     errors: list[str] = []

@@ -10,7 +10,15 @@ a ledger. A ledger becomes visible only with its owner's header in it, so a conc
 has ended; a ledger that vanishes while ``clean`` reads it is skipped.
 
 Undo handlers are keyed by entry kind and must be idempotent: removing something that
-is already gone is success.
+is already gone is success. A resource whose name could belong to someone else is
+recorded *before* it is made (the intent) and :meth:`Ledger.confirm`-ed after, with what
+identifies the very object made (an interface's ifindex); its undo removes a confirmed
+one only if it is still that object, and an unconfirmed one only while the run's name
+prefix is still reserved for the run (:mod:`testbed.emulation.names`).
+
+A process entry with ``group`` set leads a process group (the service launcher): its
+undo signals the whole group, also when the leader itself is already dead, and waits
+until every member has ended, so children the run never recorded end with it.
 """
 
 from __future__ import annotations
@@ -99,6 +107,38 @@ def wait_gone(pid: int, start: int | None, timeout: float) -> bool:
     return False
 
 
+def _group_members(pgid: int, since: int | None) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid`` started at ``since`` or
+    later (a group's members start after its leader)."""
+    members = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid and \
+                (since is None or int(fields[19]) >= since):
+            members.append(int(proc.name))
+    return members
+
+
+def _alive(data: dict) -> bool:
+    """Whether the recorded process (for a group: any member of its group) still runs.
+
+    A group outlives a killed leader; its id cannot be given to a new process while a
+    member lives. A live process of the leader's pid with another start time means the
+    pid was reused, so the group is not ours.
+    """
+    if not data.get("group", False):
+        return is_running(data["pid"], data.get("start"))
+    start = process_start_time(data["pid"])
+    if start is not None and start != data.get("start"):
+        return False
+    return bool(_group_members(data["pid"], data.get("start")))
+
+
 def _signal(data: dict, sig: signal.Signals) -> None:
     try:
         if data.get("group", False):
@@ -115,7 +155,7 @@ def end_processes(entries: list[dict], grace: float = 3.0) -> None:
     Ending them one after another would cost a polling round per process, which adds
     up to seconds for the hundreds of processes a large topology runs.
     """
-    live = [d for d in entries if _same_process(d)]
+    live = [d for d in entries if _same_process(d) or _alive(d)]  # zombies: reaped below
     for first, wait in ((True, grace), (False, 3.0)):
         for data in live:
             # An entry may name its polite signal (interactive shells ignore SIGTERM).
@@ -123,7 +163,7 @@ def end_processes(entries: list[dict], grace: float = 3.0) -> None:
                     else signal.SIGKILL)
         deadline = time.monotonic() + wait
         while live and time.monotonic() < deadline:
-            ended = [d for d in live if not is_running(d["pid"], d.get("start"))]
+            ended = [d for d in live if not _alive(d)]
             for data in ended:
                 _reap(data["pid"])  # after the check: one that died just now is collected too
             live = [d for d in live if d not in ended]
@@ -143,17 +183,46 @@ def _run_quiet(argv: list[str]) -> None:
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
+def ifindex(name: str) -> int | None:
+    """The kernel's index of interface ``name`` in this namespace, None if it is absent."""
+    try:
+        return int(Path(f"/sys/class/net/{name}/ifindex").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _owned_interface(data: dict) -> bool:
+    """Whether the interface of an entry exists and is the run's own.
+
+    Confirmed (``ifindex`` recorded after it was made): only that very interface.
+    Recorded as an intent only (the run stopped before confirming): only while the
+    name's prefix is still reserved for the entry's run, since nobody else may then
+    make that name. Entries of older ledgers carry neither and are removed by name.
+    """
+    found = ifindex(data["name"])
+    if found is None:
+        return False
+    if "ifindex" in data:
+        return found == data["ifindex"]
+    if "prefix" in data:
+        from testbed.emulation.names import reserved_by
+
+        return reserved_by(data["prefix"]) == data.get("run")
+    return True
+
+
 @undo_handler("link")
 def _undo_link(data: dict) -> None:
-    """Delete a network interface in the root namespace (one end of a veth deletes both)."""
-    if Path(f"/sys/class/net/{data['name']}").exists():
+    """Delete a network interface of the run in the root namespace (one end of a veth
+    deletes both)."""
+    if _owned_interface(data):
         _run_quiet(["ip", "link", "del", data["name"]])
 
 
 @undo_handler("bridge")
 def _undo_bridge(data: dict) -> None:
     """Delete a Linux bridge created by the run."""
-    if Path(f"/sys/class/net/{data['name']}").exists():
+    if _owned_interface(data):
         _run_quiet(["ip", "link", "set", data["name"], "down"])
         _run_quiet(["ip", "link", "del", data["name"]])
 
@@ -198,6 +267,7 @@ class Ledger:
         self.path = self.root / f"{run_id}.jsonl"
         self._seq = 0
         self._open: dict[int, Entry] = {}
+        self._removed_hooks: list[Callable[[], None]] = []
         self._publish({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
                        "run": run_id, "time": time.time()})
 
@@ -233,6 +303,17 @@ class Ledger:
         self._open[entry.seq] = entry
         return entry
 
+    def confirm(self, entry: Entry, **data: object) -> None:
+        """Add what identifies the resource now that it exists (an intent recorded
+        before creating it becomes a confirmed entry)."""
+        entry.data.update(data)
+        self._append({"confirm": entry.seq, "data": dict(data)})
+
+    def on_removed(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once the ledger file is removed, i.e. everything it listed is
+        gone (what must outlive every resource of the run, like its name prefix)."""
+        self._removed_hooks.append(hook)
+
     def record_process(self, pid: int, group: bool = False, **data: object) -> Entry:
         """Record a process, pinned to its start time so a recycled pid is never hit."""
         return self.record("process", pid=pid, start=process_start_time(pid), group=group,
@@ -257,6 +338,9 @@ class Ledger:
         self._open.clear()
         if not errors:
             self.path.unlink(missing_ok=True)
+            for hook in self._removed_hooks:
+                hook()
+            self._removed_hooks.clear()
         return errors
 
 
@@ -300,6 +384,9 @@ def read_ledger(path: Path) -> tuple[dict, list[Entry]]:
             header = obj
         elif "undone" in obj:
             entries.pop(obj["undone"], None)
+        elif "confirm" in obj:
+            if obj["confirm"] in entries:
+                entries[obj["confirm"]].data.update(obj["data"])
         elif "seq" in obj:
             entries[obj["seq"]] = Entry(obj["seq"], obj["kind"], obj["data"])
     return header, sorted(entries.values(), key=lambda e: e.seq)

@@ -1,10 +1,16 @@
 """Builds a scenario's topology on Mininet and tears it down.
 
-Naming: Mininet hosts keep the scenario's node names (their interfaces live in their own
-network namespaces). Everything in the root namespace carries the run's prefix
-``tb<4 hex>`` so that exactly what this run made can be found and removed: a switch
-``s<i>`` becomes the bridge ``tb<rid>s<i>`` and its ports ``tb<rid>s<i>-e<port>``
-(Mininet's Linux bridge adopts the interfaces whose names contain the bridge's name).
+Naming (:func:`testbed.emulation.names.interface_plan`): Mininet hosts keep the
+scenario's node names (their interfaces live in their own network namespaces).
+Everything in the root namespace carries the run's reserved prefix (``tb`` + 4 base-36
+characters, :func:`testbed.emulation.names.reserve_prefix`) so that exactly what this run
+made can be found and removed: a switch ``s<i>`` becomes the bridge ``<prefix>s<i>`` and
+its ports ``<prefix>s<i>-e<port>`` (Mininet's Linux bridge adopts the interfaces whose
+names contain the bridge's name). Before anything is built, every name is checked
+against Linux's 15 characters and against the interfaces that already exist (Mininet
+deletes an existing bridge or veth of the same name, so building over one is refused).
+Each bridge and switch port is recorded in the ledger before it is made, with the
+prefix, and confirmed with its ifindex once it exists.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from mininet.nodelib import LinuxBridge
 from testbed.emulation import links as linkmod
 from testbed.emulation.cgroups import NodeCgroup
 from testbed.emulation.firewall_guard import guard_bridges
-from testbed.emulation.ledger import Ledger
+from testbed.emulation.ledger import Entry, Ledger, ifindex
+from testbed.emulation.names import InterfacePlan, check_absent, interface_plan
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
 
@@ -66,6 +73,8 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     for ``switch: ovs``); see :class:`testbed.emulation.executor.Infrastructure`.
     """
     setLogLevel(os.environ.get("TESTBED_MININET_LOG", "error"))
+    plan = interface_plan(topology, prefix)
+    check_absent(plan.root_names)
     switch_cls: Any = LinuxBridge
     controller = None
     if topology.switch == "ovs":
@@ -75,28 +84,23 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
                   autoSetMacs=True, waitConnected=False, inNamespace=False)
     built = BuiltNetwork(net=net, hosts={}, switches={}, links={}, backend=backend,
                          delayer=services.delayer)
+    bridges = []
     try:
-        _add_nodes(built, topology, prefix, ledger, services)
-        ports: dict[str, int] = {}
-        for index, link in enumerate(topology.links):
+        bridges = _add_nodes(built, topology, plan, ledger, services)
+        for index, (link, names) in enumerate(zip(topology.links, plan.links, strict=True)):
             a, b = built.hosts.get(link.a) or built.switches[link.a], \
                 built.hosts.get(link.b) or built.switches[link.b]
-            names = []
-            for node in (a, b):
-                port = ports.get(node.name, 0)
-                ports[node.name] = port + 1
-                sep = "-e" if node.name.startswith(prefix) else "-eth"
-                names.append(f"{node.name}{sep}{port}")
             spec = {**link.to_dict(), "seed": seed * 1000 + index}
+            ports = [_intent(ledger, "link", name, prefix) for name in names
+                     if name.startswith(prefix)]
             created = linkmod.make_link(net, a, b, spec, backend, services.delayer, names)
-            for name in names:
-                if name.startswith(prefix):
-                    ledger.record("link", name=name)
+            _confirm(ledger, ports)
             built.links[f"{link.a}-{link.b}"] = created
         if controller is not None:
             net.addController(controller)
         net.build()
         net.start()
+        _confirm(ledger, bridges)
         if topology.switch == "linuxbridge":
             guard_bridges(ledger, [sw.name for sw in built.switches.values()])
         if controller is not None:
@@ -108,16 +112,29 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     return built
 
 
-def _add_nodes(built: BuiltNetwork, topology: Topology, prefix: str, ledger: Ledger,
-               services: Any) -> None:
+def _intent(ledger: Ledger, kind: str, name: str, prefix: str) -> Entry:
+    """Record an interface the run is about to make (confirmed by :func:`_confirm`)."""
+    return ledger.record(kind, name=name, prefix=prefix, run=ledger.run_id)
+
+
+def _confirm(ledger: Ledger, entries: list[Entry]) -> None:
+    """Pin each made interface to its ifindex, so teardown removes only that one."""
+    for entry in entries:
+        index = ifindex(entry.data["name"])
+        if index is not None:
+            ledger.confirm(entry, ifindex=index)
+
+
+def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
+               ledger: Ledger, services: Any) -> list[Entry]:
+    """Add hosts and switches to Mininet; the bridges' intents (made at ``net.start``)."""
     net = built.net
-    switch_index = 0
+    bridges = []
     for node in topology.nodes:
         if node.role == "switch":
-            name = f"{prefix}s{switch_index}"
-            switch_index += 1
+            name = plan.switches[node.name]
+            bridges.append(_intent(ledger, "bridge", name, plan.prefix))
             switch = net.addSwitch(name, **services.switch_params())
-            ledger.record("bridge", name=name)
             built.switches[node.name] = switch
             continue
         if node.runtime == "docker":
@@ -126,11 +143,12 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, prefix: str, ledger: Led
         else:
             host = net.addHost(node.name)
             if node.cpu is not None or node.memory_mb is not None:
-                built.cgroups[node.name] = NodeCgroup(ledger, prefix, node.name,
+                built.cgroups[node.name] = NodeCgroup(ledger, plan.prefix, node.name,
                                                       node.cpu, node.memory_mb)
         ledger.record_process(host.pid, what=f"mininet host {node.name}", term="SIGHUP")
         host.cmd(IPV6_OFF)
         built.hosts[node.name] = host
+    return bridges
 
 
 def stop_network(built: BuiltNetwork) -> None:

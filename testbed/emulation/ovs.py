@@ -10,7 +10,11 @@ ledger alone.
 Facts this module is built around (see ``docs/ovs.md``):
 
 * only one userspace ``ovs-vswitchd`` works per network namespace: it owns the tap
-  ``ovs-netdev``. :func:`start_ovs` refuses to start when that tap already exists;
+  ``ovs-netdev``. :func:`start_ovs` first takes the machine-wide lock ``OVS_LOCK`` (held
+  until the instance's ``ovs-vswitchd`` is undone, and handed to the daemons so it also
+  outlives a killed harness), refusing at once with one line naming the run that holds
+  it; it then refuses to start when that tap already exists (an OVS not of the harness,
+  or a crashed run's leftover);
 * the taps of a netdev datapath are *persistent*: a plain ``SIGTERM`` or a crash leaves
   ``ovs-netdev`` and one tap per bridge behind. Teardown asks the daemon to
   ``exit --cleanup`` and then deletes any such tap that no process holds any more;
@@ -35,6 +39,7 @@ from typing import Any, Self
 from mininet.node import OVSSwitch
 from mininet.util import errRun
 
+from testbed.emulation import locks
 from testbed.emulation.ledger import (
     Entry,
     Ledger,
@@ -53,12 +58,25 @@ _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 _COMMAND_TIMEOUT_S = 15.0
 
 _ACTIVE: OvsInstance | None = None
+OVS_LOCK = Path(os.environ.get("TESTBED_OVS_LOCK", "/run/edge-testbed/ovs.lock"))
+"""Held by the run whose private userspace OVS runs on this machine."""
+# This process's descriptor of the OVS lock, by instance folder; the ``ovs_vswitchd``
+# undo closes it, so the lock goes with the daemon however the run is torn down.
+_HELD_LOCKS: dict[str, int] = {}
+
+
+def _release_lock(rundir: str) -> None:
+    fd = _HELD_LOCKS.pop(rundir, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None,
-         timeout: float = _COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+         timeout: float = _COMMAND_TIMEOUT_S,
+         pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else {**os.environ, **env}, check=False)
+                          env=None if env is None else {**os.environ, **env}, check=False,
+                          pass_fds=pass_fds)
 
 
 def is_alive(pid: int, start: int | None = None) -> bool:
@@ -136,6 +154,7 @@ def _undo_vswitchd(data: dict) -> None:
                 if wait_gone(pid, start, 3.0):
                     break
     _delete_orphan_tap(NETDEV_TAP)
+    _release_lock(data["rundir"])
 
 
 @undo_handler("ovs_bridge")
@@ -282,11 +301,12 @@ def _check_no_other_userspace_ovs() -> None:
         f"namespace. Stop that run first, or clean a crashed run with `testbed clean`.")
 
 
-def _daemon(argv: list[str], env: dict[str, str], pidfile: Path, log: Path) -> int:
+def _daemon(argv: list[str], env: dict[str, str], pidfile: Path, log: Path,
+            pass_fds: tuple[int, ...] = ()) -> int:
     """Run an OVS daemon with ``--detach`` (returns once it is ready); its pid."""
     pidfile.unlink(missing_ok=True)
     try:
-        result = _run(argv, env=env)
+        result = _run(argv, env=env, pass_fds=pass_fds)
     except subprocess.TimeoutExpired as exc:
         if pidfile.exists():  # the daemon forked but never became ready: end it
             pid = _read_pid(pidfile)
@@ -307,17 +327,26 @@ def start_ovs(ledger: Ledger, workdir: Path | str) -> OvsInstance:
     The folder is created if needed (and then recorded for removal); a database left in
     it by an earlier, stopped instance is replaced by a fresh one. Both daemons are
     recorded in ``ledger`` as soon as they run. Raises :class:`EmulationError` if another
-    userspace OVS already owns this namespace or a daemon fails to start.
+    run holds the machine's OVS lock, another userspace OVS already owns this namespace
+    or a daemon fails to start.
     """
     began = time.monotonic()
     workdir = Path(workdir).resolve()
     if len(str(workdir / "ovs-vswitchd.4194304.ctl")) > _SOCKET_PATH_MAX:
         raise EmulationError(f"OVS workdir {workdir}: path too long for unix sockets "
                              f"(keep it under {_SOCKET_PATH_MAX - 30} characters)")
-    _check_no_other_userspace_ovs()
     if not SCHEMA.exists():
         raise EmulationError(f"{SCHEMA} not found: install Debian's openvswitch-switch")
+    lock = locks.acquire(OVS_LOCK, ledger.run_id, "the machine's userspace Open vSwitch",
+                         hint="only one userspace ovs-vswitchd works per network "
+                              "namespace; wait for that run to end")
+    _HELD_LOCKS[str(workdir)] = lock
     entries: list[Entry] = []
+    try:
+        _check_no_other_userspace_ovs()
+    except BaseException:
+        _release_lock(str(workdir))
+        raise
     if not workdir.exists():
         workdir.mkdir(parents=True)
         entries.append(ledger.record("dir", path=str(workdir)))
@@ -348,13 +377,14 @@ def start_ovs(ledger: Ledger, workdir: Path | str) -> OvsInstance:
             ["ovs-vswitchd", f"unix:{workdir / 'db.sock'}", "--disable-system",
              f"--pidfile={workdir / 'ovs-vswitchd.pid'}",
              f"--log-file={workdir / 'ovs-vswitchd.log'}", "--detach", "--no-chdir"],
-            env, workdir / "ovs-vswitchd.pid", workdir / "ovs-vswitchd.log")
+            env, workdir / "ovs-vswitchd.pid", workdir / "ovs-vswitchd.log", (lock,))
         entries.append(ledger.record("ovs_vswitchd", pid=vswitchd_pid,
                                      start=process_start_time(vswitchd_pid),
                                      rundir=str(workdir)))
     except BaseException:
         for entry in reversed(entries):
             ledger.release(entry)
+        _release_lock(str(workdir))
         raise
     instance = OvsInstance(workdir=workdir, ledger=ledger, ovsdb_pid=ovsdb_pid,
                            vswitchd_pid=vswitchd_pid, start_s=time.monotonic() - began,

@@ -1,0 +1,210 @@
+"""A run's names on the machine: its reserved prefix and the interface names built on it.
+
+Everything a run makes in the root network namespace carries its prefix ``tb`` + 4
+base-36 characters (a switch ``s<i>`` is the bridge ``<prefix>s<i>``, its ports
+``<prefix>s<i>-e<port>``). Two live runs must never share a prefix: Mininet's Linux
+bridge deletes an existing bridge of its name before creating its own, and teardown
+deletes by name. So a prefix is *reserved* on the machine before anything is named
+with it:
+
+* :func:`reserve_prefix` creates ``PREFIX_ROOT/<prefix>.lock`` already locked
+  (:func:`testbed.emulation.locks.create_locked`: a temporary file linked into place, so
+  two runs can never both create it) and holds its ``flock`` while the run lives; a
+  prefix whose lock file exists, or that some interface already starts with, is
+  skipped for another random one;
+* the lock file names the run's ledger and stays until that ledger is gone: removed
+  when the run's teardown removed everything (the ledger's removal hook), or by
+  :func:`release_stale_prefixes` (``testbed clean``) once a killed run's ledger has
+  been cleaned. A killed run's prefix is therefore never reused before its leftovers
+  are removed.
+
+:func:`interface_plan` names every interface of a topology before anything is built and
+refuses names longer than Linux's 15 characters; :func:`check_absent` refuses to build
+over an interface that already exists (the build would delete it). The ``tbt`` family
+of prefixes belongs to calibration and tests, so a run's random part never starts with
+``t``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.emulation import locks
+from testbed.errors import EmulationError
+from testbed.scenario.model import Topology
+
+PREFIX_ROOT = Path(os.environ.get("TESTBED_PREFIX_ROOT", "/run/edge-testbed/prefixes"))
+ALPHABET = string.digits + string.ascii_lowercase
+IFNAMSIZ = 15  # Linux: interface names hold at most 15 bytes
+RESERVE_ATTEMPTS = 64
+
+
+def random_prefix() -> str:
+    """``tb`` + 4 random base-36 characters, the first not ``t`` (1.6 million choices)."""
+    first = secrets.choice(ALPHABET.replace("t", ""))
+    return "tb" + first + "".join(secrets.choice(ALPHABET) for _ in range(3))
+
+
+def candidates() -> Iterator[str]:
+    """Prefixes to try, in order (tests replace this to force a collision)."""
+    while True:
+        yield random_prefix()
+
+
+def _lock_path(prefix: str, root: Path) -> Path:
+    return root / f"{prefix}.lock"
+
+
+def _interfaces() -> list[str]:
+    try:
+        return os.listdir("/sys/class/net")
+    except OSError:
+        return []
+
+
+class _Reservation:
+    """The held lock of one prefix; :meth:`release` runs once the ledger is removed."""
+
+    def __init__(self, prefix: str, path: Path, fd: int) -> None:
+        self.prefix, self.path, self.fd = prefix, path, fd
+
+    def release(self) -> None:
+        """Give the prefix back: remove its lock file (still ours: we hold it), then
+        drop the lock."""
+        if self.fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+        self.fd = None
+
+
+def reserve_prefix(ledger: object, root: Path | None = None) -> str:
+    """Reserve a prefix no live or uncleaned run holds, for the run of ``ledger``; the
+    prefix. Held until ``ledger`` is removed (its teardown removed everything);
+    otherwise until ``testbed clean`` removed what the ledger lists.
+
+    ``ledger`` is a :class:`testbed.emulation.ledger.Ledger` (``run_id``, ``path``,
+    ``on_removed``, ``teardown``). Raises :class:`EmulationError` when no free prefix
+    was found, after removing the ledger (nothing was recorded in it yet).
+    """
+    root = Path(root) if root is not None else PREFIX_ROOT
+    root.mkdir(parents=True, exist_ok=True)
+    tried = []
+    for prefix, _ in zip(candidates(), range(RESERVE_ATTEMPTS), strict=False):
+        tried.append(prefix)
+        path = _lock_path(prefix, root)
+        fd = locks.create_locked(path, ledger.run_id, prefix=prefix,
+                                 ledger=str(Path(ledger.path).resolve()))
+        if fd is None:
+            continue  # a live run's, or a killed run's not yet cleaned
+        if any(name.startswith(prefix) for name in _interfaces()):
+            path.unlink(missing_ok=True)  # something not of the harness uses it
+            os.close(fd)
+            continue
+        ledger.on_removed(_Reservation(prefix, path, fd).release)
+        return prefix
+    ledger.teardown()
+    raise EmulationError(f"no free run prefix after {len(tried)} tries (last {tried[-1]}): "
+                         f"every one is held in {root}; run `testbed clean` if runs crashed")
+
+
+def reserved_by(prefix: str, root: Path | None = None) -> str | None:
+    """The run holding ``prefix`` (its lock file's ``run``), or None if nobody does."""
+    root = Path(root) if root is not None else PREFIX_ROOT
+    try:
+        return json.loads(_lock_path(prefix, root).read_text().splitlines()[0]).get("run")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def release_stale_prefixes(root: Path | None = None) -> list[str]:
+    """Remove the lock files of prefixes whose run is gone *and* whose ledger no longer
+    exists (cleaned); the prefixes freed. A prefix whose ledger is still there stays
+    reserved: what that ledger lists may still carry its name."""
+    root = Path(root) if root is not None else PREFIX_ROOT
+    freed = []
+    if not root.is_dir():
+        return freed
+    for path in sorted(root.glob("*.lock")):
+        fd = locks.lock_if_free(path)
+        if fd is None:
+            continue  # a live run holds it (or it went meanwhile)
+        try:
+            try:
+                ledger = json.loads(path.read_text().splitlines()[0]).get("ledger")
+            except (OSError, ValueError, IndexError, AttributeError):
+                ledger = None  # unreadable: a torn write of a run that died creating it
+            if ledger is None or not Path(ledger).exists():
+                path.unlink(missing_ok=True)
+                freed.append(path.stem)
+        finally:
+            os.close(fd)
+    return freed
+
+
+# ---------------------------------------------------------------- interface names
+
+@dataclass(frozen=True)
+class InterfacePlan:
+    """Every interface name a topology gets with one prefix.
+
+    ``switches`` maps a scenario switch to its bridge name; ``links`` holds, in the
+    topology's link order, the interface names at each end (``<prefix>s<i>-e<port>`` on
+    a switch, ``<host>-eth<port>`` in a host's namespace).
+    """
+
+    prefix: str
+    switches: dict[str, str]
+    links: tuple[tuple[str, str], ...]
+
+    @property
+    def root_names(self) -> list[str]:
+        """The names made in the root namespace: bridges and switch ports."""
+        ports = [n for pair in self.links for n in pair if n.startswith(self.prefix)]
+        return [*self.switches.values(), *ports]
+
+
+def interface_plan(topology: Topology, prefix: str) -> InterfacePlan:
+    """Name every bridge and link end of ``topology``; raise :class:`EmulationError`
+    naming the first interface longer than Linux's 15 characters."""
+    switches: dict[str, str] = {}
+    for node in topology.nodes:
+        if node.is_switch:
+            switches[node.name] = f"{prefix}s{len(switches)}"
+            _check_length(switches[node.name], f"bridge of switch {node.name!r}")
+    ports: dict[str, int] = {}
+    links = []
+    for link in topology.links:
+        pair = []
+        for end in (link.a, link.b):
+            port = ports.get(end, 0)
+            ports[end] = port + 1
+            pair.append(f"{switches[end]}-e{port}" if end in switches else f"{end}-eth{port}")
+            _check_length(pair[-1], f"port {port} of node {end!r}, link {link.name}")
+        links.append((pair[0], pair[1]))
+    return InterfacePlan(prefix=prefix, switches=switches, links=tuple(links))
+
+
+def _check_length(name: str, what: str) -> None:
+    if len(name) > IFNAMSIZ:
+        raise EmulationError(
+            f"topology: interface {name!r} ({what}) has {len(name)} characters; Linux "
+            f"allows {IFNAMSIZ}: give that node fewer links or the topology fewer switches")
+
+
+def check_absent(names: Iterable[str]) -> None:
+    """Refuse to build when an interface of these names already exists in the root
+    namespace: it is not this run's, and building would delete it."""
+    present = set(_interfaces())
+    taken = [name for name in names if name in present]
+    if taken:
+        raise EmulationError(
+            f"interface {taken[0]} already exists ({len(taken)} of this run's names are "
+            "taken) and is not this run's; nothing was built over it. Remove it, or run "
+            "`testbed clean` if a crashed run left it")
