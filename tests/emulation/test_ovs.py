@@ -305,3 +305,46 @@ def test_group_addresses_are_never_learned_destinations() -> None:
     assert is_group_address("01:00:5e:00:00:fb")
     assert is_group_address("33:33:00:00:00:01")
     assert not is_group_address("02:00:00:00:00:01")
+
+
+STARTER = """
+import sys
+from pathlib import Path
+from testbed.emulation.ledger import Ledger
+from testbed.emulation.ovs import start_ovs
+from testbed.errors import EmulationError
+ledger = Ledger(sys.argv[1], root=Path(sys.argv[2]))
+try:
+    ovs = start_ovs(ledger, Path(sys.argv[3]))
+except EmulationError as exc:
+    print("refused", exc, flush=True)
+    sys.exit(0 if ledger.teardown() == [] else 1)
+print("started", flush=True)
+sys.stdin.read()  # hold it until the test says stop
+sys.exit(0 if ledger.teardown() == [] else 1)
+"""
+
+
+@pytest.mark.emulation
+@needs_ovs
+@pytest.mark.usefixtures("no_other_userspace_ovs")
+def test_two_starts_in_quick_succession_never_both_pass(tmp_path: Path) -> None:
+    """Two runs start their OVS at once: one runs it, the other refuses in one line
+    naming that run (before the lock, both passed the check: the datapath tap appears
+    only with the first bridge)."""
+    runs = ["ovs-first", "ovs-second"]
+    starters = [subprocess.Popen([sys.executable, "-c", STARTER, run, str(tmp_path / "l"),
+                                  str(tmp_path / run)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for run in runs]
+    try:
+        outcomes = [starter.stdout.readline().strip() for starter in starters]
+    finally:
+        for starter in starters:
+            starter.communicate("", timeout=60)
+    assert sorted(o.split()[0] for o in outcomes if o) == ["refused", "started"], outcomes
+    winner = runs[[o.split()[0] for o in outcomes].index("started")]
+    refusal = next(o for o in outcomes if o.startswith("refused"))
+    assert f"the machine's userspace Open vSwitch is in use by run {winner}" in refusal
+    assert all(s.returncode == 0 for s in starters)  # each removed what it made
+    assert ovs_module.locks.is_free(ovs_module.OVS_LOCK)
+    assert list((tmp_path / "l").iterdir()) == []

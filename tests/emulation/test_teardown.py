@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation.ledger import Entry, is_running, read_ledger
+from testbed.poll import wait_until
 from testbed.replays import RunIncomplete
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
@@ -148,3 +149,71 @@ def test_second_ctrl_c_never_skips_teardown(tmp_path: Path) -> None:
     assert "stopped by SIGINT" in rest
     _assert_gone(entries)
     assert list(ledgers.iterdir()) == []
+
+
+def _start_run(tmp_path: Path, ledgers: Path) -> tuple[subprocess.Popen, list[Entry]]:
+    """A `testbed run continuum` child whose services answer; its live ledger entries."""
+    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
+         "--out", str(tmp_path / "run")],
+        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "services answering" in line:
+            return proc, _live_entries(ledgers)
+    proc.wait()
+    pytest.fail("run ended before its services answered:\n" + "".join(lines))
+
+
+def _spawn_unrecorded(launcher_pid: int, log: Path) -> int:
+    """A service started through the run's launcher but never written in its ledger
+    (what a harness killed between the launcher's answer and its record leaves)."""
+    import socket
+
+    argv = (Path(f"/proc/{launcher_pid}/cmdline").read_bytes().decode().split("\0"))
+    control = argv[argv.index("--control") + 1]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(control)
+        stream = sock.makefile("rwb")
+        stream.write(json.dumps({"op": "spawn", "module": "nodes.cpu_load",
+                                 "argv": ["--duty", "0.01"], "log": str(log)}).encode()
+                     + b"\n")
+        stream.flush()
+        return json.loads(stream.readline())["pid"]
+
+
+def test_sigkill_then_clean_leaves_nothing(tmp_path: Path) -> None:
+    """`testbed run` SIGKILLed mid-run, its launcher dead too (as an OOM kill leaves
+    it): `testbed clean` ends every process of the run, the unrecorded child included,
+    and removes its interfaces, its ledger and its prefix reservation."""
+    from testbed.emulation.ledger import process_start_time
+    from testbed.emulation.names import PREFIX_ROOT
+
+    ledgers = tmp_path / "ledgers"
+    proc, entries = _start_run(tmp_path, ledgers)
+    try:
+        (launcher,) = [e.data for e in entries if e.data.get("what") == "service launcher"]
+        prefix = next(e.data["name"] for e in entries if e.kind == "bridge")[:6]
+        proc.kill()
+        proc.wait()
+        child = _spawn_unrecorded(launcher["pid"], tmp_path / "unrecorded.log")
+        child_start = process_start_time(child)
+        assert is_running(child, child_start)
+        os.kill(launcher["pid"], signal.SIGKILL)  # nobody is left to end the child
+        wait_until(lambda: not is_running(launcher["pid"], launcher["start"]), timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    clean = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=PROJECT,
+                           env={**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)},
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert not is_running(child, child_start), "the unrecorded child survived clean"
+    _assert_gone(entries)
+    assert [n for n in os.listdir("/sys/class/net") if n.startswith(prefix)] == []
+    assert list(ledgers.iterdir()) == []
+    assert not (PREFIX_ROOT / f"{prefix}.lock").exists()
+    assert prefix in clean.stdout  # "run prefixes freed: ..."
