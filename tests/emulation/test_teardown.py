@@ -189,7 +189,6 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path) -> None:
     it): `testbed clean` ends every process of the run, the unrecorded child included,
     and removes its interfaces, its ledger and its prefix reservation."""
     from testbed.emulation.ledger import process_start_time
-    from testbed.emulation.names import PREFIX_ROOT
 
     ledgers = tmp_path / "ledgers"
     proc, entries = _start_run(tmp_path, ledgers)
@@ -215,5 +214,7 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path) -> None:
     _assert_gone(entries)
     assert [n for n in os.listdir("/sys/class/net") if n.startswith(prefix)] == []
     assert list(ledgers.iterdir()) == []
+    from testbed.emulation.names import PREFIX_ROOT
+
     assert not (PREFIX_ROOT / f"{prefix}.lock").exists()
     assert prefix in clean.stdout  # "run prefixes freed: ..."

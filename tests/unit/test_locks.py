@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import locks
 from testbed.emulation.docker_engine import _acquire_lock, _data_root_free
 
 WAITER = textwrap.dedent("""
@@ -44,6 +43,8 @@ def test_second_docker_run_says_what_it_waits_for(tmp_path: Path) -> None:
 
 
 def test_busy_lock_without_wait_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
+    from testbed.emulation import locks
+
     path = tmp_path / "thing.lock"
     held = locks.acquire(path, "holder-run", "the thing")
     try:
@@ -57,6 +58,8 @@ def test_busy_lock_without_wait_fails_at_once_naming_the_holder(tmp_path: Path) 
 
 
 def test_created_lock_file_is_locked_and_exclusive(tmp_path: Path) -> None:
+    from testbed.emulation import locks
+
     path = tmp_path / "name.lock"
     fd = locks.create_locked(path, "maker", note="x")
     assert fd is not None
