@@ -15,7 +15,8 @@ Protocol: JSON lines over a unix socket. Requests::
     {"op": "ping"}
 
 Children stay in the launcher's process group, so killing that group ends every
-service the run started even if individual records were lost. If the harness dies
+service the run started even if individual records were lost; the ledger's undo of the
+launcher does so also after the launcher itself died. If the harness dies
 while the launcher answers it, the launcher ends every child itself and exits.
 """
 

@@ -81,13 +81,13 @@ def acquire(path: Path, run: str, what: str, timeout: float = 0.0,
         if not _try(fd):
             if timeout <= 0:
                 raise LockBusy(f"{what} is in use by {holder(path)} (lock {path}); {hint}")
-            tell(f"waiting up to {timeout:.0f} s for {what}, in use by {holder(path)} "
+            tell(f"waiting up to {timeout:g} s for {what}, in use by {holder(path)} "
                  f"(lock {path})")
             deadline = time.monotonic() + timeout
             while not _try(fd):
                 if time.monotonic() >= deadline:
                     raise LockBusy(f"{what} is still in use by {holder(path)} after "
-                                   f"{timeout:.0f} s (lock {path}); {hint}")
+                                   f"{timeout:g} s (lock {path}); {hint}")
                 time.sleep(0.05)
         _write_holder(fd, run)
     except BaseException:

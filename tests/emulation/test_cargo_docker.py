@@ -30,6 +30,7 @@ require_docker()
 
 from testbed.emulation.executor import EmulatedTopology, emulated_topology
 from testbed.emulation.ledger import Ledger
+from testbed.emulation.names import reserve_prefix
 from testbed.emulation.probe import in_netns
 from testbed.poll import wait_until
 from testbed.scenario import Event, scenario_from_dict
@@ -70,7 +71,7 @@ def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedTopology]
     workdir = tmp_path_factory.mktemp("cargo-docker")
     ledger = Ledger(f"test-cargo-docker-{os.getpid()}")
     errors: list[str] = []
-    with emulated_topology(_scenario(), ledger, workdir, f"tc{os.getpid() % 1000}",
+    with emulated_topology(_scenario(), ledger, workdir, reserve_prefix(ledger),
                            lambda _line: None, errors) as built:
         yield built
     assert errors == []

@@ -108,7 +108,8 @@ def test_engine_starts_and_stops_leaving_nothing(tmp_path: Path) -> None:
 def test_second_engine_on_the_same_data_root_is_refused(tmp_path: Path) -> None:
     led = Ledger(_run_id("lock"), root=tmp_path / "ledgers")
     with (start_engine(led, data_root=tmp_path / "docker"),
-          pytest.raises(EmulationError, match="in use by another engine")):
+          pytest.raises(EmulationError, match=r"data root .* is still in use by run "
+                                                 r".*-lock-.* after 0.3 s")):
         start_engine(led, data_root=tmp_path / "docker", lock_timeout=0.3)
     assert led.teardown() == []
 

@@ -10,6 +10,7 @@ import pytest
 
 from testbed.emulation.executor import bring_up
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
+from testbed.emulation.names import reserve_prefix
 from testbed.emulation.network import stop_network
 from testbed.scenario.loader import scenario_from_dict
 
@@ -42,7 +43,7 @@ def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
     work.mkdir()
     topo = None
     try:
-        topo = bring_up(scenario, ledger, work, f"tb{os.getpid() % 0xffff:04x}",
+        topo = bring_up(scenario, ledger, work, reserve_prefix(ledger),
                         progress=lambda _l: None)
         srv = topo.net.hosts["srv"]
         pid = topo.services["edge"].pid
