@@ -107,10 +107,9 @@ def wait_gone(pid: int, start: int | None, timeout: float) -> bool:
     return False
 
 
-def _group_members(pgid: int, since: int | None) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid`` started at ``since`` or
-    later (a group's members start after its leader)."""
-    members = []
+def _group_table() -> dict[int, list[int]]:
+    """Start times of the live (not zombie) processes, by process group id."""
+    groups: dict[int, list[int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -118,14 +117,20 @@ def _group_members(pgid: int, since: int | None) -> list[int]:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] != "Z" and int(fields[2]) == pgid and \
-                (since is None or int(fields[19]) >= since):
-            members.append(int(proc.name))
-    return members
+        if fields[0] != "Z":
+            groups.setdefault(int(fields[2]), []).append(int(fields[19]))
+    return groups
 
 
-def _alive(data: dict) -> bool:
-    """Whether the recorded process (for a group: any member of its group) still runs.
+def _group_table_for(entries: list[dict]) -> dict[int, list[int]] | None:
+    """A :func:`_group_table` when some entry leads a group (one scan of /proc serves
+    them all), else None."""
+    return _group_table() if any(d.get("group") for d in entries) else None
+
+
+def _alive(data: dict, groups: dict[int, list[int]] | None = None) -> bool:
+    """Whether the recorded process (for a group: any member of its group started no
+    earlier than its leader) still runs; ``groups`` is a :func:`_group_table` to reuse.
 
     A group outlives a killed leader; its id cannot be given to a new process while a
     member lives. A live process of the leader's pid with another start time means the
@@ -136,7 +141,8 @@ def _alive(data: dict) -> bool:
     start = process_start_time(data["pid"])
     if start is not None and start != data.get("start"):
         return False
-    return bool(_group_members(data["pid"], data.get("start")))
+    members = (groups if groups is not None else _group_table()).get(data["pid"], [])
+    return any(data.get("start") is None or s >= data["start"] for s in members)
 
 
 def _signal(data: dict, sig: signal.Signals) -> None:
@@ -155,7 +161,8 @@ def end_processes(entries: list[dict], grace: float = 3.0) -> None:
     Ending them one after another would cost a polling round per process, which adds
     up to seconds for the hundreds of processes a large topology runs.
     """
-    live = [d for d in entries if _same_process(d) or _alive(d)]  # zombies: reaped below
+    groups = _group_table_for(entries)
+    live = [d for d in entries if _same_process(d) or _alive(d, groups)]  # zombies: reaped
     for first, wait in ((True, grace), (False, 3.0)):
         for data in live:
             # An entry may name its polite signal (interactive shells ignore SIGTERM).
@@ -163,7 +170,8 @@ def end_processes(entries: list[dict], grace: float = 3.0) -> None:
                     else signal.SIGKILL)
         deadline = time.monotonic() + wait
         while live and time.monotonic() < deadline:
-            ended = [d for d in live if not _alive(d)]
+            groups = _group_table_for(live)
+            ended = [d for d in live if not _alive(d, groups)]
             for data in ended:
                 _reap(data["pid"])  # after the check: one that died just now is collected too
             live = [d for d in live if d not in ended]

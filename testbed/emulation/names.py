@@ -34,10 +34,14 @@ import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.emulation import locks
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
+
+if TYPE_CHECKING:
+    from testbed.emulation.ledger import Ledger
 
 PREFIX_ROOT = Path(os.environ.get("TESTBED_PREFIX_ROOT", "/run/edge-testbed/prefixes"))
 ALPHABET = string.digits + string.ascii_lowercase
@@ -84,14 +88,13 @@ class _Reservation:
         self.fd = None
 
 
-def reserve_prefix(ledger: object, root: Path | None = None) -> str:
+def reserve_prefix(ledger: Ledger, root: Path | None = None) -> str:
     """Reserve a prefix no live or uncleaned run holds, for the run of ``ledger``; the
     prefix. Held until ``ledger`` is removed (its teardown removed everything);
     otherwise until ``testbed clean`` removed what the ledger lists.
 
-    ``ledger`` is a :class:`testbed.emulation.ledger.Ledger` (``run_id``, ``path``,
-    ``on_removed``, ``teardown``). Raises :class:`EmulationError` when no free prefix
-    was found, after removing the ledger (nothing was recorded in it yet).
+    Raises :class:`EmulationError` when no free prefix was found, after removing the
+    ledger (nothing was recorded in it yet).
     """
     root = Path(root) if root is not None else PREFIX_ROOT
     root.mkdir(parents=True, exist_ok=True)

@@ -95,3 +95,40 @@ def test_clean_stale_undoes_a_killed_owner(tmp_path: Path):
     assert json.loads(live.path.read_text().splitlines()[0])["run"] == "live"
     live.teardown()
     assert process_start_time(other.pid) is None
+
+
+LEADER = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(60)"])
+    print(child.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def test_group_entry_ends_the_group_of_a_dead_leader(tmp_path: Path):
+    """The launcher's case: its group outlives it, with a child nobody recorded (one
+    that even ignores SIGTERM); the group entry still ends it."""
+    import os
+    import signal
+
+    from testbed.emulation.ledger import is_running
+    from testbed.poll import wait_until
+
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    ledger = Ledger("group", root=tmp_path)
+    ledger.record_process(leader.pid, group=True, grace=0.2)
+    child = int(leader.stdout.readline())
+    child_start = process_start_time(child)
+    try:
+        leader.kill()
+        leader.wait()
+        assert is_running(child, child_start)  # orphaned, still in the dead leader's group
+        assert ledger.teardown() == []
+        wait_until(lambda: not is_running(child, child_start), timeout=5,
+                   what="the unrecorded child to end")
+    finally:
+        if is_running(child, child_start):
+            os.kill(child, signal.SIGKILL)
