@@ -24,16 +24,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import web
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
+from nodes.secret import SECRET_ENV, SECRET_KEY, SecretError, require_secret, secret_from
 from testbed.checks import is_int, is_number, is_text
 
 #: Largest request body any service accepts; larger ones get 413.
@@ -121,8 +124,32 @@ class Route:
     handler: Handler
     summary: str
     operation: Mapping[str, Any] = field(default_factory=dict)
+    #: Who may call it: :data:`SECRET` (the run's services and harness, with the run
+    #: secret), :data:`PUBLIC` (anyone), :data:`OWN` (the handler checks a credential of
+    #: its own, as the Beacon's user tokens). ``None``: :data:`SECRET` for a method that
+    #: changes state (POST, PUT, PATCH, DELETE), :data:`PUBLIC` for GET.
+    auth: str | None = None
+
+    def access(self) -> str:
+        """Who may call the route (``auth``, its default resolved)."""
+        if self.auth is not None:
+            return self.auth
+        return PUBLIC if self.method in ("GET", "HEAD") else SECRET
 
 
+#: Route access: the run secret is needed.
+SECRET = "secret"
+#: Route access: anyone may call it (reads, queries, the workload requests a service
+#: exists to serve); such a route must change nothing others rely on.
+PUBLIC = "public"
+#: Route access: the handler checks a credential of its own.
+OWN = "own"
+_ACCESS = (SECRET, PUBLIC, OWN)
+
+
+#: The route table of an application, as :func:`add_routes` registered it (tests check
+#: every route's access against it).
+ROUTES_KEY = web.AppKey("routes", list)
 #: The path of a service's OpenAPI document.
 OPENAPI_PATH = "/openapi.json"
 #: The document a service serves, kept on its application (tests compare it with the
@@ -139,13 +166,31 @@ def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
     """The OpenAPI 3.0 document of ``routes``: one path item per path, one operation
     per method, in the order of the table."""
     paths: dict[str, dict[str, Any]] = {}
+    secured = False
     for route in routes:
         operation = {"summary": route.summary, **route.operation}
+        if route.access() != PUBLIC:
+            secured = True
+            operation["security"] = [{"bearer": []}]
+            responses = dict(operation.get("responses", {}))
+            for code, reason in (("401", "no or malformed Authorization header"),
+                                 ("403", "credential not accepted")):
+                responses.setdefault(code, {"description": reason, "content": {
+                    "application/json": {"schema": _ERROR_SCHEMA}}})
+            operation["responses"] = responses
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     document: dict[str, Any] = {"openapi": "3.0.3", "info": dict(info), "paths": paths}
-    if components is not None:
-        document["components"] = dict(components)
+    if components is not None or secured:
+        document["components"] = dict(components or {})
+    if secured:
+        schemes = dict(document["components"].get("securitySchemes", {}))
+        schemes.setdefault("bearer", {"type": "http", "scheme": "bearer"})
+        document["components"]["securitySchemes"] = schemes
     return document
+
+
+_ERROR_SCHEMA = {"type": "object", "required": ["error"],
+                 "properties": {"error": {"type": "string"}}}
 
 
 def add_routes(app: web.Application, routes: Iterable[Route],
@@ -165,10 +210,15 @@ def add_routes(app: web.Application, routes: Iterable[Route],
         table.append(Route("GET", OPENAPI_PATH, handle_openapi, "this description",
                            _OPENAPI_OPERATION))
     for route in table:
+        if route.access() not in _ACCESS:
+            raise ValueError(f"{route.method} {route.path}: auth must be one of "
+                             f"{', '.join(_ACCESS)}, found {route.auth!r}")
+        handler = require_secret(route.handler) if route.access() == SECRET else route.handler
         if route.method == "GET":  # with HEAD, as aiohttp's add_get does
-            app.router.add_get(route.path, route.handler)
+            app.router.add_get(route.path, handler)
         else:
-            app.router.add_route(route.method, route.path, route.handler)
+            app.router.add_route(route.method, route.path, handler)
+    app[ROUTES_KEY] = [*app.get(ROUTES_KEY, []), *table]
     if info is not None:
         document.update(openapi_document(info, table, components))
         app[OPENAPI_KEY] = document
@@ -396,10 +446,15 @@ def run_service(
     server: Callable[..., None] = serve,
     pick_free_port: bool = False,
 ) -> int:
-    """Every service's ``main``: parse ``--host`` (default 0.0.0.0), ``--port`` (default
-    ``port``) and the options of ``config_cls``; configure logging; build the app with
-    ``make_app_from_config(params, address)``; serve it with ``server`` (:func:`serve`,
-    or a variant such as person search's larger backlog) until SIGTERM/SIGINT.
+    """Every service's ``main``: parse ``--host`` (default 127.0.0.1: a service started
+    by hand is not on the machine's real interfaces; the emulation passes 0.0.0.0,
+    which its host's network namespace confines), ``--port`` (default ``port``),
+    ``--secret-file`` and the options of ``config_cls``; read the run secret
+    (:func:`nodes.secret.secret_from`: the file given, else ``$TESTBED_SECRET_FILE``);
+    configure logging; build the app with ``make_app_from_config(params, address)``,
+    which keeps the secret as ``app[SECRET_KEY]``; serve it with ``server``
+    (:func:`serve`, or a variant such as person search's larger backlog) until
+    SIGTERM/SIGINT. Without a readable secret the service refuses to start.
 
     A bad option exits with status 2 naming it. A service that must know its own port
     before it listens (it advertises its URL) sets ``pick_free_port``: ``--port 0`` then
@@ -407,23 +462,30 @@ def run_service(
     :class:`~nodes.config.CannotStart`, the runner logs ``refusing to start: <reason>``
     and returns 1; otherwise it returns 0 after a graceful stop.
     """
-    clash = {f.name for f in fields_of(config_cls)} & {"host", "port"}
+    clash = {f.name for f in fields_of(config_cls)} & {"host", "port", "secret_file"}
     if clash:
         raise TypeError(f"{config_cls.__name__}: {min(clash)} is the runner's option")
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on "
-                        "(default: 0.0.0.0)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default: 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=port,
                         help=f"port to listen on, 0 for any free one (default: {port})")
+    parser.add_argument("--secret-file", metavar="PATH",
+                        help="file holding the run secret (mode 0600; default: "
+                             "$TESTBED_SECRET_FILE)")
     add_options(parser, config_cls)
     args = parser.parse_args(argv)
     params = params_from_args(config_cls, args, parser)
     address = Address(args.host, (args.port or free_port()) if pick_free_port else args.port)
     configure_logging()
     try:
+        secret = secret_from(args.secret_file)
         app = make_app_from_config(params, address)
-    except CannotStart as exc:
+    except (CannotStart, SecretError) as exc:
         logger.error("refusing to start: %s", exc)
         return 1
+    app[SECRET_KEY] = secret
+    if args.secret_file:  # the programs a service starts (a Captain's tasks) find it too
+        os.environ[SECRET_ENV] = str(Path(args.secret_file).resolve())
     server(app, address.host, address.port, logger=logger)
     return 0

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from nodes.common import (
+    PUBLIC,
     Address,
     Route,
     add_routes,
@@ -337,7 +338,7 @@ def make_app(
     tier = TierServer(workers, speed, time_scale, mu, window_s, model)
     app = make_base_app()
     add_routes(app, [
-        Route("POST", "/task", tier.handle_task, "serve one task"),
+        Route("POST", "/task", tier.handle_task, "serve one task", auth=PUBLIC),
         Route("GET", "/state", tier.handle_state,
               "what a client may observe (?detail=1 adds the backlog, for an oracle)"),
         Route("GET", "/health", tier.handle_health, "liveness and the number of workers"),

@@ -46,7 +46,7 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
   restores the replication factor; every listed replica is copied and merged).
 
 Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
---lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [...]``.
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL] [...]`` with the run secret in ``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ from nodes.armada.fields import (
     vector_field,
 )
 from nodes.common import (
+    PUBLIC,
     Address,
     Field,
     Route,
@@ -97,6 +98,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.secret import peer_headers
 
 _log = logging.getLogger("nodes.armada.cargo")
 
@@ -439,8 +441,7 @@ class CargoConfig:
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES
     node_type: str = "volunteer"
     tags: list[str] = field(default_factory=list)
-    beacon: str | None = None  # register through it (with ``token``) when set
-    token: str | None = None
+    beacon: str | None = None  # register through it (with the run secret) when set
     recheck_s: float = 5.0
     write_timeout_s: float = 10.0
     max_lag_s: float = 5.0
@@ -477,6 +478,7 @@ class Cargo(BeaconAgent):
         self.registrations = 0
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cargo-db")
         self._session: aiohttp.ClientSession | None = None
+        self.auth_headers: dict[str, str] = {}
         self._checked = asyncio.Event()
         self._agent: asyncio.Task[None] | None = None
         self._last_ts = 0
@@ -514,7 +516,9 @@ class Cargo(BeaconAgent):
         """Startup hook: open the store, rebuild indexes, resume senders, register."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = await self.db(Store, self.config.data_dir / "cargo.sqlite3")
+        # a plain session: it also fetches data sources, which must never see the secret
         self._session = aiohttp.ClientSession()
+        self.auth_headers = peer_headers(app)
         for meta in await self.db(self.store.apps):
             if meta["state"] != "ready":
                 _log.info("dropping %s: its initial load or copy did not finish", meta["app"])
@@ -581,7 +585,8 @@ class Cargo(BeaconAgent):
                                  "ts": r[2], "origin": r[3]} for r in rows]}
             try:
                 status, answer = await call_json(self.session, "POST", url, body,
-                                                 timeout_s=self.config.peer_timeout_s)
+                                                 timeout_s=self.config.peer_timeout_s,
+                                                 headers=self.auth_headers)
             except PeerError as exc:
                 status, answer = 0, {"error": str(exc)}
             if status != 200:
@@ -1104,7 +1109,7 @@ def make_app(config: CargoConfig) -> web.Application:
               doc.op(errors=(400, 404, 503))),
         Route("POST", "/apps/{app}/match", cargo.handle_match,
               "nearest record to a vector, within a threshold",
-              doc.op(200, doc.MATCH, (400, 404, 503))),
+              doc.op(200, doc.MATCH, (400, 404, 503)), auth=PUBLIC),
         Route("POST", "/apps/{app}/replicate", cargo.handle_replicate,
               "records a peer originated (last writer wins)",
               doc.op(200, doc.REPLICATE, (400, 404, 413))),
@@ -1126,7 +1131,7 @@ def app_from_params(params: CargoParams, address: Address) -> web.Application:
         url=address.url(params.advertise_host), data_dir=Path(params.data_dir),
         lat=params.lat, lon=params.lon, capacity_bytes=round(params.capacity_gb * 1024**3),
         node_type=params.node_type, tags=[t for t in params.tags.split(",") if t],
-        beacon=params.beacon.rstrip("/") if params.beacon else None, token=params.token,
+        beacon=params.beacon.rstrip("/") if params.beacon else None,
         recheck_s=params.recheck_s, write_timeout_s=params.write_timeout_s,
         max_lag_s=params.max_lag_s, peer_timeout_s=params.peer_timeout_s,
     )

@@ -95,6 +95,7 @@ from nodes.armada.fields import (
 from nodes.armada.geo import haversine_km
 from nodes.armada.registry import HealthCheckedRegistry
 from nodes.common import (
+    PUBLIC,
     Address,
     Field,
     Route,
@@ -964,7 +965,7 @@ def make_app(
               "release an allocation and delete its data", doc.op(errors=(404,))),
         Route("POST", "/query", manager.handle_query,
               "data access points for a task, nearest first",
-              doc.op(200, doc.STORAGE_QUERY, (400, 404))),
+              doc.op(200, doc.STORAGE_QUERY, (400, 404)), auth=PUBLIC),
         Route("GET", "/health", manager.handle_health, "liveness", doc.op()),
     ]
     app = make_base_app()

@@ -30,6 +30,7 @@ from nodes.armada.cargo_manager import (
 )
 from nodes.common import free_port
 from testbed.poll import await_until
+from tests.secured import AUTH, secured
 from tests.unit.test_armada_storage import (
     CITY,
     DIM,
@@ -50,7 +51,7 @@ def manager_app(state_dir: Path, max_missed: int = 2) -> Any:
 
 
 async def start_manager(app: Any, port: int) -> TestServer:
-    server = TestServer(app, host="127.0.0.1", port=port)
+    server = TestServer(secured(app), host="127.0.0.1", port=port)
     await server.start_server()
     return server
 
@@ -265,8 +266,8 @@ async def test_unconfirmed_cargos_are_not_served_until_they_come_back(tmp_path) 
     url = f"http://127.0.0.1:{free_port()}"  # nothing answers there
     (state_dir / STATE_FILE).write_text(json.dumps(one_allocation_state(url)))
     app = manager_app(state_dir, max_missed=10**6)  # never declared dead here
-    async with TestServer(app, host="127.0.0.1") as server, \
-            aiohttp.ClientSession() as http:
+    async with TestServer(secured(app), host="127.0.0.1") as server, \
+            aiohttp.ClientSession(headers=AUTH) as http:
         cm = str(server.make_url("")).rstrip("/")
 
         async def checked() -> bool:
@@ -369,8 +370,8 @@ async def test_a_change_that_cannot_be_written_is_not_acknowledged(tmp_path,
     def full_disk(target: Path, text: str) -> None:
         raise OSError(28, "No space left on device")
 
-    async with TestServer(app, host="127.0.0.1") as server, \
-            aiohttp.ClientSession() as http:
+    async with TestServer(secured(app), host="127.0.0.1") as server, \
+            aiohttp.ClientSession(headers=AUTH) as http:
         cm = str(server.make_url("")).rstrip("/")
         monkeypatch.setattr(cargo_manager, "write_state_file", full_disk)
         status, body = await call(http, "DELETE", cm + "/storage/faces")

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.common import OPENAPI_KEY, OPENAPI_PATH, Address
 from nodes.config import parse_argv
+from tests.secured import AUTH, secured
 from tests.unit.test_service_config import PROGRAMS, command_line
 
 #: The programs that serve a document (the others, the tier server and the echo and face
@@ -65,7 +66,7 @@ def test_the_document_lists_exactly_the_routes_served(name: str, tmp_path: Path)
 
 def test_the_beacon_documents_the_storage_routes_only_with_a_cargo_manager(
         tmp_path: Path) -> None:
-    argv = ["--app-manager", "http://a:1", "--spinner", "http://s:2", "--token", "t"]
+    argv = ["--app-manager", "http://a:1", "--spinner", "http://s:2"]
     without = build("armada.beacon", tmp_path, argv)
     with_storage = build("armada.beacon", tmp_path, [*argv, "--cargo-manager", "http://c:3"])
     assert documented(without[OPENAPI_KEY]) == served(without)
@@ -76,7 +77,7 @@ def test_the_beacon_documents_the_storage_routes_only_with_a_cargo_manager(
 
 async def test_the_served_document_is_the_generated_one(tmp_path: Path) -> None:
     app = build("armada.spinner", tmp_path)
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(TestServer(secured(app)), headers=AUTH) as client:
         resp = await client.get(OPENAPI_PATH)
         assert resp.status == 200
         assert await resp.json() == app[OPENAPI_KEY]
