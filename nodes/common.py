@@ -32,12 +32,22 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
-from testbed.checks import is_int, is_number, is_text
+from testbed.checks import is_int, is_number, is_text, unclean_text_at
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
+#: Default of how long a connection may take to send a complete request head (request
+#: line and headers), counted from the connection's start or the previous response; a
+#: slower or idle connection is closed (:func:`serve_async`).
+HEADER_TIMEOUT_S = 30.0
+#: Default of how long a request's body may take to arrive once its head has; a slower
+#: one is answered 408 and its connection closed (:func:`json_errors`).
+BODY_TIMEOUT_S = 30.0
+#: Where :func:`serve_async` keeps its body timeout on the application.
+BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
 
 #: How long before a deadline :func:`sleep_until` stops sleeping on the selector and
 #: yields in a tight cooperative loop instead. ``epoll`` rounds timeouts up to whole
@@ -73,7 +83,7 @@ def _reason_for(request: web.Request, exc: web.HTTPException) -> str:
     if isinstance(exc, web.HTTPNotFound):
         return f"no such endpoint: {request.path}"
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return f"body: expected at most {MAX_BODY_BYTES} bytes, found more"
+        return f"body: expected at most {request.client_max_size} bytes, found more"
     return exc.text or exc.reason
 
 
@@ -85,8 +95,17 @@ async def json_errors(
 
     A non-HTTP exception is a bug in the service, not the client's fault: it is logged
     with its traceback and answered with 500 so the connection never hangs.
+
+    The body is read here, before the handler runs, within the application's body
+    timeout (:data:`BODY_TIMEOUT_KEY`, else :data:`BODY_TIMEOUT_S`): a client that sends
+    its body too slowly gets 408 and its connection closed, instead of holding a handler
+    (and whatever the handler holds) for as long as it likes. A declared length above
+    the size limit is refused at once (413). The handler's own ``read()`` then returns
+    the bytes read here.
     """
     try:
+        if request.body_exists:
+            await _read_body_in_time(request)
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
@@ -96,6 +115,22 @@ async def json_errors(
     except Exception as exc:  # noqa: BLE001 - the last line of defence, logged below
         _log.exception("internal error handling %s %s", request.method, request.path)
         return json_error(500, f"internal error: {type(exc).__name__}")
+
+
+async def _read_body_in_time(request: web.Request) -> None:
+    """Read (and keep) ``request``'s body within its app's body timeout; 413 or 408."""
+    declared = request.content_length
+    if declared is not None and declared > request.client_max_size:
+        raise web.HTTPRequestEntityTooLarge(request.client_max_size, declared)
+    timeout = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
+    try:
+        async with asyncio.timeout(timeout):
+            await request.read()
+    except TimeoutError:
+        reason = f"body: expected the whole body within {timeout:g} s, found it still arriving"
+        exc = client_error(web.HTTPRequestTimeout, reason)
+        exc.force_close()  # the rest of a slow body is not waited for
+        raise exc from None
 
 
 def make_base_app() -> web.Application:
@@ -256,6 +291,10 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
     if not isinstance(body, dict):
         reason = f"body: expected a JSON object, found {describe(body)}"
         raise client_error(web.HTTPBadRequest, reason)
+    unclean = unclean_text_at(body)
+    if unclean is not None:
+        reason = f"{unclean}: expected text without NUL or lone surrogates, found one"
+        raise client_error(web.HTTPBadRequest, reason)
     for name in body:
         if name not in fields:
             allowed = ", ".join(sorted(fields))
@@ -301,6 +340,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class MalformedRequestLine(logging.Filter):
+    """Turns aiohttp's report of a request it could not parse (``Error handling request
+    from PEER`` with a ``BadHttpMessage`` traceback, logged by ``aiohttp.server``) into
+    one line: ``malformed request from PEER: REASON``. A malformed request is the
+    client's mistake, answered 400; a traceback of aiohttp's parser helps nobody and
+    lets any client fill the log with a few bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            lines = str(exc.message or exc).strip().splitlines() or [type(exc).__name__]
+            reason = lines[0].strip().rstrip(":").encode("ascii", "backslashreplace").decode()
+            record.msg = "malformed request from %s: %s"
+            record.args = (peer or "an unknown peer", reason)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_MALFORMED_REQUEST_LINE = MalformedRequestLine()
+
+
 def configure_logging() -> None:
     """Log INFO and above to stderr as ``logger: message``; services print nothing else."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
@@ -314,6 +376,8 @@ async def serve_async(
     logger: logging.Logger = _log,
     shutdown_timeout: float = 10.0,
     backlog: int = 128,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> None:
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -323,9 +387,18 @@ async def serve_async(
     the production behaviour). The access log is off (one line per request would drown
     the emulation host's logs). ``backlog`` is the listen backlog (a service that takes
     a thousand connections at once needs more than the default 128).
+
+    Slow clients are closed: a connection that has not sent a complete request head
+    ``header_timeout_s`` after it opened, or after its previous response, is closed
+    (aiohttp's keep-alive timer, which runs from the connection's start), and a body
+    still arriving ``body_timeout_s`` after its head gets 408 (:func:`json_errors`). A
+    request aiohttp cannot parse is logged as one line (:class:`MalformedRequestLine`).
     """
+    logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUEST_LINE)
+    app[BODY_TIMEOUT_KEY] = body_timeout_s
     runner = web.AppRunner(
-        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True
+        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True,
+        keepalive_timeout=header_timeout_s,
     )
     await runner.setup()
     stop = asyncio.Event()
