@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import signal
 import socket
 import sys
@@ -163,6 +164,17 @@ OPENAPI_PATH = "/openapi.json"
 #: The document a service serves, kept on its application (tests compare it with the
 #: router).
 OPENAPI_KEY = web.AppKey("openapi", dict)
+#: The operation of a route that declares none: a JSON success, or a JSON error.
+_DEFAULT_OPERATION: Mapping[str, Any] = {
+    "responses": {
+        "200": {"description": "success",
+                "content": {"application/json": {"schema": {"type": "object"}}}},
+        "default": {"description": "an error ({\"error\": reason})",
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["error"],
+                        "properties": {"error": {"type": "string"}}}}}},
+    },
+}
 _OPENAPI_OPERATION = {
     "responses": {"200": {"description": "success",
                           "content": {"application/json": {"schema": {"type": "object"}}}}},
@@ -175,8 +187,14 @@ def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
     per method, in the order of the table."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        operation = {"summary": route.summary, **route.operation}
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
+        operation = {"summary": route.summary, **(route.operation or _DEFAULT_OPERATION)}
+        item = paths.setdefault(route.path, {})
+        item[route.method.lower()] = operation
+        for name in re.findall(r"{(\w+)}", route.path):  # every path parameter declared
+            declared = item.setdefault("parameters", [])
+            if all(p.get("name") != name for p in declared):
+                declared.append({"name": name, "in": "path", "required": True,
+                                 "schema": {"type": "string", "minLength": 1}})
     document: dict[str, Any] = {"openapi": "3.0.3", "info": dict(info), "paths": paths}
     if components is not None:
         document["components"] = dict(components)

@@ -42,7 +42,6 @@ from aiohttp import web
 from nodes.common import (
     Address,
     Route,
-    add_routes,
     client_error,
     int_field,
     make_base_app,
@@ -52,6 +51,7 @@ from nodes.common import (
     sleep_until,
     str_field,
 )
+from nodes.openapi import POSITIVE, add_api, body, op
 from nodes.tier_server_config import MAX_HOLD_S, MODELS, TierServerParams
 
 _log = logging.getLogger("nodes.tier_server")
@@ -62,7 +62,13 @@ TASK_FIELDS = {
     "client": str_field(),
 }
 
-
+#: The request bodies and the query parameter of the tier server's OpenAPI document.
+TASK_BODY = body({"task_id": {"type": "integer"}, "size": POSITIVE,
+                  "client": {"type": "string", "minLength": 1}}, ["task_id", "size", "client"])
+RESET_BODY = body({"since": POSITIVE}, [])
+WORKERS_BODY = body({"active": {"type": "integer", "minimum": 0}}, ["active"])
+DETAIL_PARAMETER = {"name": "detail", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["0", "1"]}}
 
 MAX_SINCE_SKEW_S = 3600.0  # a reset may date its rate window at most this far away
 
@@ -347,14 +353,21 @@ def make_app(
         raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
     tier = TierServer(workers, speed, time_scale, mu, window_s, model, max_hold_s)
     app = make_base_app()
-    add_routes(app, [
-        Route("POST", "/task", tier.handle_task, "serve one task"),
+    add_api(app, "Tier server", "One compute tier: C workers behind one FIFO queue "
+            "(docs/services.md).", [
+        Route("POST", "/task", tier.handle_task, "serve one task",
+              op(request=TASK_BODY, errors=(400, 413))),
         Route("GET", "/state", tier.handle_state,
-              "what a client may observe (?detail=1 adds the backlog, for an oracle)"),
-        Route("GET", "/health", tier.handle_health, "liveness and the number of workers"),
-        Route("POST", "/reset", tier.handle_reset, "clear the counters between repetitions"),
+              "what a client may observe (?detail=1 adds the backlog, for an oracle)",
+              {**op(errors=(400,)), "parameters": [DETAIL_PARAMETER]}),
+        Route("GET", "/health", tier.handle_health, "liveness and the number of workers", op()),
+        Route("POST", "/reset", tier.handle_reset, "clear the counters between repetitions",
+              {**op(request=RESET_BODY, errors=(400, 409, 413)),
+               "requestBody": {"required": False,
+                               "content": {"application/json": {"schema": RESET_BODY}}}}),
         Route("POST", "/admin/workers", tier.handle_workers,
-              "let only n workers serve (fault events)"),
+              "let only n workers serve (fault events)",
+              op(request=WORKERS_BODY, errors=(400, 413))),
     ])
     app.on_cleanup.append(tier.close)
     return app

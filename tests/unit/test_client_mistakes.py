@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
