@@ -45,7 +45,7 @@ MAX_BODY_BYTES = 64 * 1024
 #: slower or idle connection is closed (:func:`serve_async`).
 HEADER_TIMEOUT_S = 30.0
 #: Default of how long a request's body may take to arrive once its head has; a slower
-#: one is answered 408 and its connection closed (:func:`json_errors`).
+#: one is answered 408 and its connection closed (:func:`read_body_in_time`).
 BODY_TIMEOUT_S = 30.0
 #: Where :func:`serve_async` keeps its body timeout on the application.
 BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
@@ -96,17 +96,8 @@ async def json_errors(
 
     A non-HTTP exception is a bug in the service, not the client's fault: it is logged
     with its traceback and answered with 500 so the connection never hangs.
-
-    The body is read here, before the handler runs, within the application's body
-    timeout (:data:`BODY_TIMEOUT_KEY`, else :data:`BODY_TIMEOUT_S`): a client that sends
-    its body too slowly gets 408 and its connection closed, instead of holding a handler
-    (and whatever the handler holds) for as long as it likes. A declared length above
-    the size limit is refused at once (413). The handler's own ``read()`` then returns
-    the bytes read here.
     """
     try:
-        if request.body_exists:
-            await _read_body_in_time(request)
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
@@ -118,15 +109,18 @@ async def json_errors(
         return json_error(500, f"internal error: {type(exc).__name__}")
 
 
-async def _read_body_in_time(request: web.Request) -> None:
-    """Read (and keep) ``request``'s body within its app's body timeout; 413 or 408."""
-    declared = request.content_length
-    if declared is not None and declared > request.client_max_size:
-        raise web.HTTPRequestEntityTooLarge(request.client_max_size, declared)
+async def read_body_in_time(request: web.Request) -> bytes:
+    """``request``'s body, read within its application's body timeout
+    (:data:`BODY_TIMEOUT_KEY`, set by :func:`serve_async`, else :data:`BODY_TIMEOUT_S`).
+
+    A client that sends its body too slowly gets 408 and its connection closed, instead
+    of holding a handler (and whatever the handler holds) for as long as it likes; a
+    body over the size limit gets aiohttp's 413 as with ``request.read()``.
+    """
     timeout = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
     try:
         async with asyncio.timeout(timeout):
-            await request.read()
+            return await request.read()
     except TimeoutError:
         reason = f"body: expected the whole body within {timeout:g} s, found it still arriving"
         exc = client_error(web.HTTPRequestTimeout, reason)
@@ -299,7 +293,7 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
     exceeds :data:`MAX_BODY_BYTES`. Missing optional fields are simply absent from the
     result.
     """
-    raw = await request.read()
+    raw = await read_body_in_time(request)
     try:
         body = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, huge ints, deep nesting
@@ -409,7 +403,8 @@ async def serve_async(
     Slow clients are closed: a connection that has not sent a complete request head
     ``header_timeout_s`` after it opened, or after its previous response, is closed
     (aiohttp's keep-alive timer, which runs from the connection's start), and a body
-    still arriving ``body_timeout_s`` after its head gets 408 (:func:`json_errors`). A
+    still arriving ``body_timeout_s`` after its head gets 408 (:func:`read_body_in_time`, used by
+    :func:`read_json_object`). A
     request aiohttp cannot parse is logged as one line (:class:`MalformedRequestLine`).
     """
     logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUEST_LINE)
