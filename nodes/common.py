@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -34,13 +35,23 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
 from nodes.secret import SECRET_ENV, SECRET_KEY, SecretError, require_secret, secret_from
-from testbed.checks import is_int, is_number, is_text
+from testbed.checks import is_int, is_number, is_text, unclean_text_at
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
+#: Default of how long a connection may take to send a complete request head (request
+#: line and headers), counted from the connection's start or the previous response; a
+#: slower or idle connection is closed (:func:`serve_async`).
+HEADER_TIMEOUT_S = 30.0
+#: Default of how long a request's body may take to arrive once its head has; a slower
+#: one is answered 408 and its connection closed (:func:`read_body_in_time`).
+BODY_TIMEOUT_S = 30.0
+#: Where :func:`serve_async` keeps its body timeout on the application.
+BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
 
 #: How long before a deadline :func:`sleep_until` stops sleeping on the selector and
 #: yields in a tight cooperative loop instead. ``epoll`` rounds timeouts up to whole
@@ -76,7 +87,7 @@ def _reason_for(request: web.Request, exc: web.HTTPException) -> str:
     if isinstance(exc, web.HTTPNotFound):
         return f"no such endpoint: {request.path}"
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return f"body: expected at most {MAX_BODY_BYTES} bytes, found more"
+        return f"body: expected at most {request.client_max_size} bytes, found more"
     return exc.text or exc.reason
 
 
@@ -99,6 +110,25 @@ async def json_errors(
     except Exception as exc:  # noqa: BLE001 - the last line of defence, logged below
         _log.exception("internal error handling %s %s", request.method, request.path)
         return json_error(500, f"internal error: {type(exc).__name__}")
+
+
+async def read_body_in_time(request: web.Request) -> bytes:
+    """``request``'s body, read within its application's body timeout
+    (:data:`BODY_TIMEOUT_KEY`, set by :func:`serve_async`, else :data:`BODY_TIMEOUT_S`).
+
+    A client that sends its body too slowly gets 408 and its connection closed, instead
+    of holding a handler (and whatever the handler holds) for as long as it likes; a
+    body over the size limit gets aiohttp's 413 as with ``request.read()``.
+    """
+    timeout = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        reason = f"body: expected the whole body within {timeout:g} s, found it still arriving"
+        exc = client_error(web.HTTPRequestTimeout, reason)
+        exc.force_close()  # the rest of a slow body is not waited for
+        raise exc from None
 
 
 def make_base_app() -> web.Application:
@@ -155,6 +185,17 @@ OPENAPI_PATH = "/openapi.json"
 #: The document a service serves, kept on its application (tests compare it with the
 #: router).
 OPENAPI_KEY = web.AppKey("openapi", dict)
+#: The operation of a route that declares none: a JSON success, or a JSON error.
+_DEFAULT_OPERATION: Mapping[str, Any] = {
+    "responses": {
+        "200": {"description": "success",
+                "content": {"application/json": {"schema": {"type": "object"}}}},
+        "default": {"description": "an error ({\"error\": reason})",
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["error"],
+                        "properties": {"error": {"type": "string"}}}}}},
+    },
+}
 _OPENAPI_OPERATION = {
     "responses": {"200": {"description": "success",
                           "content": {"application/json": {"schema": {"type": "object"}}}}},
@@ -168,7 +209,7 @@ def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
     paths: dict[str, dict[str, Any]] = {}
     secured = False
     for route in routes:
-        operation = {"summary": route.summary, **route.operation}
+        operation = {"summary": route.summary, **(route.operation or _DEFAULT_OPERATION)}
         if route.access() != PUBLIC:
             secured = True
             operation["security"] = [{"bearer": []}]
@@ -178,7 +219,13 @@ def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
                 responses.setdefault(code, {"description": reason, "content": {
                     "application/json": {"schema": _ERROR_SCHEMA}}})
             operation["responses"] = responses
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
+        item = paths.setdefault(route.path, {})
+        item[route.method.lower()] = operation
+        for name in re.findall(r"{(\w+)}", route.path):  # every path parameter declared
+            declared = item.setdefault("parameters", [])
+            if all(p.get("name") != name for p in declared):
+                declared.append({"name": name, "in": "path", "required": True,
+                                 "schema": {"type": "string", "minLength": 1}})
     document: dict[str, Any] = {"openapi": "3.0.3", "info": dict(info), "paths": paths}
     if components is not None or secured:
         document["components"] = dict(components or {})
@@ -296,7 +343,7 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
     exceeds :data:`MAX_BODY_BYTES`. Missing optional fields are simply absent from the
     result.
     """
-    raw = await request.read()
+    raw = await read_body_in_time(request)
     try:
         body = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, huge ints, deep nesting
@@ -305,6 +352,10 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
         raise client_error(web.HTTPBadRequest, reason) from None
     if not isinstance(body, dict):
         reason = f"body: expected a JSON object, found {describe(body)}"
+        raise client_error(web.HTTPBadRequest, reason)
+    unclean = unclean_text_at(body)
+    if unclean is not None:
+        reason = f"{unclean}: expected text without NUL or lone surrogates, found one"
         raise client_error(web.HTTPBadRequest, reason)
     for name in body:
         if name not in fields:
@@ -351,6 +402,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class MalformedRequestLine(logging.Filter):
+    """Turns aiohttp's report of a request it could not parse (``Error handling request
+    from PEER`` with a ``BadHttpMessage`` traceback, logged by ``aiohttp.server``) into
+    one line: ``malformed request from PEER: REASON``. A malformed request is the
+    client's mistake, answered 400; a traceback of aiohttp's parser helps nobody and
+    lets any client fill the log with a few bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            lines = str(exc.message or exc).strip().splitlines() or [type(exc).__name__]
+            reason = lines[0].strip().rstrip(":").encode("ascii", "backslashreplace").decode()
+            record.msg = "malformed request from %s: %s"
+            record.args = (peer or "an unknown peer", reason)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_MALFORMED_REQUEST_LINE = MalformedRequestLine()
+
+
 def configure_logging() -> None:
     """Log INFO and above to stderr as ``logger: message``; services print nothing else."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
@@ -364,6 +438,8 @@ async def serve_async(
     logger: logging.Logger = _log,
     shutdown_timeout: float = 10.0,
     backlog: int = 128,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> None:
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -373,9 +449,19 @@ async def serve_async(
     the production behaviour). The access log is off (one line per request would drown
     the emulation host's logs). ``backlog`` is the listen backlog (a service that takes
     a thousand connections at once needs more than the default 128).
+
+    Slow clients are closed: a connection that has not sent a complete request head
+    ``header_timeout_s`` after it opened, or after its previous response, is closed
+    (aiohttp's keep-alive timer, which runs from the connection's start), and a body
+    still arriving ``body_timeout_s`` after its head gets 408 (:func:`read_body_in_time`, used by
+    :func:`read_json_object`). A
+    request aiohttp cannot parse is logged as one line (:class:`MalformedRequestLine`).
     """
+    logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUEST_LINE)
+    app[BODY_TIMEOUT_KEY] = body_timeout_s
     runner = web.AppRunner(
-        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True
+        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True,
+        keepalive_timeout=header_timeout_s,
     )
     await runner.setup()
     stop = asyncio.Event()

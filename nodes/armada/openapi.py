@@ -15,7 +15,7 @@ from aiohttp import web
 from nodes import openapi
 from nodes.armada.configs import NODE_TYPES
 from nodes.common import OWN, Handler, Route
-from nodes.openapi import NUMBER, STRING, Schema, body, op
+from nodes.openapi import NUMBER, POSITIVE, STRING, Schema, body, op
 
 LOCATION: Schema = {
     "type": "object",
@@ -37,7 +37,7 @@ TASK_SPEC: dict[str, Schema] = {
     "module": STRING,
     "image": STRING,
     "args": ARGS,
-    "cpu": {"type": "number", "exclusiveMinimum": 0},
+    "cpu": POSITIVE,
     "memory_mb": {"type": "integer", "minimum": 1},
 }
 def add_api(app: web.Application, title: str, description: str, routes: list[Route]) -> None:
