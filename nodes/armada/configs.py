@@ -25,6 +25,11 @@ MIN_REPLICAS = 3
 START_TIMEOUT_S = 120.0
 #: A Cargo's declared capacity unless told otherwise (the paper's 2 GB).
 DEFAULT_CAPACITY_BYTES = 2 * 1024**3
+#: The largest initial data set a Cargo reads from a URL or a file source.
+DEFAULT_MAX_SOURCE_BYTES = 256 * 1024**2
+#: How far ahead of a Cargo's clock a replicated version may be (the nodes of one
+#: testbed share the host's clock; real nodes are NTP-synchronised to milliseconds).
+DEFAULT_MAX_CLOCK_SKEW_S = 2.0
 #: The quota of an allocation that does not say.
 DEFAULT_QUOTA_BYTES = 64 * 1024**2
 #: The Cargo Manager's state file, inside its ``--state-dir``.
@@ -192,6 +197,14 @@ class CargoParams:
     write_timeout_s: float = option(10.0, gt=0, help="a write not acknowledged by then: 503")
     max_lag_s: float = option(5.0, gt=0, help="bound of the eventual replication lag")
     peer_timeout_s: float = option(5.0, gt=0, help="how long a peer may take to answer")
+    data_root: str | None = option(metavar="DIR", help="file sources are read only below DIR "
+                                   "(without it, file sources are refused)")
+    max_source_mb: float = option(DEFAULT_MAX_SOURCE_BYTES / 1024**2, gt=0,
+                                  help="largest initial data set read from a URL or file, "
+                                       "MiB (the quota bounds it too)")
+    max_clock_skew_s: float = option(DEFAULT_MAX_CLOCK_SKEW_S, gt=0,
+                                     help="a replicated version this far ahead of the "
+                                          "local clock is refused")
 
     def __post_init__(self) -> None:
         if self.beacon and not self.token:

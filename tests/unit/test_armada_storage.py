@@ -675,7 +675,8 @@ async def test_initial_data_set_from_url_file_and_bad_sources(tmp_path) -> None:
     data.router.add_get("/broken.bin", serve_broken)
     (tmp_path / "faces.bin").write_bytes(binary)
     (tmp_path / "faces.json").write_text(json.dumps(as_json))
-    async with TestServer(data, host="127.0.0.1") as source, standalone(tmp_path) as (_, url), \
+    async with TestServer(data, host="127.0.0.1") as source, \
+            standalone(tmp_path, data_root=tmp_path) as (_, url), \
             aiohttp.ClientSession() as http:
         base = str(source.make_url("")).rstrip("/")
         sources = {
