@@ -28,6 +28,7 @@ from nodes.armada.cargo_manager import (
     STATE_VERSION,
     StateFileError,
 )
+from nodes.armada.intents import INTENTS_FILE, load_intents
 from nodes.common import free_port
 from testbed.poll import await_until
 from tests.unit.test_armada_storage import (
@@ -193,7 +194,9 @@ async def test_state_file_holds_every_acknowledged_change(tmp_path) -> None:
         doc = state_of(layer)
         assert {c["cargo_id"]: c["state"] for c in doc["cargos"]}["town"] == "left"
         assert all("town" not in replicas for replicas in held(doc).values())
-        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [STATE_FILE]
+        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [INTENTS_FILE,
+                                                                         STATE_FILE]
+        assert load_intents(tmp_path / "state" / INTENTS_FILE) == []  # every one settled
 
 
 async def test_a_cargo_that_never_comes_back_is_declared_dead_and_replaced(
@@ -374,8 +377,9 @@ async def test_a_change_that_cannot_be_written_is_not_acknowledged(tmp_path,
         cm = str(server.make_url("")).rstrip("/")
         monkeypatch.setattr(cargo_manager, "write_state_file", full_disk)
         status, body = await call(http, "DELETE", cm + "/storage/faces")
-        assert status == 500 and body["error"] == (
-            f"state: cannot write {path}: [Errno 28] No space left on device")
+        assert status == 500 and body["error"] == (  # the intent, before any Cargo is told
+            f"state: cannot write {state_dir / INTENTS_FILE}: [Errno 28] No space left on "
+            "device")
         assert (await call(http, "GET", cm + "/storage/faces"))[0] == 200  # not released
         registration = {"cargo_id": "c2", "url": url, "lat": 1.0, "lon": 2.0,
                         "capacity_bytes": 10**9}
