@@ -31,14 +31,18 @@ from tests.unit.test_armada_storage import DIM, REPO, allocation, records, vecto
 ENDLESS_CAP_BYTES = 256 * 1024**2  # the endless source stops after this much, whatever
 
 
-@pytest.fixture
-def secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A 0600 secret file and the header that presents it."""
+def make_secret(folder: Path) -> tuple[Path, dict[str, str]]:
+    """A 0600 secret file (``TESTBED_SECRET_FILE``) and the header that presents it."""
     value = secrets.token_hex(16)
-    path = tmp_path / "secret"
+    path = folder / "secret"
     path.touch(mode=0o600)
     path.write_text(value)
     return path, {"Authorization": f"Bearer {value}"}
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    return make_secret(tmp_path)
 
 
 async def request(http: aiohttp.ClientSession, method: str, url: str, auth: dict[str, str],
