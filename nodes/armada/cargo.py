@@ -43,10 +43,17 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
 * **Initial data set.** An allocation may name a source, pulled before the Cargo answers:
   records inline, a URL or a file (JSON ``{"records": [...]}`` or the binary format of
   :func:`pack_records`), or the application's live replicas (the manager's copy when it
-  restores the replication factor; every listed replica is copied and merged).
+  restores the replication factor; every listed replica is copied and merged). Files are
+  read only below ``--data-root`` and every URL or file read is streamed with a size limit
+  (the quota, at most ``--max-source-mb``): :mod:`nodes.armada.sources`.
+* **Versions are bounded by the clock.** A replicated version more than
+  ``max_clock_skew_s`` ahead of this Cargo's clock is refused (400): one far in the future
+  would win every later write of its record for good. The write clock is a hybrid
+  logical clock (above every version held or received), so a client write supersedes
+  what its replica holds; one that still stores nothing is 409, never 200.
 
 Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
---lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [...]``.
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [--data-root DIR] [...]``.
 """
 
 from __future__ import annotations
@@ -1165,7 +1172,7 @@ def make_app(config: CargoConfig) -> web.Application:
         Route("PUT", "/apps/{app}/peers", cargo.handle_peers, "set the other replicas",
               doc.op(200, doc.PEERS, (400, 404))),
         Route("POST", "/apps/{app}/records", cargo.handle_write, "insert or replace records",
-              doc.op(200, doc.WRITE, (400, 404, 413, 503, 507))),
+              doc.op(200, doc.WRITE, (400, 404, 409, 413, 503, 507))),
         Route("GET", "/apps/{app}/records", cargo.handle_list,
               "records with versions by id (?after=ID&limit=N)", doc.op(errors=(400, 404))),
         Route("GET", "/apps/{app}/records/{id}", cargo.handle_read, "one record",

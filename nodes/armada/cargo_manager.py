@@ -49,6 +49,13 @@ which application's data lives on which Cargos. The HTTP contract is ``docs/arma
   register again. A file that cannot be read, is not valid JSON, is malformed or has
   another version stops the manager at start with an error naming it; it is never
   overwritten with an empty state.
+* **Intent log** (:mod:`nodes.armada.intents`, ``DIR/cargo-manager.intents.json``, also
+  kept in memory without a state directory). Before a Cargo is asked to create or delete
+  a copy, the intent is on disk; when the operation ends, and at the next start for what
+  a crash interrupted, each intent is settled against the state file: a copy it counts
+  stays, any other is deleted on its Cargo (retried every health round while the Cargo
+  is unreachable, which is not picked for that application meanwhile). No copy is left
+  on a Cargo uncounted, and no name unusable.
 
 Run it as ``python -m nodes.armada.cargo_manager --host H --port P [--health-interval-s 1]
 [--health-timeout-s 0.5] [--max-missed 3] [--quota-mb 64] [--seed N] [--state-dir DIR]``.
@@ -609,8 +616,9 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                                                None) != "alive")]
         if not due:
             return
+        decided = self._changes  # the state file must show at least this much
         await self.save_quietly()
-        if self.state_path is not None and self._saved < self._changes:
+        if self.state_path is not None and self._saved < decided:
             return  # not on disk yet: decided at a later round
 
         async def settled(record: dict[str, Any]) -> bool:
@@ -626,7 +634,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 return False
             if status in (200, 404):
                 if status == 200:
-                    _log.info("deleted %s on %s (%s not counted by the state file)",
+                    _log.info("deleted %s on %s (%s: the state file does not count it)",
                               record["app"], record["cargo_id"], record["kind"])
                 return True
             _log.info("cannot delete %s on %s yet: %s", record["app"], record["cargo_id"],
@@ -1023,6 +1031,9 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
     async def handle_release(self, request: web.Request) -> web.Response:
         """``DELETE /storage/{app}``: delete the data on every replica, forget it."""
         alloc = self._allocation(request.match_info["app"])
+        if alloc.ready_at is None:
+            raise client_error(web.HTTPConflict, f"app: the allocation of {alloc.app} is "
+                               "in progress; release it once it is answered")
         op = new_op()
         await self.intend(op, "release", alloc.app,
                           [self.cargos[c] for c in alloc.replicas])
@@ -1099,7 +1110,7 @@ def make_app(
         Route("GET", "/storage/{app}", manager.handle_allocation, "one allocation",
               doc.op(errors=(404,))),
         Route("DELETE", "/storage/{app}", manager.handle_release,
-              "release an allocation and delete its data", doc.op(errors=(404,))),
+              "release an allocation and delete its data", doc.op(errors=(404, 409))),
         Route("POST", "/query", manager.handle_query,
               "data access points for a task, nearest first",
               doc.op(200, doc.STORAGE_QUERY, (400, 404))),

@@ -169,9 +169,14 @@ async def test_restarted_manager_answers_allocations_and_confirms_its_cargos(
 async def test_state_file_holds_every_acknowledged_change(tmp_path) -> None:
     async with durable_layer(tmp_path) as layer:
         await add_quiet_cargos(layer)
-        doc = state_of(layer)
-        assert {c["cargo_id"]: c["state"] for c in doc["cargos"]} == dict.fromkeys(
-            ("city", "suburb", "town"), "alive")
+
+        def all_registered() -> dict[str, Any] | None:
+            # GET /cargos shows a registration before its answer (and the write) is done
+            doc = state_of(layer)
+            states = {c["cargo_id"]: c["state"] for c in doc["cargos"]}
+            return doc if states == dict.fromkeys(("city", "suburb", "town"), "alive") else None
+
+        doc = await await_until(all_registered, what="the registrations in the state file")
         assert doc["allocations"] == []
 
         async def allocate(app: str, near: tuple[float, float]
