@@ -53,7 +53,7 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
   what its replica holds; one that still stores nothing is 409, never 200.
 
 Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
---lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [--data-root DIR] [...]``.
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [...]``.
 """
 
 from __future__ import annotations

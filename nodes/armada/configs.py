@@ -182,6 +182,14 @@ class CargoParams:
     """``python -m nodes.armada.cargo``: a storage node."""
 
     data_dir: str = option(required=True, metavar="DIR", help="where the store lives")
+    data_root: str | None = option(metavar="DIR", help="file sources are read only below DIR "
+                                   "(without it, file sources are refused)")
+    max_source_mb: float = option(DEFAULT_MAX_SOURCE_BYTES / 1024**2, gt=0,
+                                  help="largest initial data set read from a URL or file, "
+                                       "MiB (the quota bounds it too)")
+    max_clock_skew_s: float = option(DEFAULT_MAX_CLOCK_SKEW_S, gt=0,
+                                     help="a replicated version this far ahead of the "
+                                          "local clock is refused")
     cargo_id: str | None = _node_id("Cargo")
     lat: float = _latitude()
     lon: float = _longitude()
@@ -197,14 +205,6 @@ class CargoParams:
     write_timeout_s: float = option(10.0, gt=0, help="a write not acknowledged by then: 503")
     max_lag_s: float = option(5.0, gt=0, help="bound of the eventual replication lag")
     peer_timeout_s: float = option(5.0, gt=0, help="how long a peer may take to answer")
-    data_root: str | None = option(metavar="DIR", help="file sources are read only below DIR "
-                                   "(without it, file sources are refused)")
-    max_source_mb: float = option(DEFAULT_MAX_SOURCE_BYTES / 1024**2, gt=0,
-                                  help="largest initial data set read from a URL or file, "
-                                       "MiB (the quota bounds it too)")
-    max_clock_skew_s: float = option(DEFAULT_MAX_CLOCK_SKEW_S, gt=0,
-                                     help="a replicated version this far ahead of the "
-                                          "local clock is refused")
 
     def __post_init__(self) -> None:
         if self.beacon and not self.token:

@@ -9,6 +9,7 @@ HTTP source on loopback (bounded by the test) and real files inside and outside 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import sys
@@ -96,6 +97,7 @@ async def test_file_sources_are_read_only_below_the_data_root(tmp_path, secret) 
     root.mkdir()
     data = pack_records(range(5), vectors(5))
     (root / "faces.bin").write_bytes(data)
+    (root / "faces.json").write_text(json.dumps({"records": records(range(5))}))
     outside = tmp_path / "private.bin"  # a real file, readable by this Cargo, outside
     outside.write_bytes(data)
     outside.chmod(0o600)
@@ -119,10 +121,14 @@ async def test_file_sources_are_read_only_below_the_data_root(tmp_path, secret) 
                 "bad", source={"kind": "file", "path": path}))
             assert status == 400 and body["error"].startswith(reason), (path, body)
             assert (await request(http, "GET", url + "/apps/bad", auth))[0] == 404
-        for name, path in (("rel", "faces.bin"), ("abs", str(root / "faces.bin"))):
+        for name, path in (("rel", "faces.bin"), ("abs", str(root / "faces.bin")),
+                           ("json", "faces.json")):
             status, body = await request(http, "POST", url + "/apps", auth, allocation(
                 name, source={"kind": "file", "path": path}))
             assert status == 201 and body["loaded"] == 5, body
+        status, body = await request(http, "POST", url + "/apps", auth, allocation(
+            "bad", source={"kind": "file", "path": "none.bin"}))
+        assert status == 422 and body["error"].startswith("source: cannot read none.bin")
     # Without a data root, no file is read at all.
     async with cargo_process(tmp_path, secret_file, "c2") as (url, _), \
             aiohttp.ClientSession() as http:

@@ -477,10 +477,10 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
         services.append(
             {"name": f"cargo-{node}", "program": "armada.cargo", "node": node,
              "port": CARGO_PORT,
-             "params": {"data_dir": store, "data_root": DATASETS, "cargo_id": node,
-                        "lat": lat, "lon": lon,
+             "params": {"data_dir": store, "cargo_id": node, "lat": lat, "lon": lon,
                         "beacon": "http://{ip:ctl}:8000", "token": STORAGE_TOKEN,
                         "advertise_host": f"{{ip:{node}}}", "recheck_s": 2.0}})
+        services[-1]["params"]["data_root"] = DATASETS  # its file sources: only there
     return {"seed": sites.seed,
             "description": f"Armada storage over {sites.sites} edge sites",
             "topology": {"nodes": nodes, "links": links}, "services": services,
