@@ -28,6 +28,11 @@ TASK_MODULES = ("nodes.armada.echo_task", "nodes.armada.detect_task",
                 "nodes.armada.face_task")
 #: A Cargo's declared capacity unless told otherwise (the paper's 2 GB).
 DEFAULT_CAPACITY_BYTES = 2 * 1024**3
+#: The largest initial data set a Cargo reads from a URL or a file source.
+DEFAULT_MAX_SOURCE_BYTES = 256 * 1024**2
+#: How far ahead of a Cargo's clock a replicated version may be (the nodes of one
+#: testbed share the host's clock; real nodes are NTP-synchronised to milliseconds).
+DEFAULT_MAX_CLOCK_SKEW_S = 2.0
 #: The quota of an allocation that does not say.
 DEFAULT_QUOTA_BYTES = 64 * 1024**2
 #: The Cargo Manager's state file, inside its ``--state-dir``.
@@ -179,6 +184,14 @@ class CargoParams:
     """``python -m nodes.armada.cargo``: a storage node."""
 
     data_dir: str = option(required=True, metavar="DIR", help="where the store lives")
+    data_root: str | None = option(metavar="DIR", help="file sources are read only below DIR "
+                                   "(without it, file sources are refused)")
+    max_source_mb: float = option(DEFAULT_MAX_SOURCE_BYTES / 1024**2, gt=0,
+                                  help="largest initial data set read from a URL or file, "
+                                       "MiB (the quota bounds it too)")
+    max_clock_skew_s: float = option(DEFAULT_MAX_CLOCK_SKEW_S, gt=0,
+                                     help="a replicated version this far ahead of the "
+                                          "local clock is refused")
     cargo_id: str | None = _node_id("Cargo")
     lat: float = _latitude()
     lon: float = _longitude()

@@ -681,9 +681,7 @@ async def test_initial_data_set_from_url_file_and_bad_sources(tmp_path) -> None:
         sources = {
             "bin": {"kind": "url", "url": base + "/faces.bin"},
             "json": {"kind": "url", "url": base + "/faces.json"},
-            "file-bin": {"kind": "file", "path": str(tmp_path / "faces.bin")},
-            "file-json": {"kind": "file", "path": str(tmp_path / "faces.json")},
-        }
+        }  # file sources (below a data root): tests/unit/test_cargo_inputs.py
         for name, src in sources.items():
             status, body = await call(http, "POST", url + "/apps", allocation(name, source=src))
             assert status == 201 and body["loaded"] == 40 and body["records"] == 40, body
@@ -696,7 +694,6 @@ async def test_initial_data_set_from_url_file_and_bad_sources(tmp_path) -> None:
             ({"kind": "url", "url": base + "/broken.bin"}, 422, "source: 2877 bytes is not"),
             ({"kind": "url", "url": base + "/missing"}, 502, "source: http"),
             ({"kind": "url", "url": f"http://127.0.0.1:{free_port()}/x"}, 502, "source: http"),
-            ({"kind": "file", "path": str(tmp_path / "none.bin")}, 422, "source: cannot read"),
         ]
         for src, code, reason in failing:
             status, body = await call(http, "POST", url + "/apps", allocation("bad", source=src))

@@ -49,6 +49,9 @@ CM_PORT, CARGO_PORT = 8003, 7100
 CARGO_RUNTIMES = ("process", "docker")
 #: where a containerised Cargo keeps its store: the mount point of its node's volume
 CARGO_STORE = "/var/lib/armada-cargo"
+#: Where a storage scenario's Cargos read file sources from (``--data-root``; relative:
+#: the run's work folder).
+DATASETS = "datasets"
 #: the face-recognition workloads, in the order the storage experiment streams them
 WORKLOADS = ("read", "read-write", "write")
 
@@ -475,6 +478,7 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
              "params": {"data_dir": store, "cargo_id": node, "lat": lat, "lon": lon,
                         "beacon": "http://{ip:ctl}:8000",
                         "advertise_host": f"{{ip:{node}}}", "recheck_s": 2.0}})
+        services[-1]["params"]["data_root"] = DATASETS  # its file sources: only there
     return {"seed": sites.seed,
             "description": f"Armada storage over {sites.sites} edge sites",
             "topology": {"nodes": nodes, "links": links}, "services": services,
@@ -490,7 +494,7 @@ def armada_storage(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: Service parameters that name a folder the service writes to.
-PATH_PARAMS = ("data_dir", "state_dir", "workdir")
+PATH_PARAMS = ("data_dir", "state_dir", "workdir", "data_root")
 
 
 def anchor_paths(doc: Mapping[str, Any], folder: str) -> dict[str, Any]:

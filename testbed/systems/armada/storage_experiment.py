@@ -53,6 +53,7 @@ from testbed.scenario.loader import scenario_from_dict
 from testbed.systems.armada.builders import (
     CARGO_PORT,
     CM_PORT,
+    DATASETS,
     NODE_CORES,
     SITE_DELAYS_MS,
     WORKLOADS,
@@ -301,7 +302,8 @@ def run_storage(size: str, out: Path, progress: Progress = print,
             variant = dataclasses.replace(scenario, workload=dataclasses.replace(
                 scenario.workload, params={**scenario.workload.params, "mode": mode}))
             plans[mode] = read_plan(materialise(variant, out / f"trace-{mode}"))
-        source = workdir / "initial.bin"
+        source = workdir / DATASETS / "initial.bin"  # below the Cargos' --data-root
+        source.parent.mkdir(parents=True, exist_ok=True)
         source.write_bytes(encode_records(initial_records(plan_size.seed)))
         frames = load_face_frames(plans["read"].images)
         progress(f"run {run}: {plan_size.frames} frames per workload, "
