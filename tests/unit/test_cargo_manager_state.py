@@ -9,7 +9,6 @@ same Beacon. Tests wait for conditions.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -32,7 +31,6 @@ from nodes.armada.cargo_manager import (
     STATE_VERSION,
     StateFileError,
 )
-from nodes.armada.configs import CargoParams
 from nodes.armada.intents import INTENTS_FILE, load_intents
 from nodes.common import free_port
 from testbed.poll import await_until
@@ -419,10 +417,6 @@ async def test_a_manager_killed_during_allocations_leaves_no_orphans(tmp_path) -
     copy the manager has not answered yet. Afterwards no Cargo holds a copy the manager
     does not count, and every name can be allocated and released again."""
     secret_file, auth = make_secret(tmp_path)
-    # Registration: with a token while Cargos take one, with the run secret once not.
-    token = auth["Authorization"].removeprefix("Bearer ")
-    token_option = ("--token", token) if "token" in {
-        f.name for f in dataclasses.fields(CargoParams)} else ()
     port = free_port()
     cm = f"http://127.0.0.1:{port}"
     log = (tmp_path / "manager.log").open("ab")
@@ -448,7 +442,7 @@ async def test_a_manager_killed_during_allocations_leaves_no_orphans(tmp_path) -
         cargo_urls = []
         for name in ("c1", "c2", "c3", "c4"):
             url, _ = await stack.enter_async_context(cargo_process(
-                tmp_path, secret_file, name, "--beacon", cm, *token_option,
+                tmp_path, secret_file, name, "--beacon", cm,
                 "--recheck-s", "0.5", "--capacity-gb", "0.001"))
             cargo_urls.append(url)
 
