@@ -25,6 +25,7 @@ from typing import Any
 from testbed import __version__
 from testbed.errors import TestbedError
 from testbed.fidelity import warning_line
+from testbed.redact import redacted
 from testbed.replays import RunIncomplete
 from testbed.scenario.model import Scenario
 from workloads import generate_with
@@ -189,7 +190,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     meta = {
         "run": run,
         "system": scenario.system,
-        "scenario": scenario.resolved(),
+        "scenario": redacted(scenario.resolved()),
         "source": scenario.source,
         "executor": executor,
         "seeds": {"scenario": scenario.seed, "workload": scenario.workload.seed,
