@@ -437,3 +437,53 @@ def test_plan_scaling_keeps_the_minimum_and_the_users_demand() -> None:
     grow = plan_scaling(three, users, ScalingPolicy())
     assert grow is not None and (grow.action, grow.reason) == ("up", "users")
     assert grow.lat == pytest.approx(CITY[0]) and grow.lon == pytest.approx(CITY[1])
+
+
+# ------------------------------------------------------------------- confinement
+
+
+async def test_the_captain_runs_only_allowed_programs_under_identifiers(tmp_path) -> None:
+    """A task id is an identifier, never a path (an absolute one wrote a root-owned log
+    outside the work folder); NUL and lone surrogates are refused, not a 500; only the
+    allowlisted programs run."""
+    outside = tmp_path / "outside"
+    async with armada(tmp_path) as stack:
+        cap = await stack.add_captain("n0", CITY, cpu=1)
+        spec = {"task_id": "t1", "app": "a", "runtime": "process",
+                "module": "nodes.armada.echo_task", "cpu": 0.1, "memory_mb": 10}
+        for field, value in (("task_id", str(outside)), ("task_id", "../up"),
+                             ("task_id", "a\x00b"), ("task_id", "x" * 81), ("app", "a/b"),
+                             ("args", {"name": "a\x00b"})):
+            async with stack.http.post(cap.make_url("/tasks"),
+                                       json={**spec, field: value}) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["error"].startswith(f"{field}"), body
+        async with stack.http.post(cap.make_url("/tasks"), data=b'{"task_id": "\\ud800"}',
+                                   headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 400, await resp.text()
+        async with stack.http.post(cap.make_url("/tasks"),
+                                   json={**spec, "module": "nodes.cpu_load"}) as resp:
+            body = await resp.json()
+            assert resp.status == 422 and "nodes.armada.echo_task" in body["error"], body
+        assert not outside.with_suffix(".log").exists() and not (tmp_path / "up.log").exists()
+        assert cap.app[captain.CAPTAIN_KEY].tasks == {}
+
+
+async def test_the_beacon_forwards_only_the_routes_it_exposes(tmp_path) -> None:
+    """``DELETE /nodes/..%2Ftasks%2F<id>`` decoded would reach the Spinner's ``DELETE
+    /tasks/<id>``, which the Beacon does not expose: refused on the raw path."""
+    from yarl import URL
+
+    async with armada(tmp_path) as stack:
+        for i, where in enumerate((CITY, SUBURB, CITY)):
+            await stack.add_captain(f"n{i}", where)
+        await await_until(lambda: _count_nodes(stack, 3))
+        assert (await stack.call("POST", "/apps", deployment(), AUTH))[0] == 201
+        app = await await_until(lambda: _ready(stack), timeout=30, what="three replicas")
+        task = app["replicas"][0]["task_id"]
+        for raw in (f"/nodes/..%2Ftasks%2F{task}", f"/nodes/%2E%2E%2Ftasks%2F{task}",
+                    f"/nodes/..%252Ftasks%252F{task}", "/apps/%2e%2e"):
+            async with stack.http.delete(URL(stack.url + raw, encoded=True)) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["error"].startswith("path:"), (raw, body)
+        assert task in {r["task_id"] for r in running(await app_status(stack))}
