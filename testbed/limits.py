@@ -155,5 +155,5 @@ def check_run(scenario: Scenario, executor: str, machine: Memory | None = None) 
         hint = "use fewer hosts, services or clients"
     raise TestbedError(
         f"{scenario.source}: this run needs about {_gib(need)} GiB ({found.describe()}), "
-        f"this machine has {_gib(have.available)} GiB available ({have.bound_by}, "
-        f"{_gib(have.total)} GiB in all); {hint}")
+        f"more than the {_gib(have.available)} GiB available ({have.bound_by}; the machine "
+        f"has {_gib(have.total)} GiB); {hint}")
