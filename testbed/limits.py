@@ -33,7 +33,7 @@ from testbed.machine import GIB, MIB, Memory, memory
 from testbed.scenario.model import Scenario
 
 #: What one materialised task costs while the trace is generated and written (bytes;
-#: measured 368 B generating and writing 1e6 ``bursty-pareto`` tasks).
+#: measured 368 B generating and writing 1e6 tasks of the built-in Poisson generator).
 TRACE_BYTES = 400
 #: What one task's result row costs per replay, from the executor's rows to the written
 #: Parquet/CSV (bytes; measured 1.67 KB: a simulated run of 161 k tasks peaked at 559 MB

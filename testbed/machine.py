@@ -121,6 +121,11 @@ def memory() -> Memory:
     return Memory(total=total, available=available, bound_by=bound_by)
 
 
+def total_memory() -> int:
+    """This machine's memory in bytes (``MemTotal``; 0 if unknown)."""
+    return _meminfo().get("MemTotal", 0)
+
+
 def is_root() -> bool:
     """Whether this process runs as root (emulation, calibration and cleaning need it)."""
     return os.geteuid() == 0

@@ -26,7 +26,7 @@ from testbed import __version__
 from testbed.errors import TestbedError
 from testbed.fidelity import warning_line
 from testbed.limits import check_run
-from testbed.machine import is_root, memory
+from testbed.machine import is_root, total_memory
 from testbed.replays import RunIncomplete
 from testbed.scenario.model import Scenario
 from workloads import generate_with
@@ -97,7 +97,7 @@ def git_commit() -> str | None:
 
 def machine_details() -> dict[str, Any]:
     """What the run ran on: kernel, CPUs, memory."""
-    mem = memory().total or None
+    mem = total_memory() or None
     return {"hostname": platform.node(), "kernel": platform.release(),
             "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": mem,
             "os": platform.platform()}

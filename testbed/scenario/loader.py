@@ -460,7 +460,7 @@ def _memory_mb(c: _Checker, value: object, path: str) -> int:
     """A node memory limit (MiB) no larger than this machine's memory: a larger one would
     limit nothing (the kernel accepts it and never enforces it)."""
     found = c.integer(value, path, 1, MAX_MEMORY_MB)
-    total_mb = machine.memory().total // machine.MIB
+    total_mb = machine.total_memory() // machine.MIB
     if total_mb and found > total_mb:
         c.fail(path, f"at most {total_mb} MiB, this machine's memory (MemTotal "
                      f"{total_mb / 1024:.1f} GiB)", found)

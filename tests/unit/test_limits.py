@@ -244,7 +244,6 @@ def test_sim_into_an_unwritable_out_names_it(home: Path, scratch: Path) -> None:
 
 def test_sim_as_an_ordinary_user_runs_into_a_writable_out(home: Path) -> None:
     res = _as_nobody(["run", "continuum", "--executor", "sim", "--duration", "10", "--out",
-                      str(home / "run")],
-                     home)
+                      str(home / "run")], home)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (home / "run" / "summary.json").is_file()
