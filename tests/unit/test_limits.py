@@ -247,3 +247,11 @@ def test_sim_as_an_ordinary_user_runs_into_a_writable_out(home: Path) -> None:
                       str(home / "run")], home)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (home / "run" / "summary.json").is_file()
+
+
+def test_a_study_point_this_machine_cannot_hold_is_refused_before_any_cell_runs() -> None:
+    from testbed.study.spec import study_from_dict
+
+    with pytest.raises(TestbedError, match=r"1\.8e\+11 tasks"):
+        study_from_dict({"study": "big", "scenario": "continuum", "executors": ["sim"],
+                         "grid": {"workload.params.rate": [2.0, 1e9]}})
