@@ -18,7 +18,9 @@ the runner before the trace is materialised; it adds up
 * the **harness** process itself (:data:`HARNESS_MB`),
 
 and compares the sum with what this process may still use
-(:func:`testbed.machine.memory`: ``MemAvailable``, cgroup and address-space limits).
+(:func:`testbed.machine.memory`: ``MemAvailable``, cgroup and address-space limits), and
+the processes the emulation starts with the room the kernel has for more
+(:func:`testbed.machine.process_room`).
 The per-item costs are measured on the project's VM (``docs/scenario.md``, "Limits");
 they are estimates, so a run well inside the machine is never refused by them.
 """
@@ -29,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from testbed.errors import TestbedError
-from testbed.machine import GIB, MIB, Memory, memory
+from testbed.machine import GIB, MIB, Memory, memory, process_room
 from testbed.scenario.model import Scenario
 
 #: What one materialised task costs while the trace is generated and written (bytes;
@@ -138,13 +140,23 @@ def estimate(scenario: Scenario, executor: str) -> Estimate:
                     helpers=helpers + docker, emulation_bytes=emulation)
 
 
-def check_run(scenario: Scenario, executor: str, machine: Memory | None = None) -> Estimate:
+def check_run(scenario: Scenario, executor: str, machine: Memory | None = None,
+              room: int | None = -1) -> Estimate:
     """Refuse, in one line with the numbers, a run this machine cannot hold.
 
-    ``machine`` defaults to what this process may use now (:func:`testbed.machine.memory`).
-    Returns the estimate when the run fits.
+    ``machine`` defaults to what this process may use now (:func:`testbed.machine.memory`),
+    ``room`` to the processes the kernel can still give out
+    (:func:`testbed.machine.process_room`; ``None``: unknown, not checked). Returns the
+    estimate when the run fits.
     """
     found = estimate(scenario, executor)
+    room = process_room() if room == -1 else room
+    if room is not None and found.processes > room:
+        raise TestbedError(
+            f"{scenario.source}: this run starts about {found.processes} processes "
+            f"({found.hosts} hosts, {found.services} services, {found.clients} clients, "
+            f"{found.helpers} helpers), more than the {room} the kernel can still give out "
+            "(pid_max, threads-max, ulimit -u); use fewer hosts, services or clients")
     have = machine if machine is not None else memory()
     need = found.total_bytes
     if need <= have.available:

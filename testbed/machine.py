@@ -121,6 +121,28 @@ def memory() -> Memory:
     return Memory(total=total, available=available, bound_by=bound_by)
 
 
+def process_room() -> int | None:
+    """How many more processes the kernel can give out: the least of ``pid_max`` and
+    ``threads-max`` minus the threads that exist now (``/proc/loadavg``), and for an
+    ordinary user ``ulimit -u`` (root is not held to it). ``None``: unknown."""
+    limits: list[int] = []
+    for name in ("pid_max", "threads-max"):
+        value = _read_int(Path("/proc/sys/kernel") / name)
+        if value is not None:
+            limits.append(value)
+    if not limits:
+        return None
+    try:
+        existing = int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        existing = 0
+    room = min(limits) - existing
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if not is_root() and soft != resource.RLIM_INFINITY:
+        room = min(room, soft - existing)  # an approximation: ulimit -u counts the user's
+    return max(0, room)
+
+
 def total_memory() -> int:
     """This machine's memory in bytes (``MemTotal``; 0 if unknown)."""
     return _meminfo().get("MemTotal", 0)

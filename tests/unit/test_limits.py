@@ -149,6 +149,14 @@ def test_too_many_hosts_are_refused_with_an_estimate() -> None:
     assert check_run(run, "sim", small).hosts == 0  # the simulator starts no process
 
 
+def test_more_processes_than_the_kernel_can_give_out_are_refused() -> None:
+    with pytest.raises(TestbedError, match=r"starts about 404 processes \(201 hosts, 200 "
+                                           r"services, 1 clients, 2 helpers\), more than "
+                                           r"the 300 the kernel can still give out"):
+        check_run(scenario(fleet(200)), "emulation", room=300)
+    assert check_run(scenario(fleet(200)), "emulation", room=404).processes == 404
+
+
 def test_more_hosts_than_this_machine_holds_are_refused() -> None:
     servers = int(1.25 * memory().available / (10.5 * MIB))  # room for memory freed meanwhile
     with pytest.raises(TestbedError, match=rf"\({servers + 1} hosts, {servers} services"):
