@@ -24,20 +24,34 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import re
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from nodes.config import CannotStart, add_options, fields_of, params_from_args
-from testbed.checks import is_int, is_number, is_text
+from nodes.secret import SECRET_ENV, SECRET_KEY, SecretError, require_secret, secret_from
+from testbed.checks import is_int, is_number, is_text, unclean_text_at
 
 #: Largest request body any service accepts; larger ones get 413.
 MAX_BODY_BYTES = 64 * 1024
+#: Default of how long a connection may take to send a complete request head (request
+#: line and headers), counted from the connection's start or the previous response; a
+#: slower or idle connection is closed (:func:`serve_async`).
+HEADER_TIMEOUT_S = 30.0
+#: Default of how long a request's body may take to arrive once its head has; a slower
+#: one is answered 408 and its connection closed (:func:`read_body_in_time`).
+BODY_TIMEOUT_S = 30.0
+#: Where :func:`serve_async` keeps its body timeout on the application.
+BODY_TIMEOUT_KEY = web.AppKey("body_timeout_s", float)
 
 #: How long before a deadline :func:`sleep_until` stops sleeping on the selector and
 #: yields in a tight cooperative loop instead. ``epoll`` rounds timeouts up to whole
@@ -73,7 +87,7 @@ def _reason_for(request: web.Request, exc: web.HTTPException) -> str:
     if isinstance(exc, web.HTTPNotFound):
         return f"no such endpoint: {request.path}"
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return f"body: expected at most {MAX_BODY_BYTES} bytes, found more"
+        return f"body: expected at most {request.client_max_size} bytes, found more"
     return exc.text or exc.reason
 
 
@@ -96,6 +110,25 @@ async def json_errors(
     except Exception as exc:  # noqa: BLE001 - the last line of defence, logged below
         _log.exception("internal error handling %s %s", request.method, request.path)
         return json_error(500, f"internal error: {type(exc).__name__}")
+
+
+async def read_body_in_time(request: web.Request) -> bytes:
+    """``request``'s body, read within its application's body timeout
+    (:data:`BODY_TIMEOUT_KEY`, set by :func:`serve_async`, else :data:`BODY_TIMEOUT_S`).
+
+    A client that sends its body too slowly gets 408 and its connection closed, instead
+    of holding a handler (and whatever the handler holds) for as long as it likes; a
+    body over the size limit gets aiohttp's 413 as with ``request.read()``.
+    """
+    timeout = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        reason = f"body: expected the whole body within {timeout:g} s, found it still arriving"
+        exc = client_error(web.HTTPRequestTimeout, reason)
+        exc.force_close()  # the rest of a slow body is not waited for
+        raise exc from None
 
 
 def make_base_app() -> web.Application:
@@ -121,13 +154,48 @@ class Route:
     handler: Handler
     summary: str
     operation: Mapping[str, Any] = field(default_factory=dict)
+    #: Who may call it: :data:`SECRET` (the run's services and harness, with the run
+    #: secret), :data:`PUBLIC` (anyone), :data:`OWN` (the handler checks a credential of
+    #: its own, as the Beacon's user tokens). ``None``: :data:`SECRET` for a method that
+    #: changes state (POST, PUT, PATCH, DELETE), :data:`PUBLIC` for GET.
+    auth: str | None = None
+
+    def access(self) -> str:
+        """Who may call the route (``auth``, its default resolved)."""
+        if self.auth is not None:
+            return self.auth
+        return PUBLIC if self.method in ("GET", "HEAD") else SECRET
 
 
+#: Route access: the run secret is needed.
+SECRET = "secret"
+#: Route access: anyone may call it (reads, queries, the workload requests a service
+#: exists to serve); such a route must change nothing others rely on.
+PUBLIC = "public"
+#: Route access: the handler checks a credential of its own.
+OWN = "own"
+_ACCESS = (SECRET, PUBLIC, OWN)
+
+
+#: The route table of an application, as :func:`add_routes` registered it (tests check
+#: every route's access against it).
+ROUTES_KEY = web.AppKey("routes", list)
 #: The path of a service's OpenAPI document.
 OPENAPI_PATH = "/openapi.json"
 #: The document a service serves, kept on its application (tests compare it with the
 #: router).
 OPENAPI_KEY = web.AppKey("openapi", dict)
+#: The operation of a route that declares none: a JSON success, or a JSON error.
+_DEFAULT_OPERATION: Mapping[str, Any] = {
+    "responses": {
+        "200": {"description": "success",
+                "content": {"application/json": {"schema": {"type": "object"}}}},
+        "default": {"description": "an error ({\"error\": reason})",
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["error"],
+                        "properties": {"error": {"type": "string"}}}}}},
+    },
+}
 _OPENAPI_OPERATION = {
     "responses": {"200": {"description": "success",
                           "content": {"application/json": {"schema": {"type": "object"}}}}},
@@ -139,13 +207,37 @@ def openapi_document(info: Mapping[str, Any], routes: Iterable[Route],
     """The OpenAPI 3.0 document of ``routes``: one path item per path, one operation
     per method, in the order of the table."""
     paths: dict[str, dict[str, Any]] = {}
+    secured = False
     for route in routes:
-        operation = {"summary": route.summary, **route.operation}
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
+        operation = {"summary": route.summary, **(route.operation or _DEFAULT_OPERATION)}
+        if route.access() != PUBLIC:
+            secured = True
+            operation["security"] = [{"bearer": []}]
+            responses = dict(operation.get("responses", {}))
+            for code, reason in (("401", "no or malformed Authorization header"),
+                                 ("403", "credential not accepted")):
+                responses.setdefault(code, {"description": reason, "content": {
+                    "application/json": {"schema": _ERROR_SCHEMA}}})
+            operation["responses"] = responses
+        item = paths.setdefault(route.path, {})
+        item[route.method.lower()] = operation
+        for name in re.findall(r"{(\w+)}", route.path):  # every path parameter declared
+            declared = item.setdefault("parameters", [])
+            if all(p.get("name") != name for p in declared):
+                declared.append({"name": name, "in": "path", "required": True,
+                                 "schema": {"type": "string", "minLength": 1}})
     document: dict[str, Any] = {"openapi": "3.0.3", "info": dict(info), "paths": paths}
-    if components is not None:
-        document["components"] = dict(components)
+    if components is not None or secured:
+        document["components"] = dict(components or {})
+    if secured:
+        schemes = dict(document["components"].get("securitySchemes", {}))
+        schemes.setdefault("bearer", {"type": "http", "scheme": "bearer"})
+        document["components"]["securitySchemes"] = schemes
     return document
+
+
+_ERROR_SCHEMA = {"type": "object", "required": ["error"],
+                 "properties": {"error": {"type": "string"}}}
 
 
 def add_routes(app: web.Application, routes: Iterable[Route],
@@ -165,10 +257,15 @@ def add_routes(app: web.Application, routes: Iterable[Route],
         table.append(Route("GET", OPENAPI_PATH, handle_openapi, "this description",
                            _OPENAPI_OPERATION))
     for route in table:
+        if route.access() not in _ACCESS:
+            raise ValueError(f"{route.method} {route.path}: auth must be one of "
+                             f"{', '.join(_ACCESS)}, found {route.auth!r}")
+        handler = require_secret(route.handler) if route.access() == SECRET else route.handler
         if route.method == "GET":  # with HEAD, as aiohttp's add_get does
-            app.router.add_get(route.path, route.handler)
+            app.router.add_get(route.path, handler)
         else:
-            app.router.add_route(route.method, route.path, route.handler)
+            app.router.add_route(route.method, route.path, handler)
+    app[ROUTES_KEY] = [*app.get(ROUTES_KEY, []), *table]
     if info is not None:
         document.update(openapi_document(info, table, components))
         app[OPENAPI_KEY] = document
@@ -246,7 +343,7 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
     exceeds :data:`MAX_BODY_BYTES`. Missing optional fields are simply absent from the
     result.
     """
-    raw = await request.read()
+    raw = await read_body_in_time(request)
     try:
         body = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, huge ints, deep nesting
@@ -255,6 +352,10 @@ async def read_json_object(request: web.Request, fields: Mapping[str, Field]) ->
         raise client_error(web.HTTPBadRequest, reason) from None
     if not isinstance(body, dict):
         reason = f"body: expected a JSON object, found {describe(body)}"
+        raise client_error(web.HTTPBadRequest, reason)
+    unclean = unclean_text_at(body)
+    if unclean is not None:
+        reason = f"{unclean}: expected text without NUL or lone surrogates, found one"
         raise client_error(web.HTTPBadRequest, reason)
     for name in body:
         if name not in fields:
@@ -301,6 +402,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class MalformedRequestLine(logging.Filter):
+    """Turns aiohttp's report of a request it could not parse (``Error handling request
+    from PEER`` with a ``BadHttpMessage`` traceback, logged by ``aiohttp.server``) into
+    one line: ``malformed request from PEER: REASON``. A malformed request is the
+    client's mistake, answered 400; a traceback of aiohttp's parser helps nobody and
+    lets any client fill the log with a few bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            lines = str(exc.message or exc).strip().splitlines() or [type(exc).__name__]
+            reason = lines[0].strip().rstrip(":").encode("ascii", "backslashreplace").decode()
+            record.msg = "malformed request from %s: %s"
+            record.args = (peer or "an unknown peer", reason)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_MALFORMED_REQUEST_LINE = MalformedRequestLine()
+
+
 def configure_logging() -> None:
     """Log INFO and above to stderr as ``logger: message``; services print nothing else."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
@@ -314,6 +438,8 @@ async def serve_async(
     logger: logging.Logger = _log,
     shutdown_timeout: float = 10.0,
     backlog: int = 128,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> None:
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -323,9 +449,19 @@ async def serve_async(
     the production behaviour). The access log is off (one line per request would drown
     the emulation host's logs). ``backlog`` is the listen backlog (a service that takes
     a thousand connections at once needs more than the default 128).
+
+    Slow clients are closed: a connection that has not sent a complete request head
+    ``header_timeout_s`` after it opened, or after its previous response, is closed
+    (aiohttp's keep-alive timer, which runs from the connection's start), and a body
+    still arriving ``body_timeout_s`` after its head gets 408 (:func:`read_body_in_time`, used by
+    :func:`read_json_object`). A
+    request aiohttp cannot parse is logged as one line (:class:`MalformedRequestLine`).
     """
+    logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUEST_LINE)
+    app[BODY_TIMEOUT_KEY] = body_timeout_s
     runner = web.AppRunner(
-        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True
+        app, access_log=None, shutdown_timeout=shutdown_timeout, handler_cancellation=True,
+        keepalive_timeout=header_timeout_s,
     )
     await runner.setup()
     stop = asyncio.Event()
@@ -396,10 +532,15 @@ def run_service(
     server: Callable[..., None] = serve,
     pick_free_port: bool = False,
 ) -> int:
-    """Every service's ``main``: parse ``--host`` (default 0.0.0.0), ``--port`` (default
-    ``port``) and the options of ``config_cls``; configure logging; build the app with
-    ``make_app_from_config(params, address)``; serve it with ``server`` (:func:`serve`,
-    or a variant such as person search's larger backlog) until SIGTERM/SIGINT.
+    """Every service's ``main``: parse ``--host`` (default 127.0.0.1: a service started
+    by hand is not on the machine's real interfaces; the emulation passes 0.0.0.0,
+    which its host's network namespace confines), ``--port`` (default ``port``),
+    ``--secret-file`` and the options of ``config_cls``; read the run secret
+    (:func:`nodes.secret.secret_from`: the file given, else ``$TESTBED_SECRET_FILE``);
+    configure logging; build the app with ``make_app_from_config(params, address)``,
+    which keeps the secret as ``app[SECRET_KEY]``; serve it with ``server``
+    (:func:`serve`, or a variant such as person search's larger backlog) until
+    SIGTERM/SIGINT. Without a readable secret the service refuses to start.
 
     A bad option exits with status 2 naming it. A service that must know its own port
     before it listens (it advertises its URL) sets ``pick_free_port``: ``--port 0`` then
@@ -407,23 +548,30 @@ def run_service(
     :class:`~nodes.config.CannotStart`, the runner logs ``refusing to start: <reason>``
     and returns 1; otherwise it returns 0 after a graceful stop.
     """
-    clash = {f.name for f in fields_of(config_cls)} & {"host", "port"}
+    clash = {f.name for f in fields_of(config_cls)} & {"host", "port", "secret_file"}
     if clash:
         raise TypeError(f"{config_cls.__name__}: {min(clash)} is the runner's option")
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on "
-                        "(default: 0.0.0.0)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                        "(default: 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=port,
                         help=f"port to listen on, 0 for any free one (default: {port})")
+    parser.add_argument("--secret-file", metavar="PATH",
+                        help="file holding the run secret (mode 0600; default: "
+                             "$TESTBED_SECRET_FILE)")
     add_options(parser, config_cls)
     args = parser.parse_args(argv)
     params = params_from_args(config_cls, args, parser)
     address = Address(args.host, (args.port or free_port()) if pick_free_port else args.port)
     configure_logging()
     try:
+        secret = secret_from(args.secret_file)
         app = make_app_from_config(params, address)
-    except CannotStart as exc:
+    except (CannotStart, SecretError) as exc:
         logger.error("refusing to start: %s", exc)
         return 1
+    app[SECRET_KEY] = secret
+    if args.secret_file:  # the programs a service starts (a Captain's tasks) find it too
+        os.environ[SECRET_ENV] = str(Path(args.secret_file).resolve())
     server(app, address.host, address.port, logger=logger)
     return 0

@@ -18,6 +18,8 @@ from nodes.common import Route, add_routes
 Schema = dict[str, Any]
 
 NUMBER: Schema = {"type": "number"}
+#: A number > 0, in OpenAPI 3.0's form (``exclusiveMinimum`` is a boolean there).
+POSITIVE: Schema = {"type": "number", "minimum": 0, "exclusiveMinimum": True}
 STRING: Schema = {"type": "string"}
 ERROR: Schema = {
     "type": "object",
@@ -45,12 +47,10 @@ SECURITY: dict[str, Any] = {"securitySchemes": {"bearer": {"type": "http", "sche
 
 def body(properties: dict[str, Schema], required: list[str]) -> Schema:
     """A closed JSON object schema."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
+    schema: Schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:  # OpenAPI 3.0 wants a non-empty list, or none
+        schema["required"] = required
+    return schema
 
 
 def op(

@@ -40,9 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from nodes.common import (
+    PUBLIC,
     Address,
     Route,
-    add_routes,
     client_error,
     int_field,
     make_base_app,
@@ -52,7 +52,8 @@ from nodes.common import (
     sleep_until,
     str_field,
 )
-from nodes.tier_server_config import MODELS, TierServerParams
+from nodes.openapi import POSITIVE, add_api, body, op
+from nodes.tier_server_config import MAX_HOLD_S, MODELS, TierServerParams
 
 _log = logging.getLogger("nodes.tier_server")
 
@@ -62,7 +63,13 @@ TASK_FIELDS = {
     "client": str_field(),
 }
 
-
+#: The request bodies and the query parameter of the tier server's OpenAPI document.
+TASK_BODY = body({"task_id": {"type": "integer"}, "size": POSITIVE,
+                  "client": {"type": "string", "minLength": 1}}, ["task_id", "size", "client"])
+RESET_BODY = body({"since": POSITIVE}, [])
+WORKERS_BODY = body({"active": {"type": "integer", "minimum": 0}}, ["active"])
+DETAIL_PARAMETER = {"name": "detail", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["0", "1"]}}
 
 MAX_SINCE_SKEW_S = 3600.0  # a reset may date its rate window at most this far away
 
@@ -138,9 +145,11 @@ class TierServer:
     """State and HTTP handlers of one tier server (see the module docstring)."""
 
     def __init__(
-        self, workers: int, speed: float, time_scale: float, mu: float, window_s: float, model: str
+        self, workers: int, speed: float, time_scale: float, mu: float, window_s: float, model: str,
+        max_hold_s: float = MAX_HOLD_S,
     ) -> None:
         self.speed = speed
+        self.max_hold_s = max_hold_s
         self.time_scale = time_scale
         self.mu = mu
         self.window_s = window_s
@@ -220,6 +229,12 @@ class TierServer:
         its worker at once, so abandoned work costs no capacity and the counts stay exact.
         """
         body = await read_json_object(request, TASK_FIELDS)
+        if self.hold_s(body["size"]) > self.max_hold_s:
+            raise client_error(
+                web.HTTPBadRequest,
+                f"size: expected at most {self.max_hold_s * self.speed * self.time_scale:g} "
+                f"model seconds (a hold of at most {self.max_hold_s:g} s wall), "
+                f"found {body['size']:g}")
         loop = asyncio.get_running_loop()
         server_arrival = time.time()
         self._arrivals.append(time.monotonic())
@@ -276,7 +291,7 @@ class TierServer:
         which is what the simulator does too.
         """
         since = time.monotonic()
-        if request.can_read_body:
+        if request.body_exists:
             body = await read_json_object(request, {"since": positive_number_field(False)})
             if "since" in body:
                 ahead = body["since"] - time.time()
@@ -317,33 +332,43 @@ def make_app(
     mu: float,
     window_s: float = 10.0,
     model: str = "hold",
+    max_hold_s: float = MAX_HOLD_S,
 ) -> web.Application:
     """Build the tier server application.
 
     ``workers`` (C) >= 1; ``speed`` (S) > 0 scales service demands; ``time_scale`` (K)
     >= 1 compresses model time; ``mu`` (MU) > 0 is the nominal per-worker service rate
     reported in ``/state``; ``window_s`` > 0 is the arrival-rate window (wall seconds);
-    ``model`` is ``hold`` or ``compute``. Raises :class:`ValueError` on a bad value.
+    ``model`` is ``hold`` or ``compute``; a task whose hold would exceed ``max_hold_s``
+    wall seconds is refused (400 naming ``size``). Raises :class:`ValueError` on a bad value.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, found {workers}")
-    for name, value in (("speed", speed), ("mu", mu), ("window_s", window_s)):
+    for name, value in (("speed", speed), ("mu", mu), ("window_s", window_s),
+                        ("max_hold_s", max_hold_s)):
         if not value > 0:
             raise ValueError(f"{name} must be > 0, found {value}")
     if not time_scale >= 1:
         raise ValueError(f"time_scale must be >= 1, found {time_scale}")
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
-    tier = TierServer(workers, speed, time_scale, mu, window_s, model)
+    tier = TierServer(workers, speed, time_scale, mu, window_s, model, max_hold_s)
     app = make_base_app()
-    add_routes(app, [
-        Route("POST", "/task", tier.handle_task, "serve one task"),
+    add_api(app, "Tier server", "One compute tier: C workers behind one FIFO queue "
+            "(docs/services.md).", [
+        Route("POST", "/task", tier.handle_task, "serve one task",
+              op(request=TASK_BODY, errors=(400, 413)), auth=PUBLIC),
         Route("GET", "/state", tier.handle_state,
-              "what a client may observe (?detail=1 adds the backlog, for an oracle)"),
-        Route("GET", "/health", tier.handle_health, "liveness and the number of workers"),
-        Route("POST", "/reset", tier.handle_reset, "clear the counters between repetitions"),
+              "what a client may observe (?detail=1 adds the backlog, for an oracle)",
+              {**op(errors=(400,)), "parameters": [DETAIL_PARAMETER]}),
+        Route("GET", "/health", tier.handle_health, "liveness and the number of workers", op()),
+        Route("POST", "/reset", tier.handle_reset, "clear the counters between repetitions",
+              {**op(request=RESET_BODY, errors=(400, 409, 413)),
+               "requestBody": {"required": False,
+                               "content": {"application/json": {"schema": RESET_BODY}}}}),
         Route("POST", "/admin/workers", tier.handle_workers,
-              "let only n workers serve (fault events)"),
+              "let only n workers serve (fault events)",
+              op(request=WORKERS_BODY, errors=(400, 413))),
     ])
     app.on_cleanup.append(tier.close)
     return app
@@ -352,7 +377,7 @@ def make_app(
 def app_from_params(params: TierServerParams, address: Address) -> web.Application:
     """The tier server of a command line."""
     return make_app(params.workers, params.speed, params.time_scale, params.mu,
-                    params.window_s, params.model)
+                    params.window_s, params.model, params.max_hold_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,10 @@ from nodes.config import option
 MODELS = ("hold", "compute")
 #: The most workers one tier server may have.
 MAX_WORKERS = 4_096
+#: Default of the longest wall time one task may hold a worker (``size / speed /
+#: time_scale``): an hour, longer than any run's task timeout, so a size of 1e308 or
+#: 2**63 cannot hold a worker forever.
+MAX_HOLD_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -30,5 +34,8 @@ class TierServerParams:
     mu: float = option(required=True, gt=0,
                        help="nominal per-worker service rate, reported as mu * speed")
     window_s: float = option(10.0, gt=0, help="arrival-rate window, wall seconds")
+    max_hold_s: float = option(MAX_HOLD_S, gt=0,
+                               help="longest wall time one task may hold a worker; a "
+                                    "larger size is refused with 400")
     model: str = option("hold", choices=MODELS,
                         help="hold: a timed wait; compute: a thread busy-loops one CPU")

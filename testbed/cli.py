@@ -118,7 +118,16 @@ def _cmd_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _need_root(command: str, why: str) -> None:
+    """Refuse, in one line, a command that cannot work without root."""
+    from testbed.machine import is_root
+
+    if not is_root():
+        raise TestbedError(f"{command} needs root ({why}): run it as root")
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    _need_root("calibrate", "it builds network namespaces and shapes links")
     from mininet.log import setLogLevel
 
     from testbed.calibrate import as_json_cases, calibrate, format_table
@@ -194,6 +203,8 @@ def _experiment_options() -> dict[str, set[str]]:
 
 
 def _cmd_clean(_args: argparse.Namespace) -> int:
+    _need_root("clean", "it removes what crashed runs left as root: namespaces, links, "
+                        "processes")
     from testbed.emulation.ledger import clean_stale
     from testbed.emulation.names import release_stale_prefixes
 
@@ -303,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except PermissionError as exc:
+        # a folder or file this user may not write, met before a command checked it
+        print(f"testbed: {exc.filename or 'a file'}: permission denied; run as root or "
+              "choose folders you can write (--out)", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # the reader went away (``testbed list | head``): stop writing, quietly
         import os

@@ -25,6 +25,9 @@ from typing import Any
 from testbed import __version__
 from testbed.errors import TestbedError
 from testbed.fidelity import warning_line
+from testbed.limits import check_run
+from testbed.machine import is_root, total_memory
+from testbed.redact import redacted
 from testbed.replays import RunIncomplete
 from testbed.scenario.model import Scenario
 from workloads import generate_with
@@ -96,13 +99,7 @@ def git_commit() -> str | None:
 
 def machine_details() -> dict[str, Any]:
     """What the run ran on: kernel, CPUs, memory."""
-    mem = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    mem = total_memory() or None
     return {"hostname": platform.node(), "kernel": platform.release(),
             "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": mem,
             "os": platform.platform()}
@@ -156,16 +153,22 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     if driver is not None and executor != "emulation":
         raise TestbedError(f"--executor {executor}: this run brings its own emulation "
                            "driver and runs in emulation only")
-    if executor == "emulation" and os.geteuid() != 0:
+    needs = check_run(scenario, executor)  # before anything is generated or built
+    if executor == "emulation" and not is_root():
         raise TestbedError("emulation needs root (network namespaces, tc, cgroups): "
-                           "run as root")
+                           "run as root, or use --executor sim where the system has one")
     run = new_run_id(scenario)
     folder = Path(out) if out is not None else RESULTS_ROOT / run
     if folder.exists() and any(folder.iterdir()):
         raise TestbedError(f"--out {folder}: the folder exists and is not empty")
-    folder.mkdir(parents=True, exist_ok=True)
-    workdir = folder / "work"
-    workdir.mkdir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        workdir = folder / "work"
+        workdir.mkdir()
+    except OSError as exc:
+        flag = "--out" if out is not None else "results folder"
+        raise TestbedError(f"{flag} {folder}: cannot write there ({exc.strerror}); "
+                           "give --out a folder you can write") from None
     started = time.time()
     trace_dir = materialise(scenario, folder / "trace")
     trace_meta = json.loads((trace_dir / "trace.json").read_text())
@@ -190,7 +193,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     meta = {
         "run": run,
         "system": scenario.system,
-        "scenario": scenario.resolved(),
+        "scenario": redacted(scenario.resolved()),
         "source": scenario.source,
         "executor": executor,
         "seeds": {"scenario": scenario.seed, "workload": scenario.workload.seed,
@@ -199,6 +202,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "versions": _versions(),
         "git_commit": git_commit(),
         "machine": machine_details(),
+        "estimate": {"bytes": round(needs.total_bytes), "parts": needs.describe()},
         "command": sys.argv,
         "started": started,
         "wall_s": time.time() - started,

@@ -31,6 +31,9 @@ class Generator(Protocol):
     ``"params.<field>: expected ..., found ..."`` so the scenario loader can prefix the
     file and path. ``min_service_time`` is the smallest model-time size the generator can
     produce, which lets scenarios check timeouts and time scales before running.
+    An optional ``expected_tasks(params, clients, duration) -> float`` says how many tasks
+    :meth:`generate` will make (the mean, for a random count), computed from the params
+    alone: the run limits (:mod:`testbed.limits`) size a run with it before generating.
     """
 
     name: str

@@ -116,6 +116,26 @@ class BurstyPareto:
         """Return ``x_m``, the Pareto scale: no task is smaller (params must be valid)."""
         return _scale(float(params["mu"]), float(params.get("alpha", DEFAULT_ALPHA)))
 
+    def expected_tasks(self, params: Mapping[str, Any], clients: int, duration: float) -> float:
+        """The mean number of tasks ``clients`` make in ``duration`` (params must be valid):
+        the integrated rate, with the random burst model at its long-run on/off shares.
+        Computed from the params alone, so a run can be sized before anything is drawn."""
+        rate = float(params["rate"])
+        windows = params.get("bursts")
+        burst = params.get("burst")
+        if windows is not None:
+            extra = sum((float(w["factor"]) - 1.0)
+                        * max(0.0, min(duration, float(w["start_s"]) + float(w["duration_s"]))
+                              - min(duration, float(w["start_s"])))
+                        for w in windows)
+            per_client = rate * (duration + extra)
+        elif burst is not None:
+            off, on = float(burst["off_mean_s"]), float(burst["on_mean_s"])
+            per_client = rate * duration * (off + on * float(burst["factor"])) / (off + on)
+        else:
+            per_client = rate * duration
+        return clients * per_client
+
     def generate(
         self, params: Mapping[str, Any], clients: Sequence[str], duration: float, seed: int
     ) -> list[Task]:

@@ -807,6 +807,11 @@ class FaceRecognition:
         """Every frame has the same nominal demand, ``demand_s``."""
         return float(params.get("demand_s", DEFAULT_DEMAND_S))
 
+    def expected_tasks(self, params: Mapping[str, Any], clients: int, duration: float) -> float:
+        """Exactly ``frames`` tasks, whatever the clients and duration."""
+        del clients, duration
+        return float(normalised(params)["frames"])
+
     def write_side_files(self, folder: Path, params: Mapping[str, Any], seed: int) -> None:
         """Write who each frame shows, beside the trace: the stand-in for a face-embedding
         model (``write_plan``)."""

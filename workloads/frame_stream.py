@@ -86,6 +86,10 @@ class FrameStream:
         """Every frame has the same nominal demand, ``demand_s``."""
         return float(params.get("demand_s", DEFAULT_DEMAND_S))
 
+    def expected_tasks(self, params: Mapping[str, Any], clients: int, duration: float) -> float:
+        """At most ``ceil(fps x duration)`` frames per client."""
+        return clients * math.ceil(float(params["fps"]) * duration)
+
     def generate(
         self, params: Mapping[str, Any], clients: Sequence[str], duration: float, seed: int
     ) -> list[Task]:

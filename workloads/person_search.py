@@ -399,6 +399,11 @@ class PersonSearch:
         """``tc_s``: an analysis on an idle server, the shortest service there is."""
         return float(params.get("tc_s", DEFAULTS["tc_s"]))
 
+    def expected_tasks(self, params: Mapping[str, Any], clients: int, duration: float) -> float:
+        """Exactly one search per target."""
+        del clients, duration
+        return float(params.get("targets", DEFAULTS["targets"]))
+
     def write_side_files(self, folder: Path, params: Mapping[str, Any], seed: int) -> None:
         """Write where the targets are (the trace schema has no room for it): the truth the
         executors check every search against (``write_ground_truth``)."""

@@ -1,7 +1,7 @@
 """What a Captain and a Cargo share: registering with their manager through the Beacon.
 
 A Captain registers with the Spinner and a Cargo with the Cargo Manager, both through
-the Beacon with their token. The manager health-checks a registered node with ``GET
+the Beacon with the run secret. The manager health-checks a registered node with ``GET
 /status``; when those checks stop for ``recheck_s`` (the manager forgot the node, or
 declared it dead during a partition) the node registers again. On shutdown it
 deregisters, best effort. :class:`BeaconAgent` does this for both; a node says what it
@@ -27,7 +27,8 @@ class BeaconAgent:
     """Registration through the Beacon, renewed whenever health checks stop.
 
     A subclass sets :attr:`collection` and :attr:`log`, implements the hooks, and has
-    ``config`` (with ``beacon``, ``token`` and ``recheck_s``), ``session``,
+    ``config`` (with ``beacon`` and ``recheck_s``), ``session``, ``auth_headers`` (the
+    run secret's, :func:`nodes.secret.peer_headers`, set when the app starts),
     ``registrations`` (a count) and ``_checked`` (an :class:`asyncio.Event`); its
     ``GET /status`` handler is :meth:`handle_status`.
     """
@@ -39,6 +40,7 @@ class BeaconAgent:
 
     config: Any
     session: aiohttp.ClientSession
+    auth_headers: dict[str, str]
     registrations: int
     _checked: asyncio.Event
 
@@ -64,7 +66,7 @@ class BeaconAgent:
     # ------------------------------------------------------------ registration
 
     def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.config.token}"}
+        return self.auth_headers
 
     async def register(self) -> bool:
         """Register through the Beacon once, then :meth:`registered`; whether it worked."""

@@ -53,6 +53,7 @@ from nodes.armada.selection import (
     select_candidates,
 )
 from nodes.common import (
+    PUBLIC,
     Address,
     Route,
     client_error,
@@ -64,6 +65,7 @@ from nodes.common import (
     str_field,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.secret import peer_session
 
 _log = logging.getLogger("nodes.armada.app_manager")
 
@@ -385,7 +387,7 @@ class AppManager:
 
     async def start(self, app: web.Application) -> None:
         """Startup hook: session and poller."""
-        self._session = aiohttp.ClientSession()
+        self._session = peer_session(app)
         self._poller = asyncio.create_task(self.poll_loop())
 
     async def stop(self, app: web.Application) -> None:
@@ -545,7 +547,7 @@ def make_app(spinner: str, cargo_manager: str | None = None, poll_s: float = 1.0
         Route("DELETE", "/apps/{name}", manager.handle_delete, "remove an application",
               doc.op(errors=(404,))),
         Route("POST", "/query", manager.handle_query, "candidate list for a user",
-              doc.op(200, doc.QUERY, (400, 404))),
+              doc.op(200, doc.QUERY, (400, 404)), auth=PUBLIC),
         Route("GET", "/health", manager.handle_health, "liveness", doc.op()),
     ]
     app = make_base_app()

@@ -1,8 +1,9 @@
-"""Bearer-token checks for the Beacon's state-changing endpoints.
+"""The Beacon's user tokens: credentials of deployers and resource contributors.
 
-Tokens come from the command line (``--token``) or a file (one per line). A request
-without a proper ``Authorization: Bearer <token>`` header is refused with 401, one with
-an unknown token with 403, before its body is read: a refused request changes nothing.
+Tokens come from a file (``--tokens FILE``, one per line; never from the command line,
+where ``ps`` would show them). The Beacon accepts them, and the run secret
+(:mod:`nodes.secret`), on its state-changing requests; comparisons are constant-time and
+on bytes (:func:`nodes.secret.check_credential`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from pathlib import Path
-
-from aiohttp import web
-
-from nodes.common import client_error
 
 
 def load_tokens(path: str | Path) -> set[str]:
@@ -27,29 +24,14 @@ def load_tokens(path: str | Path) -> set[str]:
 
 
 class TokenChecker:
-    """Holds the accepted tokens and checks requests against them."""
+    """Holds the accepted user tokens (possibly none)."""
 
-    def __init__(self, tokens: Iterable[str]) -> None:
-        self._tokens = [t.encode() for t in tokens if t]
-        if not self._tokens:
-            raise ValueError("at least one token is required")
+    def __init__(self, tokens: Iterable[str] = ()) -> None:
+        self._tokens = [t.encode("utf-8") for t in tokens if t]
 
-    def accepts(self, token: str) -> bool:
-        """Whether ``token`` is one of ours (constant-time comparison per token)."""
-        given = token.encode()
-        return any(hmac.compare_digest(given, mine) for mine in self._tokens)
+    def accepts(self, presented: bytes) -> bool:
+        """Whether ``presented`` is one of the tokens (constant-time per token)."""
+        return any(hmac.compare_digest(presented, mine) for mine in self._tokens)
 
-    def check(self, request: web.Request) -> None:
-        """Raise 401 (no or malformed header) or 403 (unknown token) for ``request``."""
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            found = "nothing" if not header else "a malformed header"
-            error = client_error(
-                web.HTTPUnauthorized,
-                f"authorization: expected 'Bearer <token>', found {found}",
-            )
-            error.headers["WWW-Authenticate"] = "Bearer"
-            raise error
-        if not self.accepts(token.strip()):
-            raise client_error(web.HTTPForbidden, "authorization: token not accepted")
+    def __len__(self) -> int:
+        return len(self._tokens)

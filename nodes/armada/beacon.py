@@ -1,15 +1,19 @@
 """The Beacon: Armada's single public entry point.
 
 Deployers deploy and inspect applications, users query for service access points, and
-resource contributors register nodes, all here. The Beacon checks bearer tokens on the
-requests that change the system (deploy, remove, register, leave) before reading their
-bodies, then forwards the request unchanged to its owner (the Application Manager, the
-Spinner, or for storage nodes the Cargo Manager) and passes the answer back, so
-validation errors come from the service that owns the data. The contract is
-``docs/armada.md``.
+resource contributors register nodes, all here. The Beacon checks a bearer credential
+on the requests that change the system (deploy, remove, register, leave) before reading
+their bodies: a user token of its ``--tokens`` file or the run secret. It then forwards
+the request to its owner (the Application Manager, the Spinner, or for storage nodes the
+Cargo Manager) with the run secret, and passes the answer back, so validation errors
+come from the service that owns the data. Only the routes it exposes are forwarded,
+matched on the raw path: a path parameter holding an encoded separator (``%2F``) or a
+dot segment is refused, so no request reaches an upstream route the Beacon does not
+expose. The contract is ``docs/armada.md``.
 
 Run it as ``python -m nodes.armada.beacon --host H --port P --app-manager URL --spinner
-URL [--cargo-manager URL] (--token T ... | --tokens FILE) [--timeout-s 10]``.
+URL [--cargo-manager URL] [--tokens FILE] [--timeout-s 10]`` with the run secret in
+``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
 """
 
 from __future__ import annotations
@@ -17,23 +21,35 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable, Sequence
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from nodes.armada import openapi as doc
 from nodes.armada.auth import TokenChecker, load_tokens
 from nodes.armada.configs import BeaconParams
-from nodes.common import Address, Handler, Route, client_error, make_base_app, run_service
+from nodes.common import (
+    OWN,
+    PUBLIC,
+    Address,
+    Handler,
+    Route,
+    client_error,
+    make_base_app,
+    run_service,
+)
 from nodes.config import CannotStart
+from nodes.secret import SECRET_KEY, check_credential, peer_session
 
 _log = logging.getLogger("nodes.armada.beacon")
 
 
 class Beacon:
-    """Token checks and forwarding."""
+    """Credential checks and forwarding."""
 
-    def __init__(self, app_manager: str, spinner: str, tokens: Iterable[str],
+    def __init__(self, app_manager: str, spinner: str, tokens: Iterable[str] = (),
                  timeout_s: float = 10.0, cargo_manager: str | None = None) -> None:
         self.upstreams = {"application manager": app_manager.rstrip("/"),
                           "spinner": spinner.rstrip("/")}
@@ -44,19 +60,26 @@ class Beacon:
         self._session: aiohttp.ClientSession | None = None
 
     def route(self, upstream: str, secured: bool) -> Handler:
-        """A handler forwarding to ``upstream``, after a token check when ``secured``."""
+        """A handler forwarding to ``upstream``, after a credential check when
+        ``secured``: a user token or the run secret."""
 
         async def handler(request: web.Request) -> web.Response:
             if secured:
-                self.tokens.check(request)
+                secret = request.app.get(SECRET_KEY)
+                check_credential(request, [self.tokens.accepts,
+                                           *([secret.accepts] if secret else [])])
             return await self.forward(request, upstream)
 
         return handler
 
     async def forward(self, request: web.Request, upstream: str) -> web.Response:
-        """Send ``request`` (method, path, query, body) to ``upstream``; relay the answer."""
+        """Send ``request`` (method, raw path, query, body) to ``upstream``; relay the
+        answer."""
         assert self._session is not None, "the Beacon app is not running"
-        url = self.upstreams[upstream] + request.rel_url.path_qs
+        path = confined_path(request)
+        url = URL(self.upstreams[upstream] + path + (
+            "?" + request.rel_url.raw_query_string if request.rel_url.raw_query_string
+            else ""), encoded=True)
         body = await request.read()
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
         try:
@@ -79,8 +102,8 @@ class Beacon:
         return web.json_response({"ok": True})
 
     async def start(self, app: web.Application) -> None:
-        """Startup hook: open the client session."""
-        self._session = aiohttp.ClientSession()
+        """Startup hook: open the client session (it presents the run secret)."""
+        self._session = peer_session(app)
 
     async def stop(self, app: web.Application) -> None:
         """Cleanup hook: close the client session."""
@@ -88,9 +111,25 @@ class Beacon:
             await self._session.close()
 
 
-def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
+def confined_path(request: web.Request) -> str:
+    """The raw path of ``request`` as the Beacon forwards it; 400 when a segment holds an
+    encoded separator or is a dot segment once decoded (``/cargos/..%2Fstorage``
+    would otherwise reach a route the Beacon does not expose)."""
+    raw = request.raw_path.split("?", 1)[0]
+    for segment in raw.split("/")[1:]:
+        decoded = unquote(segment, errors="replace")
+        if "/" in decoded or "\\" in decoded or decoded in (".", "..") or "%" in decoded \
+                or "\x00" in decoded:
+            raise client_error(web.HTTPBadRequest,
+                               f"path: expected plain segments, found {segment[:60]!r} "
+                               "(encoded separators and dot segments are refused)")
+    return raw
+
+
+def make_app(app_manager: str, spinner: str, tokens: Iterable[str] = (),
              timeout_s: float = 10.0, cargo_manager: str | None = None) -> web.Application:
-    """Build the Beacon application; raises ValueError without any token.
+    """Build the Beacon application. ``tokens`` are the user tokens it accepts besides
+    the run secret (``app[SECRET_KEY]``).
 
     With ``cargo_manager`` it also forwards Cargo registration (``/cargos``) there.
     """
@@ -99,15 +138,15 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
     fwd = (502, 504)
     routes = [
         Route("POST", "/apps", beacon.route(am, secured=True), "deploy an application",
-              doc.op(201, doc.DEPLOY, (400, 409, *fwd), secured=True)),
+              doc.op(201, doc.DEPLOY, (400, 409, *fwd), secured=True), auth=OWN),
         Route("GET", "/apps", beacon.route(am, secured=False), "list applications",
               doc.op(errors=fwd)),
         Route("GET", "/apps/{name}", beacon.route(am, secured=False), "application status",
               doc.op(errors=(404, *fwd))),
         Route("DELETE", "/apps/{name}", beacon.route(am, secured=True),
-              "remove an application", doc.op(errors=(404, *fwd), secured=True)),
+              "remove an application", doc.op(errors=(404, *fwd), secured=True), auth=OWN),
         Route("POST", "/query", beacon.route(am, secured=False), "candidate list for a user",
-              doc.op(200, doc.QUERY, (400, 404, *fwd))),
+              doc.op(200, doc.QUERY, (400, 404, *fwd)), auth=PUBLIC),
         *doc.forwarded_registry_routes(
             "nodes", "node_id", "node", doc.REGISTER, "a compute node",
             beacon.route(sp, secured=True), beacon.route(sp, secured=False),
@@ -120,27 +159,27 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str],
             beacon.route(cm, secured=True))
     routes.append(Route("GET", "/health", beacon.handle_health, "liveness", doc.op()))
     app = make_base_app()
-    doc.add_api(app, "Armada Beacon", "Single public entry point; checks tokens and forwards "
-                "to the Application Manager and the Spinner.", routes)
+    doc.add_api(app, "Armada Beacon", "Single public entry point; checks credentials and "
+                "forwards to the Application Manager and the Spinner.", routes)
     app.on_startup.append(beacon.start)
     app.on_cleanup.append(beacon.stop)
     return app
 
 
 def app_from_params(params: BeaconParams, address: Address) -> web.Application:
-    """The Beacon of a command line: its ``--token`` values and those of ``--tokens``.
+    """The Beacon of a command line, with the user tokens of ``--tokens``.
 
-    :class:`~nodes.config.CannotStart` when the token file cannot be read or holds none
-    (and no ``--token`` was given).
+    :class:`~nodes.config.CannotStart` when the token file cannot be read or holds none.
     """
-    tokens = [t for t in params.token if t]
+    tokens: list[str] = []
     if params.tokens:
         try:
-            tokens += sorted(load_tokens(params.tokens))
-        except OSError as exc:
-            raise CannotStart(f"--tokens: cannot read {params.tokens}: {exc.strerror}") from None
-    if not tokens:
-        raise CannotStart(f"--tokens: no token in {params.tokens}")
+            tokens = sorted(load_tokens(params.tokens))
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+            raise CannotStart(f"--tokens: cannot read {params.tokens}: {why}") from None
+        if not tokens:
+            raise CannotStart(f"--tokens: no token in {params.tokens}")
     return make_app(params.app_manager, params.spinner, tokens, params.timeout_s,
                     params.cargo_manager)
 

@@ -1,12 +1,15 @@
 """The Captain: Armada's node agent, one per edge node.
 
-It registers its node (location, type, capacity, tags) through the Beacon with its token
+It registers its node (location, type, capacity, tags) through the Beacon with the run
+secret
 and registers again whenever the Spinner stops health-checking it for ``recheck_s`` (the
 Spinner forgot it, or declared it dead during a partition); the registration answer
 lists the tasks the Spinner still places here, and any other task is stopped.
 
 Tasks run with the ``process`` runtime: ``python -m <module> --host <task host> --port
-<free port> <args>`` in its own process group, so stopping a task stops everything it
+<free port> <args>`` in its own process group (only programs of the allowlist,
+``--task-module``, by default Armada's task programs; file and cgroup names come from
+the task's validated identifier, never a path), so stopping a task stops everything it
 started. With ``cgroup_parent`` each task gets a cgroup v2 child with its CPU and memory
 limits; without, its CPU limit is not enforced by the Captain and its memory is watched
 (a task over its limit is killed). Every ``sample_s`` the Captain measures each task's
@@ -15,8 +18,9 @@ memory and load (the task's own ``GET /stats`` when it has one). The ``docker`` 
 is refused (see ``docs/armada.md``). On shutdown (SIGTERM) the Captain deregisters and
 stops its tasks.
 
-Run it as ``python -m nodes.armada.captain --host H --port P --beacon URL --token T
---node-id ID --lat LAT --lon LON --cpu CORES --memory-mb MB [...]``.
+Run it as ``python -m nodes.armada.captain --host H --port P --beacon URL --node-id ID
+--lat LAT --lon LON --cpu CORES --memory-mb MB [...]`` with the run secret in
+``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from aiohttp import web
 
 from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
-from nodes.armada.configs import START_TIMEOUT_S, CaptainParams
+from nodes.armada.configs import START_TIMEOUT_S, TASK_MODULES, CaptainParams
 from nodes.armada.fields import args_to_argv, task_fields
 from nodes.armada.scheduler import EPSILON
 from nodes.common import (
@@ -53,6 +57,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.http import PeerError, call_json
+from nodes.secret import peer_headers, peer_session
 
 _log = logging.getLogger("nodes.armada.captain")
 
@@ -69,7 +74,6 @@ class CaptainConfig:
     """Who this node is and how it behaves (the command-line options)."""
 
     beacon: str
-    token: str
     node_id: str
     url: str  # how others reach this Captain
     lat: float
@@ -83,7 +87,7 @@ class CaptainConfig:
     recheck_s: float = 5.0
     start_timeout_s: float = START_TIMEOUT_S
     sample_s: float = 1.0
-    module_prefix: str = "nodes."
+    task_modules: tuple[str, ...] = TASK_MODULES
     cgroup_parent: Path | None = None
     workdir: Path = field(default_factory=lambda: Path("/tmp/armada-captain"))
     python: str = sys.executable
@@ -187,6 +191,7 @@ class Captain(BeaconAgent):
         self.tasks: dict[str, RunningTask] = {}
         self._checked = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
+        self.auth_headers: dict[str, str] = {}
         self._background: list[asyncio.Task[None]] = []
         self.registrations = 0
 
@@ -245,10 +250,11 @@ class Captain(BeaconAgent):
                 "runtime: docker is not implemented by this Captain; use process",
             )
         module = spec.get("module")
-        if module is None or not module.startswith(cfg.module_prefix):
+        if module not in cfg.task_modules:
             raise client_error(
                 web.HTTPUnprocessableEntity,
-                f"module: expected a module under {cfg.module_prefix!r}, found {module!r}",
+                f"module: expected one of the programs this Captain runs "
+                f"({', '.join(cfg.task_modules)}), found {module!r}",
             )
         free_cpu, free_memory = self.free()
         if free_cpu + EPSILON < spec["cpu"] or free_memory < spec["memory_mb"]:
@@ -421,7 +427,8 @@ class Captain(BeaconAgent):
 
     async def start(self, app: web.Application) -> None:
         """Startup hook: session, registration agent, sampler."""
-        self._session = aiohttp.ClientSession()
+        self._session = peer_session(app)
+        self.auth_headers = peer_headers(app)
         self._background += [asyncio.create_task(self.agent_loop()),
                              asyncio.create_task(self.sample_loop())]
 
@@ -506,13 +513,14 @@ def app_from_params(params: CaptainParams, address: Address) -> web.Application:
     """The Captain of a command line, reachable at ``address`` (its real port)."""
     node_id = params.node_id or socket.gethostname()
     config = CaptainConfig(
-        beacon=params.beacon.rstrip("/"), token=params.token, node_id=node_id,
+        beacon=params.beacon.rstrip("/"), node_id=node_id,
         url=address.url(params.advertise_host), lat=params.lat, lon=params.lon,
         cpu=params.cpu, memory_mb=params.memory_mb, node_type=params.node_type,
         tags=[t for t in params.tags.split(",") if t],
         advertise_host=address.reachable_host(params.advertise_host),
         task_host=params.task_host, recheck_s=params.recheck_s, sample_s=params.sample_s,
-        start_timeout_s=params.start_timeout_s, module_prefix=params.module_prefix,
+        start_timeout_s=params.start_timeout_s,
+        task_modules=tuple(params.task_module) or TASK_MODULES,
         cgroup_parent=Path(params.cgroup_parent) if params.cgroup_parent else None,
         workdir=Path(params.workdir) / node_id,
     )

@@ -43,10 +43,17 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
 * **Initial data set.** An allocation may name a source, pulled before the Cargo answers:
   records inline, a URL or a file (JSON ``{"records": [...]}`` or the binary format of
   :func:`pack_records`), or the application's live replicas (the manager's copy when it
-  restores the replication factor; every listed replica is copied and merged).
+  restores the replication factor; every listed replica is copied and merged). Files are
+  read only below ``--data-root`` and every URL or file read is streamed with a size limit
+  (the quota, at most ``--max-source-mb``): :mod:`nodes.armada.sources`.
+* **Versions are bounded by the clock.** A replicated version more than
+  ``max_clock_skew_s`` ahead of this Cargo's clock is refused (400): one far in the future
+  would win every later write of its record for good. The write clock is a hybrid
+  logical clock (above every version held or received), so a client write supersedes
+  what its replica holds; one that still stores nothing is 409, never 200.
 
 Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
---lat LAT --lon LON [--capacity-gb 2] [--beacon URL --token T] [...]``.
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL] [...]`` with the run secret in ``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
 """
 
 from __future__ import annotations
@@ -73,10 +80,16 @@ from aiohttp import web
 
 from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
-from nodes.armada.configs import DEFAULT_CAPACITY_BYTES, CargoParams
+from nodes.armada.configs import (
+    DEFAULT_CAPACITY_BYTES,
+    DEFAULT_MAX_CLOCK_SKEW_S,
+    DEFAULT_MAX_SOURCE_BYTES,
+    CargoParams,
+)
 from nodes.armada.fields import (
     CONSISTENCIES,
     MAX_DIM,
+    MAX_RECORD_ID,
     NAME_RE,
     enum_field,
     pattern_field,
@@ -86,7 +99,9 @@ from nodes.armada.fields import (
     urls_field,
     vector_field,
 )
+from nodes.armada.sources import SourceError, read_file, read_url
 from nodes.common import (
+    PUBLIC,
     Address,
     Field,
     Route,
@@ -97,6 +112,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.secret import peer_headers
 
 _log = logging.getLogger("nodes.armada.cargo")
 
@@ -136,8 +152,30 @@ def record_bytes(dim: int) -> int:
     return ID_BYTES + 8 * dim
 
 
-#: Largest record id: ids are stored as SQLite integers (signed 64-bit).
-MAX_RECORD_ID = 2**63 - 1
+#: Upper bound of the bytes one record takes in a JSON data set (``{"id": ..., "vector":
+#: [...]}``: 17-24 characters a float64 written by ``json``, plus separators and spacing).
+JSON_RECORD_BYTES = (64, 32)  # fixed, per dimension
+
+
+def source_limit(quota_records: int, dim: int, json_format: bool, most: int) -> int:
+    """The most bytes a data set of ``quota_records`` records may take (its binary or
+    JSON form), and never more than ``most``."""
+    per = JSON_RECORD_BYTES[0] + JSON_RECORD_BYTES[1] * dim if json_format else record_bytes(dim)
+    return min(most, quota_records * per)
+
+
+def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    """Query parameter ``name`` as an integer in ``[lo, hi]``; 400 naming it otherwise."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    value: int | None = None
+    if 0 < len(raw) <= 20 and raw.lstrip("-").isdigit() and raw.isascii():
+        value = int(raw)
+    if value is None or not lo <= value <= hi:
+        raise client_error(web.HTTPBadRequest, f"{name}: expected integer in [{lo}, {hi}], "
+                           f"found {raw[:40]!r}")
+    return value
 
 
 def _record_dtype(dim: int) -> np.dtype:
@@ -439,12 +477,14 @@ class CargoConfig:
     capacity_bytes: int = DEFAULT_CAPACITY_BYTES
     node_type: str = "volunteer"
     tags: list[str] = field(default_factory=list)
-    beacon: str | None = None  # register through it (with ``token``) when set
-    token: str | None = None
+    beacon: str | None = None  # register through it (with the run secret) when set
     recheck_s: float = 5.0
     write_timeout_s: float = 10.0
     max_lag_s: float = 5.0
     peer_timeout_s: float = 5.0
+    data_root: Path | None = None  # file sources only below it; none: refused
+    max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    max_clock_skew_s: float = DEFAULT_MAX_CLOCK_SKEW_S
 
 
 def _summary(values: Sequence[float]) -> dict[str, Any]:
@@ -477,6 +517,7 @@ class Cargo(BeaconAgent):
         self.registrations = 0
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cargo-db")
         self._session: aiohttp.ClientSession | None = None
+        self.auth_headers: dict[str, str] = {}
         self._checked = asyncio.Event()
         self._agent: asyncio.Task[None] | None = None
         self._last_ts = 0
@@ -500,6 +541,22 @@ class Cargo(BeaconAgent):
         self._last_ts = first + n - 1
         return first
 
+    def _observe(self, rows: Iterable[Row]) -> None:
+        """Move this Cargo's clock past every version it holds (a hybrid logical clock): a
+        client write here then supersedes what this replica has seen, even when a peer's
+        clock runs ahead (by at most ``max_clock_skew_s``, :meth:`_check_versions`)."""
+        self._last_ts = max([self._last_ts, *(row[2] for row in rows)])
+
+    def _check_versions(self, records: list[dict[str, Any]], where: str) -> None:
+        """400 for a version too far ahead of this Cargo's clock: one far in the future
+        would win every later write of that record for good."""
+        bound = time.time_ns() + round(self.config.max_clock_skew_s * 1e9)
+        for i, record in enumerate(records):
+            if record["ts"] > bound:
+                raise client_error(
+                    web.HTTPBadRequest, f"{where}[{i}].ts: expected at most {bound} (this "
+                    f"Cargo's clock + {self.config.max_clock_skew_s:g} s), found {record['ts']}")
+
     @property
     def reserved_bytes(self) -> int:
         return sum(a.quota_bytes for a in self.apps.values())
@@ -514,7 +571,9 @@ class Cargo(BeaconAgent):
         """Startup hook: open the store, rebuild indexes, resume senders, register."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = await self.db(Store, self.config.data_dir / "cargo.sqlite3")
+        # a plain session: it also fetches data sources, which must never see the secret
         self._session = aiohttp.ClientSession()
+        self.auth_headers = peer_headers(app)
         for meta in await self.db(self.store.apps):
             if meta["state"] != "ready":
                 _log.info("dropping %s: its initial load or copy did not finish", meta["app"])
@@ -522,8 +581,10 @@ class Cargo(BeaconAgent):
                 continue
             data = AppData(meta["app"], meta["quota_bytes"], meta["dim"], meta["consistency"],
                            meta["peers"], meta["created_at"], state="ready")
-            for row in await self.db(self.store.scan, data.name):
+            rows = await self.db(self.store.scan, data.name)
+            for row in rows:
                 data.index.put(*row)
+            self._observe(rows)
             acked = await self.db(self.store.acked, data.name)
             data.acked = {**acked, **{p: acked.get(p, 0) for p in data.peers}}
             self.apps[data.name] = data
@@ -581,7 +642,8 @@ class Cargo(BeaconAgent):
                                  "ts": r[2], "origin": r[3]} for r in rows]}
             try:
                 status, answer = await call_json(self.session, "POST", url, body,
-                                                 timeout_s=self.config.peer_timeout_s)
+                                                 timeout_s=self.config.peer_timeout_s,
+                                                 headers=self.auth_headers)
             except PeerError as exc:
                 status, answer = 0, {"error": str(exc)}
             if status != 200:
@@ -732,7 +794,10 @@ class Cargo(BeaconAgent):
         if kind == "inline":
             rows = self._rows(data, source["records"], "source.records")
         else:
-            raw, content_type = await self._fetch(source)
+            try:
+                raw, content_type = await self._fetch(data, source)
+            except SourceError as exc:
+                raise _source_failure(exc) from None
             try:
                 if content_type == "application/json":
                     rows = self._json_rows(data, raw)
@@ -748,29 +813,28 @@ class Cargo(BeaconAgent):
             data.index.put(*row)
         return len(applied)
 
-    async def _fetch(self, source: dict[str, Any]) -> tuple[bytes, str]:
-        """The bytes of a URL or file source and whether they are JSON."""
+    async def _fetch(self, data: AppData, source: dict[str, Any]) -> tuple[bytes, str]:
+        """The bytes of a URL or file source and their content type, read by
+        :mod:`nodes.armada.sources` (confined to the data root, bounded by the quota and
+        ``max_source_bytes``); raises :class:`SourceError`."""
+        most = self.config.max_source_bytes
         if source["kind"] == "file":
-            path = Path(source["path"])
-            try:
-                raw = await asyncio.to_thread(path.read_bytes)
-            except OSError as exc:
-                raise client_error(web.HTTPUnprocessableEntity,
-                                   f"source: cannot read {path}: {exc.strerror}") from None
-            kind = "application/json" if path.suffix == ".json" else "application/octet-stream"
-            return raw, kind
-        url = source["url"]
-        try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(
-                    total=SOURCE_TIMEOUT_S)) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    raise client_error(web.HTTPBadGateway,
-                                       f"source: {url} answered status {resp.status}")
-                return raw, resp.content_type
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise client_error(web.HTTPBadGateway, f"source: {url} unreachable: "
-                               f"{type(exc).__name__}: {exc}") from None
+            path = source["path"]
+            is_json = path.endswith(".json")
+            limit = source_limit(data.quota_records, data.dim, is_json, most)
+            raw = await read_file(self.config.data_root, path, limit)
+            return raw, "application/json" if is_json else "application/octet-stream"
+        # The format is known from the answer's headers only: the JSON bound first, the
+        # binary one once the content type says so.
+        limit = source_limit(data.quota_records, data.dim, True, most)
+        raw, content_type = await read_url(self.session, source["url"], limit,
+                                           SOURCE_TIMEOUT_S)
+        binary = source_limit(data.quota_records, data.dim, False, most)
+        if content_type != "application/json" and len(raw) > binary:
+            raise SourceError(413, f"source: {source['url']} holds more than {binary} bytes, "
+                                   "the limit of this data set (its quota, or the Cargo's "
+                                   "--max-source-mb)")
+        return raw, content_type
 
     def _json_rows(self, data: AppData, raw: bytes) -> list[Row]:
         try:
@@ -825,7 +889,12 @@ class Cargo(BeaconAgent):
                     if records:
                         if not records_field(versioned=True).accepts(records):
                             raise PeerError(f"{base}: malformed records")
+                        try:
+                            self._check_versions(records, "records")
+                        except web.HTTPBadRequest as exc:
+                            raise PeerError(f"{base}: {exc.text}") from None
                         rows = self._rows(data, records, "records")
+                        self._observe(rows)
                         applied, _ = await self.db(self.store.write, data.name, rows, None)
                         for row in applied:
                             data.index.put(*row)
@@ -857,6 +926,13 @@ class Cargo(BeaconAgent):
         except KeyError:
             raise client_error(web.HTTPNotFound,
                                f"no such application here: {data.name}") from None
+        if not applied:
+            # A peer's newer version of every id committed between this write's clock
+            # reading and its commit: nothing stored, so no 200.
+            data.counters["refused"] += 1
+            raise client_error(web.HTTPConflict, "records: nothing stored: this replica "
+                               "holds a newer version of every record of the write (a "
+                               "concurrent write won); retry to supersede it")
         for row in applied:
             data.index.put(*row)
         data.counters["writes"] += 1
@@ -1010,7 +1086,9 @@ class Cargo(BeaconAgent):
         assert self.store is not None
         data = self._app(request)
         body = await self._body(request, REPLICATE_FIELDS)
+        self._check_versions(body["records"], "records")
         rows = self._rows(data, body["records"], "records")
+        self._observe(rows)
         try:
             applied, _ = await self.db(self.store.write, data.name, rows, None)
         except KeyError:
@@ -1041,15 +1119,8 @@ class Cargo(BeaconAgent):
         """``GET /apps/{app}/records?after=ID&limit=N``: records with versions, by id."""
         assert self.store is not None
         data = self._app(request)
-        try:
-            after = int(request.query.get("after", "-1"))
-            limit = int(request.query.get("limit", str(PAGE_LIMIT)))
-        except ValueError:
-            raise client_error(web.HTTPBadRequest,
-                               "after, limit: expected integers") from None
-        if not 1 <= limit <= PAGE_LIMIT:
-            raise client_error(web.HTTPBadRequest,
-                               f"limit: expected integer in [1, {PAGE_LIMIT}], found {limit}")
+        after = query_int(request, "after", -1, -1, MAX_RECORD_ID)
+        limit = query_int(request, "limit", PAGE_LIMIT, 1, PAGE_LIMIT)
         rows = await self.db(self.store.page, data.name, after, limit)
         records = [{"id": r[0], "vector": np.frombuffer(r[1], "<f8").tolist(), "ts": r[2],
                     "origin": r[3]} for r in rows]
@@ -1078,6 +1149,15 @@ class Cargo(BeaconAgent):
 CARGO_KEY = web.AppKey("cargo", Cargo)
 
 
+def _source_failure(exc: SourceError) -> web.HTTPException:
+    """The JSON client error of a source that cannot be read."""
+    body = {"text": json.dumps({"error": exc.reason}), "content_type": "application/json"}
+    if exc.status == 413:
+        return web.HTTPRequestEntityTooLarge(0, 0, **body)
+    kinds = {400: web.HTTPBadRequest, 422: web.HTTPUnprocessableEntity}
+    return kinds.get(exc.status, web.HTTPBadGateway)(**body)
+
+
 def make_app(config: CargoConfig) -> web.Application:
     """Build the Cargo application (its state is ``app[CARGO_KEY]``)."""
     cargo = Cargo(config)
@@ -1097,14 +1177,14 @@ def make_app(config: CargoConfig) -> web.Application:
         Route("PUT", "/apps/{app}/peers", cargo.handle_peers, "set the other replicas",
               doc.op(200, doc.PEERS, (400, 404))),
         Route("POST", "/apps/{app}/records", cargo.handle_write, "insert or replace records",
-              doc.op(200, doc.WRITE, (400, 404, 413, 503, 507))),
+              doc.op(200, doc.WRITE, (400, 404, 409, 413, 503, 507))),
         Route("GET", "/apps/{app}/records", cargo.handle_list,
               "records with versions by id (?after=ID&limit=N)", doc.op(errors=(400, 404))),
         Route("GET", "/apps/{app}/records/{id}", cargo.handle_read, "one record",
               doc.op(errors=(400, 404, 503))),
         Route("POST", "/apps/{app}/match", cargo.handle_match,
               "nearest record to a vector, within a threshold",
-              doc.op(200, doc.MATCH, (400, 404, 503))),
+              doc.op(200, doc.MATCH, (400, 404, 503)), auth=PUBLIC),
         Route("POST", "/apps/{app}/replicate", cargo.handle_replicate,
               "records a peer originated (last writer wins)",
               doc.op(200, doc.REPLICATE, (400, 404, 413))),
@@ -1126,9 +1206,12 @@ def app_from_params(params: CargoParams, address: Address) -> web.Application:
         url=address.url(params.advertise_host), data_dir=Path(params.data_dir),
         lat=params.lat, lon=params.lon, capacity_bytes=round(params.capacity_gb * 1024**3),
         node_type=params.node_type, tags=[t for t in params.tags.split(",") if t],
-        beacon=params.beacon.rstrip("/") if params.beacon else None, token=params.token,
+        beacon=params.beacon.rstrip("/") if params.beacon else None,
         recheck_s=params.recheck_s, write_timeout_s=params.write_timeout_s,
         max_lag_s=params.max_lag_s, peer_timeout_s=params.peer_timeout_s,
+        data_root=Path(params.data_root) if params.data_root else None,
+        max_source_bytes=round(params.max_source_mb * 1024**2),
+        max_clock_skew_s=params.max_clock_skew_s,
     )
     return make_app(config)
 

@@ -49,6 +49,13 @@ which application's data lives on which Cargos. The HTTP contract is ``docs/arma
   register again. A file that cannot be read, is not valid JSON, is malformed or has
   another version stops the manager at start with an error naming it; it is never
   overwritten with an empty state.
+* **Intent log** (:mod:`nodes.armada.intents`, ``DIR/cargo-manager.intents.json``, also
+  kept in memory without a state directory). Before a Cargo is asked to create or delete
+  a copy, the intent is on disk; when the operation ends, and at the next start for what
+  a crash interrupted, each intent is settled against the state file: a copy it counts
+  stays, any other is deleted on its Cargo (retried every health round while the Cargo
+  is unreachable, which is not picked for that application meanwhile). No copy is left
+  on a Cargo uncounted, and no name unusable.
 
 Run it as ``python -m nodes.armada.cargo_manager --host H --port P [--health-interval-s 1]
 [--health-timeout-s 0.5] [--max-missed 3] [--quota-mb 64] [--seed N] [--state-dir DIR]``.
@@ -93,8 +100,17 @@ from nodes.armada.fields import (
     url_field,
 )
 from nodes.armada.geo import haversine_km
+from nodes.armada.intents import (
+    INTENTS_FILE,
+    MalformedIntentsError,
+    intent,
+    intents_text,
+    load_intents,
+    new_op,
+)
 from nodes.armada.registry import HealthCheckedRegistry
 from nodes.common import (
+    PUBLIC,
     Address,
     Field,
     Route,
@@ -450,6 +466,12 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         self.rng = random.Random(seed)
         self.allocations: dict[str, Allocation] = {}
         self.state_path = None if state_dir is None else Path(state_dir) / STATE_FILE
+        #: The intent log (:mod:`nodes.armada.intents`), kept in memory without a state
+        #: directory; the operations in progress, whose intents are not settled yet.
+        self.intents: list[dict[str, Any]] = []
+        self.intents_path = None if state_dir is None else Path(state_dir) / INTENTS_FILE
+        self._active_ops: set[str] = set()
+        self._settling: asyncio.Task[None] | None = None
         self._changes = 0  # counts the changes the state file must show
         self._saved = 0  # the changes the state file on disk shows
         self._save_lock = asyncio.Lock()
@@ -476,6 +498,11 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             with contextlib.suppress(OSError):
                 stale.unlink()
         loaded = load_state(path)
+        assert self.intents_path is not None
+        try:
+            self.intents = load_intents(self.intents_path)
+        except (OSError, MalformedIntentsError) as exc:
+            raise StateFileError(f"intent log {self.intents_path}: {exc}") from None
         if loaded is not None:
             self.nodes, self.allocations = loaded
             _log.info("state file %s: %d Cargos (unconfirmed until checked), %d allocations",
@@ -546,6 +573,88 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             await self.save()
         except OSError as exc:
             _log.error("cannot write the state file %s: %s", self.state_path, exc)
+
+    # ------------------------------------------------------------- intent log
+
+    async def intend(self, op: str, kind: str, app: str, nodes: Sequence[CargoNode]) -> None:
+        """Record (durably, before acting) that operation ``op`` is about to create or
+        delete ``app``'s copy on ``nodes``; a JSON **500** if the log cannot be written
+        (nothing was asked of the Cargos then)."""
+        self._active_ops.add(op)
+        self.intents += [intent(op, kind, app, n.cargo_id, n.url) for n in nodes]
+        try:
+            await self._write_intents()
+        except OSError as exc:
+            _log.error("cannot write the intent log %s: %s", self.intents_path, exc)
+            raise client_error(web.HTTPInternalServerError,
+                               f"state: cannot write {self.intents_path}: {exc}") from None
+
+    async def _write_intents(self) -> None:
+        if self.intents_path is None:
+            return
+        assert self._writer is not None
+        job = asyncio.get_running_loop().run_in_executor(
+            self._writer, write_state_file, self.intents_path, intents_text(self.intents))
+        await asyncio.shield(job)
+
+    def _intended_copy(self, record: dict[str, Any]) -> bool:
+        """The state file on disk counts this intent's Cargo as a ready replica."""
+        alloc = self.allocations.get(record["app"])
+        return (alloc is not None and alloc.ready_at is not None
+                and alloc.replicas.get(record["cargo_id"]) == "ready")
+
+    async def settle(self, ops: set[str] | None = None, alive_only: bool = False) -> None:
+        """Settle the intents of ``ops`` (``None``: of every operation not in progress;
+        ``alive_only``: only those on Cargos that answer health checks): keep the copies
+        the state file counts, delete the others on their Cargos
+        (:mod:`nodes.armada.intents`). Intents whose Cargo cannot be reached stay for the
+        next round. Waits while the state file misses a change (it decides)."""
+        if ops is not None:
+            self._active_ops -= ops
+        due = [r for r in self.intents
+               if (r["op"] in ops if ops is not None else r["op"] not in self._active_ops)
+               and not (alive_only and getattr(self.cargos.get(r["cargo_id"]), "state",
+                                               None) != "alive")]
+        if not due:
+            return
+        decided = self._changes  # the state file must show at least this much
+        await self.save_quietly()
+        if self.state_path is not None and self._saved < decided:
+            return  # not on disk yet: decided at a later round
+
+        async def settled(record: dict[str, Any]) -> bool:
+            if self._intended_copy(record):
+                return True
+            try:
+                status, answer = await call_json(
+                    self.session, "DELETE", f"{record['url']}/apps/{record['app']}",
+                    timeout_s=CALL_TIMEOUT_S)
+            except PeerError as exc:
+                _log.info("cannot delete %s on %s yet: %s", record["app"], record["cargo_id"],
+                          exc)
+                return False
+            if status in (200, 404):
+                if status == 200:
+                    _log.info("deleted %s on %s (%s: the state file does not count it)",
+                              record["app"], record["cargo_id"], record["kind"])
+                return True
+            _log.info("cannot delete %s on %s yet: %s", record["app"], record["cargo_id"],
+                      error_of(status, answer))
+            return False
+
+        results = await asyncio.gather(*(settled(r) for r in due))
+        done = {id(r) for r, ok in zip(due, results, strict=True) if ok}
+        if done:
+            self.intents = [r for r in self.intents if id(r) not in done]
+            try:
+                await self._write_intents()
+            except OSError as exc:  # settled again later: deleting twice is harmless
+                _log.error("cannot write the intent log %s: %s", self.intents_path, exc)
+
+    def unsettled(self, app: str, op: str) -> set[str]:
+        """The Cargos that may hold a copy of ``app`` from another operation than ``op``
+        (not picked for ``app`` until that copy is deleted)."""
+        return {r["cargo_id"] for r in self.intents if r["app"] == app and r["op"] != op}
 
     # ---------------------------------------------------------------- capacity
 
@@ -624,10 +733,11 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
 
         await asyncio.gather(*(tell(m) for m in members))
 
-    async def allocate(self, alloc: Allocation) -> list[str]:
-        """Place the initial replicas; the refusals met on the way."""
+    async def allocate(self, alloc: Allocation, op: str) -> list[str]:
+        """Place the initial replicas (each pick recorded as an intent of ``op`` first);
+        the refusals met on the way."""
         refusals: list[str] = []
-        tried: set[str] = set()
+        tried: set[str] = self.unsettled(alloc.app, op)
         while len(alloc.replicas) < alloc.replication:
             picks: list[CargoNode] = []
             while len(alloc.replicas) < alloc.replication:
@@ -639,6 +749,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 picks.append(node)
             if not picks:
                 break
+            await self.intend(op, "allocate", alloc.app, picks)
             urls = [p.url for p in picks]
             results = await asyncio.gather(*(
                 self.create_on(alloc, p, [u for u in urls if u != p.url], alloc.source)
@@ -662,43 +773,54 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             if alloc.peers_dirty:
                 alloc.peers_dirty = False
                 await self.push_peers(alloc)
-            tried: set[str] = set()
-            while len(alloc.replicas) < alloc.replication and self.sources(alloc):
-                node = self.pick(alloc, tried)
-                if node is None:
-                    return
-                tried.add(node.cargo_id)
-                sources = self.sources(alloc)
-                began = time.monotonic()
-                alloc.replicas[node.cargo_id] = "allocating"
-                # Peers first: writes committed from now on are shipped to the new replica,
-                # everything committed before is in the copy.
-                await self.push_peers(alloc, [node])
-                refusal, answer = await self.create_on(
-                    alloc, node, sources, {"kind": "replicas", "urls": sources})
-                if refusal is not None or node.cargo_id not in alloc.replicas:
-                    alloc.replicas.pop(node.cargo_id, None)
-                    alloc.event("restore-failed", cargo_id=node.cargo_id, reason=refusal)
-                    self.changed()
-                    await self.push_peers(alloc)
-                    continue
-                alloc.replicas[node.cargo_id] = "ready"
-                now = time.time()
-                loss = alloc.losses.pop(0) if alloc.losses else None
-                record = {
-                    "t": now, "cargo_id": node.cargo_id,
-                    "lost": loss["cargo_id"] if loss else None,
-                    "since_lost_s": round(now - loss["t"], 6) if loss else None,
-                    "since_last_seen_s": round(now - loss["last_seen"], 6) if loss else None,
-                    "copy_s": round(time.monotonic() - began, 6),
-                    "records": answer.get("records"),
-                }
-                alloc.restores.append(record)
-                alloc.event("restored", **{k: v for k, v in record.items() if k != "t"})
-                _log.info("%s restored on %s (%s s after the loss)", alloc.app, node.cargo_id,
-                          record["since_lost_s"])
+            op = new_op()
+            try:
+                await self._restore(alloc, op)
+            except web.HTTPException:
+                pass  # the intent log cannot be written: tried again next round
+            finally:
+                await self.settle({op})
+
+    async def _restore(self, alloc: Allocation, op: str) -> None:
+        """:meth:`restore`'s work, each new replica recorded as an intent of ``op``."""
+        tried: set[str] = self.unsettled(alloc.app, op)
+        while len(alloc.replicas) < alloc.replication and self.sources(alloc):
+            node = self.pick(alloc, tried)
+            if node is None:
+                return
+            tried.add(node.cargo_id)
+            await self.intend(op, "restore", alloc.app, [node])
+            sources = self.sources(alloc)
+            began = time.monotonic()
+            alloc.replicas[node.cargo_id] = "allocating"
+            # Peers first: writes committed from now on are shipped to the new replica,
+            # everything committed before is in the copy.
+            await self.push_peers(alloc, [node])
+            refusal, answer = await self.create_on(
+                alloc, node, sources, {"kind": "replicas", "urls": sources})
+            if refusal is not None or node.cargo_id not in alloc.replicas:
+                alloc.replicas.pop(node.cargo_id, None)
+                alloc.event("restore-failed", cargo_id=node.cargo_id, reason=refusal)
                 self.changed()
-                await self.save_quietly()
+                await self.push_peers(alloc)
+                continue
+            alloc.replicas[node.cargo_id] = "ready"
+            now = time.time()
+            loss = alloc.losses.pop(0) if alloc.losses else None
+            record = {
+                "t": now, "cargo_id": node.cargo_id,
+                "lost": loss["cargo_id"] if loss else None,
+                "since_lost_s": round(now - loss["t"], 6) if loss else None,
+                "since_last_seen_s": round(now - loss["last_seen"], 6) if loss else None,
+                "copy_s": round(time.monotonic() - began, 6),
+                "records": answer.get("records"),
+            }
+            alloc.restores.append(record)
+            alloc.event("restored", **{k: v for k, v in record.items() if k != "t"})
+            _log.info("%s restored on %s (%s s after the loss)", alloc.app, node.cargo_id,
+                      record["since_lost_s"])
+            self.changed()
+            await self.save_quietly()
 
     def sources(self, alloc: Allocation) -> list[str]:
         """The URLs of ``alloc``'s ready replicas on alive Cargos (not on ``unconfirmed``
@@ -760,9 +882,21 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             self.lose(alloc, node, reason)
 
     async def after_round(self) -> None:
-        """Restore what was lost; write the state file if it misses a change."""
+        """Restore what was lost; write the state file if it misses a change; settle
+        the intents left (a Cargo that could not be told to delete a copy)."""
         self.maintain()
         await self.save_quietly()
+        if self.intents and (self._settling is None or self._settling.done()):
+            self._settling = asyncio.create_task(self.settle(alive_only=True))
+
+    async def start(self, app: web.Application) -> None:
+        """The registry's startup, then the intents a previous process left settled
+        before the manager serves (what a crash interrupted is finished or undone)."""
+        await super().start(app)
+        if self.intents:
+            _log.info("intent log %s: settling %d intents", self.intents_path,
+                      len(self.intents))
+            await self.settle()
 
     def confirmed(self, node: CargoNode) -> None:
         """A Cargo known from the state file answered its first health check."""
@@ -779,8 +913,9 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             self._writer.shutdown(wait=False)
 
     def background(self) -> list[asyncio.Task[Any]]:
-        """The restorations in progress."""
-        return [a.restoring for a in self.allocations.values() if a.restoring is not None]
+        """The restorations in progress and the settling of left intents."""
+        tasks = [a.restoring for a in self.allocations.values() if a.restoring is not None]
+        return tasks + ([self._settling] if self._settling is not None else [])
 
     # ------------------------------------------------------------------ handlers
 
@@ -860,10 +995,17 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                 f"unreserved, {alloc.replication} needed",
             )
         self.allocations[alloc.app] = alloc  # taken now: a concurrent request waits on it
+        op = new_op()
         async with alloc.lock:
-            refusals = await self.allocate(alloc)
+            try:
+                refusals = await self.allocate(alloc, op)
+            except BaseException:
+                del self.allocations[alloc.app]
+                await self.settle({op})  # undo the copies made so far
+                raise
             if not alloc.replicas:
                 del self.allocations[alloc.app]
+                await self.settle({op})
                 raise client_error(web.HTTPBadGateway, "no Cargo could allocate the storage: "
                                    + "; ".join(refusals))
             await self.push_peers(alloc)
@@ -871,7 +1013,10 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             alloc.event("ready" if alloc.state == "ready" else "degraded",
                         replicas=len(alloc.ready()), refusals=refusals)
             self.changed()
-            await self.commit()  # in the lock: a concurrent request answers after it too
+            try:
+                await self.commit()  # in the lock: a concurrent request answers after it too
+            finally:
+                await self.settle({op})  # keeps the replicas, deletes refused copies
         return web.json_response(self.allocation_json(alloc), status=201)
 
     async def handle_allocations(self, request: web.Request) -> web.Response:
@@ -887,6 +1032,15 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
     async def handle_release(self, request: web.Request) -> web.Response:
         """``DELETE /storage/{app}``: delete the data on every replica, forget it."""
         alloc = self._allocation(request.match_info["app"])
+        if alloc.ready_at is None:
+            raise client_error(web.HTTPConflict, f"app: the allocation of {alloc.app} is "
+                               "in progress; release it once it is answered")
+        op = new_op()
+        await self.intend(op, "release", alloc.app,
+                          [self.cargos[c] for c in alloc.replicas])
+        if self.allocations.get(alloc.app) is not alloc:  # released meanwhile
+            await self.settle({op})
+            raise client_error(web.HTTPNotFound, f"no storage for application: {alloc.app}")
         del self.allocations[alloc.app]
         if alloc.restoring is not None:
             alloc.restoring.cancel()
@@ -898,14 +1052,10 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
             self.allocations.setdefault(alloc.app, alloc)  # the state file still holds it
             self.changed()
             raise
-
-        async def drop(cargo_id: str) -> None:
-            with contextlib.suppress(PeerError):
-                await call_json(self.session, "DELETE",
-                                f"{self.cargos[cargo_id].url}/apps/{alloc.app}",
-                                timeout_s=CALL_TIMEOUT_S)
-
-        await asyncio.gather(*(drop(c) for c in alloc.replicas))
+        finally:
+            # Deletes the copies once the state file no longer counts them; a Cargo that
+            # cannot be reached is told at a later round.
+            await self.settle({op})
         return web.json_response({**view, "state": "released"})
 
     async def handle_query(self, request: web.Request) -> web.Response:
@@ -961,10 +1111,10 @@ def make_app(
         Route("GET", "/storage/{app}", manager.handle_allocation, "one allocation",
               doc.op(errors=(404,))),
         Route("DELETE", "/storage/{app}", manager.handle_release,
-              "release an allocation and delete its data", doc.op(errors=(404,))),
+              "release an allocation and delete its data", doc.op(errors=(404, 409))),
         Route("POST", "/query", manager.handle_query,
               "data access points for a task, nearest first",
-              doc.op(200, doc.STORAGE_QUERY, (400, 404))),
+              doc.op(200, doc.STORAGE_QUERY, (400, 404)), auth=PUBLIC),
         Route("GET", "/health", manager.handle_health, "liveness", doc.op()),
     ]
     app = make_base_app()

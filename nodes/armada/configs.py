@@ -23,8 +23,16 @@ MIN_REPLICAS = 3
 #: at full speed, but 50-60 s on a 0.04-core node of this machine: under CFS throttling
 #: the imports cost several times their unthrottled CPU time.
 START_TIMEOUT_S = 120.0
+#: The programs a Captain runs as tasks unless told otherwise (``--task-module``).
+TASK_MODULES = ("nodes.armada.echo_task", "nodes.armada.detect_task",
+                "nodes.armada.face_task")
 #: A Cargo's declared capacity unless told otherwise (the paper's 2 GB).
 DEFAULT_CAPACITY_BYTES = 2 * 1024**3
+#: The largest initial data set a Cargo reads from a URL or a file source.
+DEFAULT_MAX_SOURCE_BYTES = 256 * 1024**2
+#: How far ahead of a Cargo's clock a replicated version may be (the nodes of one
+#: testbed share the host's clock; real nodes are NTP-synchronised to milliseconds).
+DEFAULT_MAX_CLOCK_SKEW_S = 2.0
 #: The quota of an allocation that does not say.
 DEFAULT_QUOTA_BYTES = 64 * 1024**2
 #: The Cargo Manager's state file, inside its ``--state-dir``.
@@ -82,14 +90,10 @@ class BeaconParams:
     spinner: str = option(required=True, metavar="URL", help=f"the Spinner, {_URL}")
     cargo_manager: str | None = option(metavar="URL",
                                        help=f"the Cargo Manager, {_URL} (storage layer)")
-    token: tuple[str, ...] = option(repeat=True, metavar="TOKEN",
-                                    help="a bearer token accepted for changes")
-    tokens: str | None = option(metavar="FILE", help="file with one token per line")
+    tokens: str | None = option(metavar="FILE", help="file of user tokens accepted for "
+                                                      "changes besides the run secret, one "
+                                                      "per line")
     timeout_s: float = option(10.0, gt=0, help="how long an upstream may take to answer")
-
-    def __post_init__(self) -> None:
-        if not self.tokens and not any(self.token):
-            raise ParamError("token", "at least one token (token or tokens)", "<none>")
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,8 @@ class SpinnerParams(HealthCheckParams):
 class CaptainParams:
     """``python -m nodes.armada.captain``: the node agent that runs tasks."""
 
-    beacon: str = option(required=True, metavar="URL", help=f"the Beacon, {_URL}")
-    token: str = option(required=True, help="the bearer token to register with")
+    beacon: str = option(required=True, metavar="URL",
+                         help=f"the Beacon, {_URL} (registered with the run secret)")
     node_id: str | None = _node_id("node")
     lat: float = _latitude()
     lon: float = _longitude()
@@ -153,7 +157,10 @@ class CaptainParams:
     start_timeout_s: float = option(START_TIMEOUT_S, gt=0,
                                     help="a task not answering /health by then has failed")
     sample_s: float = option(1.0, gt=0, help="time between two samples of the tasks")
-    module_prefix: str = option("nodes.", help="the modules a task may run start with this")
+    task_module: tuple[str, ...] = option(
+        repeat=True, metavar="MODULE",
+        help="a program tasks may run; without one, Armada's task programs "
+             f"({', '.join(TASK_MODULES)})")
     cgroup_parent: str | None = option(metavar="DIR",
                                        help="cgroup v2 directory for the tasks' cgroups")
     workdir: str = option("/tmp/armada-captain", metavar="DIR",
@@ -177,6 +184,14 @@ class CargoParams:
     """``python -m nodes.armada.cargo``: a storage node."""
 
     data_dir: str = option(required=True, metavar="DIR", help="where the store lives")
+    data_root: str | None = option(metavar="DIR", help="file sources are read only below DIR "
+                                   "(without it, file sources are refused)")
+    max_source_mb: float = option(DEFAULT_MAX_SOURCE_BYTES / 1024**2, gt=0,
+                                  help="largest initial data set read from a URL or file, "
+                                       "MiB (the quota bounds it too)")
+    max_clock_skew_s: float = option(DEFAULT_MAX_CLOCK_SKEW_S, gt=0,
+                                     help="a replicated version this far ahead of the "
+                                          "local clock is refused")
     cargo_id: str | None = _node_id("Cargo")
     lat: float = _latitude()
     lon: float = _longitude()
@@ -185,18 +200,14 @@ class CargoParams:
     node_type: str = _node_type()
     tags: str = _tags()
     beacon: str | None = option(metavar="URL",
-                                help=f"the Beacon to register through, {_URL} (needs token)")
-    token: str | None = option(help="the bearer token to register with")
+                                help=f"the Beacon to register through, {_URL} (with the "
+                                     "run secret)")
     advertise_host: str | None = _advertise_host()
     recheck_s: float = _recheck_s()
     write_timeout_s: float = option(10.0, gt=0, help="a write not acknowledged by then: 503")
     max_lag_s: float = option(5.0, gt=0, help="bound of the eventual replication lag")
     peer_timeout_s: float = option(5.0, gt=0, help="how long a peer may take to answer")
 
-    def __post_init__(self) -> None:
-        if self.beacon and not self.token:
-            raise ParamError("token", "a token to register through the Beacon with",
-                             "<missing>")
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,15 @@ from nodes.armada.configs import (
     DetectTaskParams,
 )
 from nodes.armada.frame_task import WorkerPool, read_jpeg
-from nodes.common import Address, Route, add_routes, client_error, json_errors, run_service
+from nodes.common import (
+    PUBLIC,
+    Address,
+    Route,
+    add_routes,
+    client_error,
+    json_errors,
+    run_service,
+)
 
 _log = logging.getLogger("nodes.armada.detect_task")
 
@@ -300,7 +308,7 @@ def _routes(task: DetectTask) -> list[Route]:
                 "415": _answer("Content-Type is not image/jpeg", error),
                 "503": _answer("queue full", error),
             },
-        }),
+        }, auth=PUBLIC),
         Route("GET", "/health", task.handle_health, "liveness",
               {"responses": {"200": _answer("up", {"type": "object"})}}),
         Route("GET", "/stats", task.handle_stats, "load and utilisation", {"responses": {

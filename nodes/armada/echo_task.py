@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from nodes.armada.configs import EchoTaskParams
-from nodes.common import Address, Route, add_routes, json_errors, run_service
+from nodes.common import PUBLIC, Address, Route, add_routes, json_errors, run_service
 
 _log = logging.getLogger("nodes.armada.echo_task")
 MAX_FRAME_BYTES = 8 * 2**20
@@ -68,7 +68,8 @@ def make_app(work_ms: float = 0.0, name: str = "echo") -> web.Application:
     task = EchoTask(work_ms, name)
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_FRAME_BYTES)
     add_routes(app, [
-        Route("POST", "/infer", task.handle_infer, "take a frame, burn the CPU asked, report"),
+        Route("POST", "/infer", task.handle_infer, "take a frame, burn the CPU asked, report",
+              auth=PUBLIC),
         Route("GET", "/health", task.handle_health, "liveness"),
         Route("GET", "/stats", task.handle_stats, "requests in flight and completed"),
     ])

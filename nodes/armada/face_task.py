@@ -67,7 +67,15 @@ from nodes.armada.configs import DEFAULT_MAX_BODY_BYTES, DEFAULT_QUEUE_LIMIT, Fa
 from nodes.armada.face_recognition import FaceIndex, decode, describe, subject, warm_up
 from nodes.armada.face_recognition import cascade as face_cascade
 from nodes.armada.frame_task import WorkerPool, read_jpeg
-from nodes.common import Address, Route, add_routes, client_error, json_errors, run_service
+from nodes.common import (
+    PUBLIC,
+    Address,
+    Route,
+    add_routes,
+    client_error,
+    json_errors,
+    run_service,
+)
 from nodes.config import CannotStart
 from workloads.faces import (
     INITIAL_RECORDS,
@@ -460,7 +468,7 @@ def make_app(
     app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
     add_routes(app, [
         Route("POST", "/recognise", task.handle_recognise,
-              "recognise the face in one JPEG frame against the face store"),
+              "recognise the face in one JPEG frame against the face store", auth=PUBLIC),
         Route("GET", "/health", task.handle_health, "liveness"),
         Route("GET", "/stats", task.handle_stats, "load, counts and mean times"),
     ])

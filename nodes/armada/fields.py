@@ -18,6 +18,11 @@ from testbed.checks import is_number
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 ARG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+#: An identifier that becomes part of a file, cgroup or environment name (task ids, app
+#: names): a fixed character set and length, so it can never be a path.
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+#: Longest string argument passed to a task's program.
+MAX_ARG_CHARS = 4096
 RUNTIMES = ("process", "docker")
 
 
@@ -61,14 +66,27 @@ def tags_field(required: bool = False) -> Field:
     )
 
 
+def _is_arg_text(value: Any) -> bool:
+    """A string a command line can carry: bounded, no NUL, encodable (no lone
+    surrogate)."""
+    if not isinstance(value, str) or len(value) > MAX_ARG_CHARS or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_arg_value(value: Any) -> bool:
-    return isinstance(value, (str, bool)) or _number_in(value, -math.inf, math.inf)
+    return isinstance(value, bool) or _is_arg_text(value) or is_number(value, finite=True)
 
 
 def args_field() -> Field:
     """Program parameters: ``{name: string | number | boolean}``."""
     return Field(
-        "object of name: string | number | boolean (names like 'frame_size')",
+        "object of name: string (no NUL, at most 4096 characters) | number | boolean "
+        "(names like 'frame_size')",
         lambda v: isinstance(v, dict)
         and all(ARG_RE.fullmatch(k) and _is_arg_value(x) for k, x in v.items()),
         required=False,
@@ -84,6 +102,12 @@ def enum_field(choices: Iterable[str], required: bool = True) -> Field:
 def pattern_field(pattern: re.Pattern[str], what: str, required: bool = True) -> Field:
     """A string matching ``pattern`` entirely."""
     return Field(what, lambda v: isinstance(v, str) and bool(pattern.fullmatch(v)), required)
+
+
+def id_field(required: bool = True) -> Field:
+    """An identifier (:data:`ID_RE`): letters, digits, ``_.-``, at most 80 characters."""
+    return pattern_field(ID_RE, "identifier of letters, digits and _.- (at most 80, "
+                                "starting with a letter or digit)", required)
 
 
 def bool_field(required: bool = True) -> Field:
@@ -106,8 +130,8 @@ def url_field() -> Field:
 def task_fields() -> dict[str, Field]:
     """What a task is, as the Spinner and the Captain receive it."""
     return {
-        "task_id": str_field(),
-        "app": str_field(),
+        "task_id": id_field(),
+        "app": id_field(),
         "runtime": enum_field(RUNTIMES),
         "module": pattern_field(MODULE_RE, "dotted Python module name", required=False),
         "image": str_field(required=False),

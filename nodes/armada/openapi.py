@@ -14,8 +14,8 @@ from aiohttp import web
 
 from nodes import openapi
 from nodes.armada.configs import NODE_TYPES
-from nodes.common import Handler, Route
-from nodes.openapi import NUMBER, STRING, Schema, body, op
+from nodes.common import OWN, Handler, Route
+from nodes.openapi import NUMBER, POSITIVE, STRING, Schema, body, op
 
 LOCATION: Schema = {
     "type": "object",
@@ -37,7 +37,7 @@ TASK_SPEC: dict[str, Schema] = {
     "module": STRING,
     "image": STRING,
     "args": ARGS,
-    "cpu": {"type": "number", "exclusiveMinimum": 0},
+    "cpu": POSITIVE,
     "memory_mb": {"type": "integer", "minimum": 1},
 }
 def add_api(app: web.Application, title: str, description: str, routes: list[Route]) -> None:
@@ -76,10 +76,10 @@ def forwarded_registry_routes(
     fwd = (502, 504)
     return [
         Route("POST", f"/{collection}", handle_register, f"register {registering}",
-              op(200, register, (400, *fwd), True)),
+              op(200, register, (400, *fwd), True), auth=OWN),
         Route("GET", f"/{collection}", handle_list, f"list {noun}s", op(errors=fwd)),
         Route("DELETE", f"/{collection}/{{{id_field}}}", handle_leave, f"a {noun} leaves",
-              op(errors=(404, *fwd), secured=True)),
+              op(errors=(404, *fwd), secured=True), auth=OWN),
     ]
 
 

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from nodes.common import client_error
 from nodes.http import PeerError, call_json
+from nodes.secret import peer_session
 
 
 class RegisteredNode(Protocol):
@@ -170,7 +171,7 @@ class HealthCheckedRegistry(Generic[NodeT]):
 
     async def start(self, app: web.Application) -> None:
         """Startup hook: open the client session, start health checks."""
-        self._session = aiohttp.ClientSession()
+        self._session = peer_session(app)
         self._checker = asyncio.create_task(self.health_loop())
 
     async def stop(self, app: web.Application) -> None:

@@ -17,8 +17,12 @@ SHARING_MODES = ("paper", "processor-sharing")
 
 @dataclass(frozen=True)
 class CoordinatorParams:
-    """``python -m nodes.person_search.coordinator``: everything else comes per run
-    (``POST /runs``)."""
+    """``python -m nodes.person_search.coordinator``: the edge servers it may contact;
+    everything else comes per run (``POST /runs``)."""
+
+    server: tuple[str, ...] = option(repeat=True, metavar="URL",
+                                     help="an edge server's base URL, http://host:port "
+                                          "(repeatable; a run may use only these)")
 
 
 @dataclass(frozen=True)

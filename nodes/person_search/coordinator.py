@@ -47,8 +47,13 @@ per wall second (>= 1, as everywhere in the testbed): an idle analysis takes ``t
 time_scale`` wall seconds and a wall duration ``d`` stands for ``d * time_scale`` model
 seconds. Both must equal the edge servers' options (checked at the start of a run).
 
-Run it as ``python -m nodes.person_search.coordinator --host H --port P``. The HTTP
-contract is ``docs/person_search.md``.
+Confinement: the coordinator contacts only the edge servers of its own configuration
+(``--server URL``, repeatable); a run naming any other URL is refused with 400 before
+anything is sent, so a request cannot point it at another host.
+
+Run it as ``python -m nodes.person_search.coordinator --host H --port P --server URL
+...`` with the run secret in ``$TESTBED_SECRET_FILE``. The HTTP contract is
+``docs/person_search.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,6 +87,7 @@ from nodes.http import PeerError, call_json, error_of
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import CoordinatorParams
 from nodes.person_search.serving import read_large_json_object, serve
+from nodes.secret import peer_session
 from testbed.checks import is_int, is_number
 from testbed.systems.person_search.model import (
     ACCOUNTINGS,
@@ -423,9 +429,11 @@ class Run:
 
 
 class Coordinator:
-    """The HTTP side: one run at a time, a shared client session."""
+    """The HTTP side: one run at a time, a shared client session, the edge servers it
+    may contact."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: Iterable[str] = ()) -> None:
+        self.allowed = frozenset(filter(None, (base_url(s) for s in servers)))
         self.busy = False
         self.runs = 0
         self._session: aiohttp.ClientSession | None = None
@@ -437,7 +445,7 @@ class Coordinator:
         connection; a limit would queue requests inside the client and distort loads.
         """
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        self._session = aiohttp.ClientSession(connector=connector)
+        self._session = peer_session(app, connector=connector)
 
     async def stop(self, app: web.Application) -> None:
         """Cleanup hook: close the session."""
@@ -452,6 +460,12 @@ class Coordinator:
         """``POST /runs``: run every search to its end and answer with the timings."""
         body = await read_large_json_object(request, RUN_FIELDS, RUN_BODY_BYTES)
         spec = RunSpec.from_body(body)
+        for s, url in enumerate(spec.servers):
+            if url not in self.allowed:
+                known = ", ".join(sorted(self.allowed)) or "none (no --server given)"
+                raise client_error(web.HTTPBadRequest,
+                                   f"servers[{s}]: expected one of this coordinator's edge "
+                                   f"servers ({known}), found {url!r}")
         if self.busy:
             raise client_error(web.HTTPConflict, "run: another run is in progress")
         assert self._session is not None, "the coordinator app is not running"
@@ -475,9 +489,10 @@ class Coordinator:
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 
 
-def make_app() -> web.Application:
-    """Build the coordinator application (its state is ``app[COORDINATOR_KEY]``)."""
-    coordinator = Coordinator()
+def make_app(servers: Iterable[str] = ()) -> web.Application:
+    """Build the coordinator application (its state is ``app[COORDINATOR_KEY]``); it
+    runs searches on ``servers`` (base URLs) only."""
+    coordinator = Coordinator(servers)
     routes = [
         Route("POST", "/runs", coordinator.handle_run, "run every search to its end",
               doc.op(200, doc.RUN, (400, 409, 502))),
@@ -495,8 +510,8 @@ def make_app() -> web.Application:
 
 
 def app_from_params(params: CoordinatorParams, address: Address) -> web.Application:
-    """The coordinator of a command line (it has no parameters of its own)."""
-    return make_app()
+    """The coordinator of a command line: its edge servers."""
+    return make_app(params.server)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,12 +9,11 @@ service's (:mod:`nodes.openapi`).
 
 from __future__ import annotations
 
-from nodes.openapi import Schema, add_api, body, op
+from nodes.openapi import POSITIVE, Schema, add_api, body, op
 
 __all__ = ["ANALYSE", "RUN", "WORLD", "add_api", "op"]
 
 INT0: Schema = {"type": "integer", "minimum": 0}
-POSITIVE: Schema = {"type": "number", "exclusiveMinimum": 0}
 
 WORLD = body(
     {

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nodes.secret import RunSecret
 from testbed.emulation import links as linkmod
 from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.launcher import LauncherClient, start_launcher
@@ -41,6 +42,7 @@ from testbed.emulation.ledger import Ledger
 from testbed.emulation.names import reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok
+from testbed.emulation.run_secret import SecretFile, start_run_secret
 from testbed.emulation.shaping import resolve_backend
 from testbed.errors import EmulationError
 from testbed.replays import replay_each, replay_groups
@@ -128,10 +130,12 @@ class Infrastructure:
     engine: Any = None
     ovs: Any = None
     controller: Any = None
+    secret_file: SecretFile | None = None
 
     def start(self, scenario: Scenario) -> None:
         from testbed.systems import get_system
 
+        self.secret_file = start_run_secret(self.ledger, self.prefix)
         if self.backend == "userspace":
             from testbed.emulation.delayer import start_delayer
 
@@ -181,9 +185,14 @@ class Infrastructure:
         return DockerHost
 
     def docker_host_params(self, node: Any) -> dict:
+        from docker.types import Mount
+
+        assert self.secret_file is not None
+        folder = str(self.secret_file.folder)
         return {"engine": self.engine, "image": self.image, "ledger": self.ledger,
                 "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
-                "workdir": str(self.workdir), "volumes": dict(node.volumes)}
+                "workdir": str(self.workdir), "volumes": dict(node.volumes),
+                "mounts": [Mount(target=folder, source=folder, type="bind", read_only=True)]}
 
     def wait_switch_connected(self, switch: Any) -> None:
         from testbed.emulation.controller import wait_connected
@@ -255,17 +264,30 @@ class EmulatedTopology:
 
         return ADDRESS_REF.sub(address, text)
 
+    @property
+    def secret(self) -> RunSecret:
+        """The run secret the services check (``secret.header()`` for a request)."""
+        assert self.infra.secret_file is not None
+        return self.infra.secret_file.secret
+
+    def service_env(self) -> dict[str, str]:
+        """The environment every started program gets: where the run secret is."""
+        assert self.infra.secret_file is not None
+        return self.infra.secret_file.env()
+
     def spawn(self, svc: Service, module: str, argv: list[str], log: Path) -> RunningService:
-        """Start ``python -m module`` on ``svc.node`` in its runtime (namespace, limits)."""
+        """Start ``python -m module`` on ``svc.node`` in its runtime (namespace, limits),
+        told where the run secret is (``TESTBED_SECRET_FILE``)."""
         host = self.net.hosts[svc.node]
         if self.scenario.node(svc.node).runtime == "docker":
-            handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log))
+            handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log),
+                                       env=self.service_env())
             return RunningService(svc, handle=handle)
         cgroup = self.net.cgroups.get(svc.node)
         # in the run's work folder: a relative path a service is given lands in the run
         pid = self.infra.launcher.spawn(host.pid, module, argv, log,
                                         cgroups=cgroup.procs_files if cgroup else None,
-                                        cwd=self.workdir)
+                                        cwd=self.workdir, env=self.service_env())
         self.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
         return RunningService(svc, pid=pid)
 

@@ -42,11 +42,14 @@ def in_netns(pid: int, fn: Callable[[], T]) -> T:
 
 
 def http_json(url: str, method: str = "GET", body: dict | None = None,
-              timeout: float = 5.0) -> tuple[int, dict]:
-    """One JSON request; returns (status, decoded body). Errors of HTTP give their status."""
+              timeout: float = 5.0, headers: dict[str, str] | None = None
+              ) -> tuple[int, dict]:
+    """One JSON request (with extra ``headers``, such as the run secret's); returns
+    (status, decoded body). Errors of HTTP give their status."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read() or b"{}")

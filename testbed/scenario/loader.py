@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from testbed import machine
 from testbed.checks import is_int, is_number
 from testbed.errors import ScenarioError
 from testbed.scenario.model import (
@@ -448,12 +449,22 @@ def _node(c: _Checker, value: object, path: str) -> Node:
         lon=lon,
         cpu=c.nullable(data, "cpu", path, lambda v, p: c.number(v, p, 0, 1, lo_open=True)),
         speed=c.number(data.get("speed", 1.0), _join(path, "speed"), lo=0, lo_open=True),
-        memory_mb=c.nullable(data, "memory_mb", path,
-                             lambda v, p: c.integer(v, p, 1, MAX_MEMORY_MB)),
+        memory_mb=c.nullable(data, "memory_mb", path, lambda v, p: _memory_mb(c, v, p)),
         runtime=(runtime := c.choice(data.get("runtime", "process"), _join(path, "runtime"),
                                      RUNTIMES)),
         volumes=_volumes(c, data.get("volumes"), _join(path, "volumes"), runtime),
     )
+
+
+def _memory_mb(c: _Checker, value: object, path: str) -> int:
+    """A node memory limit (MiB) no larger than this machine's memory: a larger one would
+    limit nothing (the kernel accepts it and never enforces it)."""
+    found = c.integer(value, path, 1, MAX_MEMORY_MB)
+    total_mb = machine.total_memory() // machine.MIB
+    if total_mb and found > total_mb:
+        c.fail(path, f"at most {total_mb} MiB, this machine's memory (MemTotal "
+                     f"{total_mb / 1024:.1f} GiB)", found)
+    return found
 
 
 def _volumes(c: _Checker, value: object, path: str, runtime: str

@@ -14,7 +14,8 @@ policy and executor of the point (common random numbers inside a replication). A
 scenario's ``repetitions`` stay inside a cell.
 
 Everything is checked before anything runs: the study's own keys, every grid path
-against the scenario, and every point's scenario by the scenario loader. Errors name
+against the scenario, every point's scenario by the scenario loader, and what each point
+needs against this machine (the run limits, :mod:`testbed.limits`). Errors name
 the study file, the field and what was expected, like the scenario loader's.
 """
 
@@ -345,8 +346,12 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
         count *= len(axis.steps)
     if count > MAX_POINTS:
         raise _fail(source, "grid", f"at most {MAX_POINTS} points", f"<{count} points>")
-    for point in study.points():  # every point is valid before anything runs
-        study.scenario(point, 0)
+    from testbed.limits import check_run
+
+    for point in study.points():  # every point is valid and fits before anything runs
+        cell = study.scenario(point, 0)
+        for executor in study.executors:
+            check_run(cell, executor)
     return study
 
 

@@ -19,7 +19,9 @@ What a system registers:
   refuses ``--executor sim`` with a one-line error);
 - ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports;
 - ``policy_seed``: ``function(scenario, repetition) -> int``, the seed its policies get
-  in a repetition (recorded in every run's metadata), if they take one.
+  in a repetition (recorded in every run's metadata), if they take one;
+- ``client_memory_mb`` (and each program's ``memory_mb``): what its processes hold, for
+  the run limits checked before anything is built (:mod:`testbed.limits`).
 
 A scenario belongs to the system that registers its programs (a ``system:`` key can
 name it outright). :func:`register` adds a system at run time, e.g. from a test.
@@ -45,6 +47,11 @@ def resolve(path: str) -> Any:
     return obj
 
 
+#: What one process forked from the emulation's launcher holds, MiB (PSS, measured with
+#: ``tests/bench/bench_scale.py``: 1709 MB for 200 hosts each with a tier server).
+DEFAULT_PROCESS_MB = 10.0
+
+
 @dataclass(frozen=True)
 class Program:
     """A service program: ``python -m <module>`` inside a host.
@@ -57,6 +64,10 @@ class Program:
     ``task_server`` marks a program that clients replay trace tasks onto (a client of a
     scenario without one must reach one); ``self_contained`` marks an entry point that
     finds or drives its own servers, so its scenario's clients need no task server.
+    ``memory_mb`` is what one running instance holds (proportional set size, MiB), which
+    the run limits (:mod:`testbed.limits`) add up before anything is built; the default
+    is the measured cost of a service forked from the launcher (``tests/bench``: 8.5 MB
+    per host with its tier server at 200 hosts), rounded up.
     """
 
     name: str
@@ -66,6 +77,7 @@ class Program:
     context: tuple[str, ...] = ()
     task_server: bool = False
     self_contained: bool = False
+    memory_mb: float = DEFAULT_PROCESS_MB
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,9 @@ class System:
     preload: tuple[str, ...] = ()
     policy_seed: str | None = None
     trace_kinds: tuple[TraceKind, ...] = ()
+    #: what the in-host client process of each client node (dispatcher, SDK user)
+    #: holds, MiB, besides its share of the trace; added up by :mod:`testbed.limits`
+    client_memory_mb: float = DEFAULT_PROCESS_MB
 
     def program(self, name: str) -> Program | None:
         """The program registered as ``name``, or ``None``."""

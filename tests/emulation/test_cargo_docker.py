@@ -57,7 +57,7 @@ def _scenario() -> Any:
             # the scenario's entry point (a self-contained program); not called here
             {"name": "beacon", "program": "armada.beacon", "node": "ctl", "port": 8000,
              "params": {"app_manager": "http://127.0.0.1:8001",
-                        "spinner": "http://127.0.0.1:8002", "token": "t0ken"}},
+                        "spinner": "http://127.0.0.1:8002"}},
             {"name": "cargo", "program": "armada.cargo", "node": "st", "port": PORT,
              "params": {"data_dir": STORE, "cargo_id": "st", "lat": 45.0, "lon": 7.6}}],
         "workload": {"generator": "face-recognition", "seed": 3,
@@ -82,8 +82,9 @@ class Writers:
     """Writer threads in the client's namespace; ``acked`` holds what the Cargo
     acknowledged (a 200 answer), nothing else."""
 
-    def __init__(self, url: str, vectors: np.ndarray) -> None:
+    def __init__(self, url: str, vectors: np.ndarray, headers: dict[str, str]) -> None:
         self.url = url
+        self.headers = headers  # the run secret's
         self.vectors = vectors
         self.acked: dict[int, list[float]] = {}
         self.lock = threading.Lock()
@@ -102,7 +103,8 @@ class Writers:
                 return
             body = {"records": [{"id": i, "vector": self.vectors[i].tolist()} for i in batch]}
             try:
-                resp = requests.post(f"{self.url}/apps/faces/records", json=body, timeout=5)
+                resp = requests.post(f"{self.url}/apps/faces/records", json=body, timeout=5,
+                                     headers=self.headers)
             except requests.RequestException:
                 time.sleep(0.05)  # the Cargo is down: this write was not acknowledged
                 continue
@@ -147,9 +149,10 @@ def test_acknowledged_writes_survive_container_crashes_and_a_new_container(
 
     def workload() -> tuple[Writers, list[int]]:
         status = requests.post(f"{url}/apps", json={"app": "faces", "quota_bytes": 10**7,
-                                                    "dim": DIM}, timeout=10).status_code
+                                                    "dim": DIM}, timeout=10,
+                               headers=topo.secret.header()).status_code
         assert status == 201
-        writers = Writers(url, vectors)
+        writers = Writers(url, vectors, topo.secret.header())
         threads = [threading.Thread(target=writers.write, daemon=True) for _ in range(4)]
         for thread in threads:
             thread.start()

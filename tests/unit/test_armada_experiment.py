@@ -25,7 +25,7 @@ ARMADA: dict[str, Any] = {
         "links": [{"a": "u1", "b": "sw"}, {"a": "ctl", "b": "sw"}],
     },
     "services": [{"name": "beacon", "program": "armada.beacon", "node": "ctl",
-                  "params": {"token": "t", "app_manager": "http://127.0.0.1:8001",
+                  "params": {"app_manager": "http://127.0.0.1:8001",
                              "spinner": "http://127.0.0.1:8002"}}],
     "workload": {"generator": "frame-stream", "params": {"fps": 1}},
     "policies": [],

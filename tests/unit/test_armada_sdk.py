@@ -24,6 +24,7 @@ from nodes.armada.sdk.client import (
     SyncArmadaClient,
 )
 from testbed.poll import await_until
+from tests.secured import secured
 
 FRAME = b"\x89PNG-ish probe frame"
 
@@ -67,7 +68,7 @@ async def fleet(*delays: float) -> AsyncIterator[tuple[list[StandIn], str]]:
     """Stand-in tasks with the given delays and a stand-in Beacon listing them all."""
     tasks = [StandIn(f"t{i}", d) for i, d in enumerate(delays)]
     for task in tasks:
-        task.server = TestServer(task.app(), host="127.0.0.1")
+        task.server = TestServer(secured(task.app()), host="127.0.0.1")
         await task.server.start_server()
     queries: list[dict] = []
 
@@ -79,7 +80,7 @@ async def fleet(*delays: float) -> AsyncIterator[tuple[list[StandIn], str]]:
 
     beacon = web.Application()
     beacon.router.add_post("/query", query)
-    async with TestServer(beacon, host="127.0.0.1") as server:
+    async with TestServer(secured(beacon), host="127.0.0.1") as server:
         try:
             yield tasks, str(server.make_url("")).rstrip("/")
         finally:

@@ -23,9 +23,9 @@ from nodes.armada.app_manager import ReplicaState, ScalingPolicy, plan_scaling
 from nodes.armada.auth import load_tokens
 from nodes.armada.captain import CaptainConfig, free_port
 from testbed.poll import await_until
+from tests.secured import AUTH, bare_call, secured
 
 TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CITY = (40.10, -88.20)  # precision-5 cells here are about 4.9 km x 4.9 km
 SUBURB = (40.13, -88.25)  # ~5 km away: a neighbouring cell
 FAR = (41.88, -87.63)  # ~200 km away
@@ -53,12 +53,12 @@ class Stack:
                           tags: tuple[str, ...] = (), recheck_s: float = 5.0) -> TestServer:
         port = free_port()
         config = CaptainConfig(
-            beacon=self.url, token=TOKEN, node_id=node_id, url=f"http://127.0.0.1:{port}",
+            beacon=self.url, node_id=node_id, url=f"http://127.0.0.1:{port}",
             lat=where[0], lon=where[1], cpu=cpu, memory_mb=2048, tags=list(tags),
             task_host="127.0.0.1", recheck_s=recheck_s, sample_s=0.2,
             workdir=self.tmp / node_id,
         )
-        server = TestServer(captain.make_app(config), host="127.0.0.1", port=port)
+        server = TestServer(secured(captain.make_app(config)), host="127.0.0.1", port=port)
         await server.start_server()
         self.captains[node_id] = server
         return server
@@ -76,17 +76,17 @@ async def armada(tmp: Path, *, poll_s: float = 0.1, cooldown_s: float = 0.0,
                  policy: ScalingPolicy | None = None, user_ttl_s: float = 20.0,
                  cargo_manager: str | None = None) -> AsyncIterator[Stack]:
     """Spinner, Application Manager and Beacon on loopback; add Captains with the stack."""
-    spin = TestServer(spinner.make_app(0.1, 0.3, 2), host="127.0.0.1")
+    spin = TestServer(secured(spinner.make_app(0.1, 0.3, 2)), host="127.0.0.1")
     await spin.start_server()
     spin_url = str(spin.make_url("")).rstrip("/")
-    am = TestServer(app_manager.make_app(spin_url, cargo_manager, poll_s, policy,
-                                         cooldown_s=cooldown_s, user_ttl_s=user_ttl_s),
+    am = TestServer(secured(app_manager.make_app(spin_url, cargo_manager, poll_s, policy,
+                                         cooldown_s=cooldown_s, user_ttl_s=user_ttl_s)),
                     host="127.0.0.1")
     await am.start_server()
-    bea = TestServer(beacon.make_app(str(am.make_url("")).rstrip("/"), spin_url, [TOKEN]),
+    bea = TestServer(secured(beacon.make_app(str(am.make_url("")).rstrip("/"), spin_url, [TOKEN])),
                      host="127.0.0.1")
     await bea.start_server()
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=AUTH) as http:
         stack = Stack(tmp, http, spin, am, bea)
         try:
             yield stack
@@ -130,23 +130,29 @@ async def test_state_changes_need_a_valid_token_and_refusals_change_nothing(tmp_
     node = {"node_id": "n1", "url": "http://127.0.0.1:9", "lat": 1.0, "lon": 2.0,
             "node_type": "volunteer", "cpu": 1, "memory_mb": 512}
     async with armada(tmp_path) as stack:
-        status, body = await stack.call("POST", "/nodes", node)
+        status, body = await bare_call("POST", stack.url + "/nodes", node)
         assert status == 401 and "Bearer" in body["error"]
-        status, body = await stack.call("POST", "/nodes", node, {"Authorization": "Basic x"})
+        status, body = await bare_call("POST", stack.url + "/nodes", node,
+                                       {"Authorization": "Basic x"})
         assert status == 401
         status, body = await stack.call("POST", "/nodes", node, {"Authorization": "Bearer no"})
-        assert status == 403 and body == {"error": "authorization: token not accepted"}
-        status, _ = await stack.call("POST", "/apps", deployment())
+        assert status == 403 and body == {"error": "authorization: credential not accepted"}
+        status, _ = await bare_call("POST", stack.url + "/apps", deployment())
         assert status == 401
         status, _ = await stack.call("POST", "/apps", deployment(),
                                      {"Authorization": "Bearer wrong"})
         assert status == 403
         status, _ = await stack.call("DELETE", "/nodes/n1", headers={"Authorization": "Bearer x"})
         assert status == 403
+
         assert await nodes(stack) == {}
         assert (await stack.call("GET", "/apps"))[1] == {"apps": []}
         status, body = await stack.call("POST", "/nodes", node, AUTH)
         assert status == 200 and body["node_id"] == "n1" and body["state"] == "alive"
+        # the Beacon's user token is a credential too (a contributor's node leaves)
+        status, body = await stack.call("DELETE", "/nodes/n1",
+                                        headers={"Authorization": f"Bearer {TOKEN}"})
+        assert status == 200, body
 
 
 async def test_bad_requests_get_400_with_reasons(tmp_path) -> None:
@@ -188,8 +194,8 @@ async def test_bad_requests_get_400_with_reasons(tmp_path) -> None:
 
 async def test_unreachable_upstream_is_a_502(tmp_path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    server = TestServer(beacon.make_app(dead, dead, [TOKEN]), host="127.0.0.1")
-    async with aiohttp.ClientSession() as http, server, http.get(server.make_url("/apps")) as resp:
+    server = TestServer(secured(beacon.make_app(dead, dead, [TOKEN])), host="127.0.0.1")
+    async with aiohttp.ClientSession(headers=AUTH) as http, server, http.get(server.make_url("/apps")) as resp:
         assert resp.status == 502
         assert (await resp.json())["error"].startswith("application manager unreachable")
 
@@ -268,7 +274,7 @@ async def test_failing_program_is_replaced_until_the_app_is_declared_failed(tmp_
         await stack.add_captain("n0", CITY, cpu=4)
         await await_until(lambda: _count_nodes(stack, 1))
         status, _ = await stack.call("POST", "/apps", deployment(
-            module="nodes.armada.no_such_module"), AUTH)
+            args={"work_ms": -1}), AUTH)  # the program exits at once: a bad option
         assert status == 201  # accepted: it fails on the node
         app = await await_until(lambda: _failed(stack), timeout=30, what="app failed")
         assert app["failures"] > 6
@@ -431,3 +437,53 @@ def test_plan_scaling_keeps_the_minimum_and_the_users_demand() -> None:
     grow = plan_scaling(three, users, ScalingPolicy())
     assert grow is not None and (grow.action, grow.reason) == ("up", "users")
     assert grow.lat == pytest.approx(CITY[0]) and grow.lon == pytest.approx(CITY[1])
+
+
+# ------------------------------------------------------------------- confinement
+
+
+async def test_the_captain_runs_only_allowed_programs_under_identifiers(tmp_path) -> None:
+    """A task id is an identifier, never a path (an absolute one wrote a root-owned log
+    outside the work folder); NUL and lone surrogates are refused, not a 500; only the
+    allowlisted programs run."""
+    outside = tmp_path / "outside"
+    async with armada(tmp_path) as stack:
+        cap = await stack.add_captain("n0", CITY, cpu=1)
+        spec = {"task_id": "t1", "app": "a", "runtime": "process",
+                "module": "nodes.armada.echo_task", "cpu": 0.1, "memory_mb": 10}
+        for field, value in (("task_id", str(outside)), ("task_id", "../up"),
+                             ("task_id", "a\x00b"), ("task_id", "x" * 81), ("app", "a/b"),
+                             ("args", {"name": "a\x00b"})):
+            async with stack.http.post(cap.make_url("/tasks"),
+                                       json={**spec, field: value}) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["error"].startswith(f"{field}"), body
+        async with stack.http.post(cap.make_url("/tasks"), data=b'{"task_id": "\\ud800"}',
+                                   headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 400, await resp.text()
+        async with stack.http.post(cap.make_url("/tasks"),
+                                   json={**spec, "module": "nodes.cpu_load"}) as resp:
+            body = await resp.json()
+            assert resp.status == 422 and "nodes.armada.echo_task" in body["error"], body
+        assert not outside.with_suffix(".log").exists() and not (tmp_path / "up.log").exists()
+        assert cap.app[captain.CAPTAIN_KEY].tasks == {}
+
+
+async def test_the_beacon_forwards_only_the_routes_it_exposes(tmp_path) -> None:
+    """``DELETE /nodes/..%2Ftasks%2F<id>`` decoded would reach the Spinner's ``DELETE
+    /tasks/<id>``, which the Beacon does not expose: refused on the raw path."""
+    from yarl import URL
+
+    async with armada(tmp_path) as stack:
+        for i, where in enumerate((CITY, SUBURB, CITY)):
+            await stack.add_captain(f"n{i}", where)
+        await await_until(lambda: _count_nodes(stack, 3))
+        assert (await stack.call("POST", "/apps", deployment(), AUTH))[0] == 201
+        app = await await_until(lambda: _ready(stack), timeout=30, what="three replicas")
+        task = app["replicas"][0]["task_id"]
+        for raw in (f"/nodes/..%2Ftasks%2F{task}", f"/nodes/%2E%2E%2Ftasks%2F{task}",
+                    f"/nodes/..%252Ftasks%252F{task}", "/apps/%2e%2e"):
+            async with stack.http.delete(URL(stack.url + raw, encoded=True)) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["error"].startswith("path:"), (raw, body)
+        assert task in {r["task_id"] for r in running(await app_status(stack))}

@@ -36,9 +36,9 @@ from nodes.armada.sdk.storage import (
 )
 from nodes.common import free_port
 from testbed.poll import await_until
+from tests.secured import AUTH, bare_call, secured
 
 TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CITY = (40.10, -88.20)
 SUBURB = (40.13, -88.25)  # ~5 km from the city
 TOWN = (40.30, -88.50)  # ~33 km
@@ -91,9 +91,9 @@ class Layer:
         config = CargoConfig(
             cargo_id=cargo_id, url=f"http://127.0.0.1:{port}", data_dir=self.tmp / cargo_id,
             lat=where[0], lon=where[1], capacity_bytes=capacity_bytes,
-            beacon=self.beacon_url, token=TOKEN, recheck_s=1.0, write_timeout_s=5.0,
+            beacon=self.beacon_url, recheck_s=1.0, write_timeout_s=5.0,
         )
-        server = TestServer(cargo.make_app(config), host="127.0.0.1", port=port)
+        server = TestServer(secured(cargo.make_app(config)), host="127.0.0.1", port=port)
         await server.start_server()
         self.cargos[cargo_id] = server
         return server
@@ -136,14 +136,14 @@ async def storage_layer(tmp: Path, seed: int = 1, manager: TestServer | None = N
     """A Cargo Manager (checks every 0.1 s, dead after 2 misses) behind a Beacon; or
     ``manager``, started already, behind it. The layer's manager at the end is closed."""
     if manager is None:
-        manager = TestServer(cargo_manager.make_app(0.1, 0.3, 2, seed=seed), host="127.0.0.1")
+        manager = TestServer(secured(cargo_manager.make_app(0.1, 0.3, 2, seed=seed)), host="127.0.0.1")
         await manager.start_server()
     unused = f"http://127.0.0.1:{free_port()}"
-    bea = TestServer(beacon.make_app(unused, unused, [TOKEN],
-                                     cargo_manager=str(manager.make_url("")).rstrip("/")),
+    bea = TestServer(secured(beacon.make_app(unused, unused, [TOKEN],
+                                     cargo_manager=str(manager.make_url("")).rstrip("/"))),
                      host="127.0.0.1")
     await bea.start_server()
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=AUTH) as http:
         layer = Layer(tmp, http, manager, bea)
         try:
             yield layer
@@ -162,7 +162,7 @@ async def standalone(tmp: Path, cargo_id: str = "c1", port: int | None = None,
     port = port or free_port()
     config = CargoConfig(cargo_id=cargo_id, url=f"http://127.0.0.1:{port}",
                          data_dir=tmp / cargo_id, lat=CITY[0], lon=CITY[1], **overrides)
-    server = TestServer(cargo.make_app(config), host="127.0.0.1", port=port)
+    server = TestServer(secured(cargo.make_app(config)), host="127.0.0.1", port=port)
     await server.start_server()
     try:
         yield server, config.url
@@ -206,7 +206,7 @@ async def test_acknowledged_writes_survive_sigkill_and_restart(tmp_path) -> None
     next_id = iter(range(len(descriptors)))
     proc = await _start_process(port, data_dir, log)
     try:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=AUTH) as http:
             await await_until(lambda: _serving(http, url, proc), 30, "the Cargo to serve")
             status, body = await call(http, "POST", url + "/apps",
                                       {"app": "faces", "quota_bytes": 10**7, "dim": 128})
@@ -259,7 +259,7 @@ async def _at_least(acked: dict[int, Any], n: int) -> bool:
 
 
 async def test_cargo_validates_every_request(tmp_path) -> None:
-    async with standalone(tmp_path) as (_, url), aiohttp.ClientSession() as http:
+    async with standalone(tmp_path) as (_, url), aiohttp.ClientSession(headers=AUTH) as http:
         bad = [
             ({"app": "faces"}, "quota_bytes: expected integer >= 1, found nothing"),
             (allocation(dim=0), "dim: expected integer >= 1 and <= 4096"),
@@ -325,12 +325,12 @@ async def test_manager_and_beacon_validate_and_check_tokens(tmp_path) -> None:
         http, cm, bea = layer.http, layer.url, layer.beacon_url
         node = {"cargo_id": "c9", "url": "http://127.0.0.1:9", "lat": 1.0, "lon": 2.0,
                 "capacity_bytes": 10**9}
-        status, answer = await call(http, "POST", bea + "/cargos", node)
+        status, answer = await bare_call("POST", bea + "/cargos", node)
         assert status == 401 and "Bearer" in answer["error"]
         status, answer = await call(http, "POST", bea + "/cargos", node,
                                     {"Authorization": "Bearer nope"})
         assert status == 403
-        status, answer = await call(http, "DELETE", bea + "/cargos/c9")
+        status, answer = await bare_call("DELETE", bea + "/cargos/c9")
         assert status == 401
         assert (await call(http, "GET", bea + "/cargos"))[1] == {"cargos": []}
         status, answer = await call(http, "POST", bea + "/cargos", {**node, "url": "x"}, AUTH)
@@ -367,7 +367,7 @@ async def test_manager_and_beacon_validate_and_check_tokens(tmp_path) -> None:
 async def test_capacity_and_quotas_are_enforced(tmp_path) -> None:
     size = record_bytes(DIM)  # 72 bytes
     async with standalone(tmp_path, capacity_bytes=100 * size) as (_, url), \
-            aiohttp.ClientSession() as http:
+            aiohttp.ClientSession(headers=AUTH) as http:
         status, body = await call(http, "POST", url + "/apps",
                                   allocation("a", quota_bytes=60 * size))
         assert status == 201 and body["record_bytes"] == size
@@ -595,7 +595,7 @@ async def test_peers_catch_up_bounds_and_last_writer_wins(tmp_path) -> None:
     port_a, port_b = free_port(), free_port()
     peer_b = f"http://127.0.0.1:{port_b}"
     quick = {"write_timeout_s": 0.6, "max_lag_s": 0.3}
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=AUTH) as http:
         # Eventual, with the peer down: the first writes are acknowledged at once, then the
         # lag bound holds writes back.
         async with standalone(tmp_path, "a", port=port_a, **quick) as (_, a):
@@ -675,15 +675,13 @@ async def test_initial_data_set_from_url_file_and_bad_sources(tmp_path) -> None:
     data.router.add_get("/broken.bin", serve_broken)
     (tmp_path / "faces.bin").write_bytes(binary)
     (tmp_path / "faces.json").write_text(json.dumps(as_json))
-    async with TestServer(data, host="127.0.0.1") as source, standalone(tmp_path) as (_, url), \
-            aiohttp.ClientSession() as http:
+    async with TestServer(secured(data), host="127.0.0.1") as source, standalone(tmp_path) as (_, url), \
+            aiohttp.ClientSession(headers=AUTH) as http:
         base = str(source.make_url("")).rstrip("/")
         sources = {
             "bin": {"kind": "url", "url": base + "/faces.bin"},
             "json": {"kind": "url", "url": base + "/faces.json"},
-            "file-bin": {"kind": "file", "path": str(tmp_path / "faces.bin")},
-            "file-json": {"kind": "file", "path": str(tmp_path / "faces.json")},
-        }
+        }  # file sources (below a data root): tests/unit/test_cargo_inputs.py
         for name, src in sources.items():
             status, body = await call(http, "POST", url + "/apps", allocation(name, source=src))
             assert status == 201 and body["loaded"] == 40 and body["records"] == 40, body
@@ -696,7 +694,6 @@ async def test_initial_data_set_from_url_file_and_bad_sources(tmp_path) -> None:
             ({"kind": "url", "url": base + "/broken.bin"}, 422, "source: 2877 bytes is not"),
             ({"kind": "url", "url": base + "/missing"}, 502, "source: http"),
             ({"kind": "url", "url": f"http://127.0.0.1:{free_port()}/x"}, 502, "source: http"),
-            ({"kind": "file", "path": str(tmp_path / "none.bin")}, 422, "source: cannot read"),
         ]
         for src, code, reason in failing:
             status, body = await call(http, "POST", url + "/apps", allocation("bad", source=src))
@@ -721,9 +718,9 @@ async def test_need_storage_deployment_allocates_through_the_manager(tmp_path) -
     stub = web.Application()  # a stand-in Spinner that accepts every task
     stub.router.add_post("/tasks", place)
     stub.router.add_get("/tasks", listing)
-    async with TestServer(stub, host="127.0.0.1") as spin, storage_layer(tmp_path) as layer:
+    async with TestServer(secured(stub), host="127.0.0.1") as spin, storage_layer(tmp_path) as layer:
         await layer.add_cargos()
-        am = TestServer(app_manager.make_app(str(spin.make_url("")).rstrip("/"), layer.url),
+        am = TestServer(secured(app_manager.make_app(str(spin.make_url("")).rstrip("/"), layer.url)),
                         host="127.0.0.1")
         async with am:
             status, app = await call(layer.http, "POST", str(am.make_url("/apps")), {

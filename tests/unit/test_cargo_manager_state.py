@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from nodes.armada import cargo_manager
+from nodes.armada.cargo import record_bytes
 from nodes.armada.cargo_manager import (
     CARGO_MANAGER_KEY,
     STATE_FILE,
@@ -28,12 +31,15 @@ from nodes.armada.cargo_manager import (
     STATE_VERSION,
     StateFileError,
 )
+from nodes.armada.intents import INTENTS_FILE, load_intents
 from nodes.common import free_port
 from testbed.poll import await_until
+from tests.secured import AUTH, secured
 from tests.unit.test_armada_storage import (
     CITY,
     DIM,
     FAR,
+    REPO,
     SUBURB,
     TOWN,
     Layer,
@@ -41,6 +47,7 @@ from tests.unit.test_armada_storage import (
     records,
     storage_layer,
 )
+from tests.unit.test_cargo_inputs import cargo_process, make_secret, request
 
 QUIET_S = 60.0  # a Cargo's --recheck-s: it does not register again on its own
 
@@ -50,7 +57,7 @@ def manager_app(state_dir: Path, max_missed: int = 2) -> Any:
 
 
 async def start_manager(app: Any, port: int) -> TestServer:
-    server = TestServer(app, host="127.0.0.1", port=port)
+    server = TestServer(secured(app), host="127.0.0.1", port=port)
     await server.start_server()
     return server
 
@@ -163,9 +170,14 @@ async def test_restarted_manager_answers_allocations_and_confirms_its_cargos(
 async def test_state_file_holds_every_acknowledged_change(tmp_path) -> None:
     async with durable_layer(tmp_path) as layer:
         await add_quiet_cargos(layer)
-        doc = state_of(layer)
-        assert {c["cargo_id"]: c["state"] for c in doc["cargos"]} == dict.fromkeys(
-            ("city", "suburb", "town"), "alive")
+
+        def all_registered() -> dict[str, Any] | None:
+            # GET /cargos shows a registration before its answer (and the write) is done
+            doc = state_of(layer)
+            states = {c["cargo_id"]: c["state"] for c in doc["cargos"]}
+            return doc if states == dict.fromkeys(("city", "suburb", "town"), "alive") else None
+
+        doc = await await_until(all_registered, what="the registrations in the state file")
         assert doc["allocations"] == []
 
         async def allocate(app: str, near: tuple[float, float]
@@ -193,7 +205,9 @@ async def test_state_file_holds_every_acknowledged_change(tmp_path) -> None:
         doc = state_of(layer)
         assert {c["cargo_id"]: c["state"] for c in doc["cargos"]}["town"] == "left"
         assert all("town" not in replicas for replicas in held(doc).values())
-        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [STATE_FILE]
+        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [INTENTS_FILE,
+                                                                         STATE_FILE]
+        assert load_intents(tmp_path / "state" / INTENTS_FILE) == []  # every one settled
 
 
 async def test_a_cargo_that_never_comes_back_is_declared_dead_and_replaced(
@@ -265,8 +279,8 @@ async def test_unconfirmed_cargos_are_not_served_until_they_come_back(tmp_path) 
     url = f"http://127.0.0.1:{free_port()}"  # nothing answers there
     (state_dir / STATE_FILE).write_text(json.dumps(one_allocation_state(url)))
     app = manager_app(state_dir, max_missed=10**6)  # never declared dead here
-    async with TestServer(app, host="127.0.0.1") as server, \
-            aiohttp.ClientSession() as http:
+    async with TestServer(secured(app), host="127.0.0.1") as server, \
+            aiohttp.ClientSession(headers=AUTH) as http:
         cm = str(server.make_url("")).rstrip("/")
 
         async def checked() -> bool:
@@ -369,13 +383,14 @@ async def test_a_change_that_cannot_be_written_is_not_acknowledged(tmp_path,
     def full_disk(target: Path, text: str) -> None:
         raise OSError(28, "No space left on device")
 
-    async with TestServer(app, host="127.0.0.1") as server, \
-            aiohttp.ClientSession() as http:
+    async with TestServer(secured(app), host="127.0.0.1") as server, \
+            aiohttp.ClientSession(headers=AUTH) as http:
         cm = str(server.make_url("")).rstrip("/")
         monkeypatch.setattr(cargo_manager, "write_state_file", full_disk)
         status, body = await call(http, "DELETE", cm + "/storage/faces")
-        assert status == 500 and body["error"] == (
-            f"state: cannot write {path}: [Errno 28] No space left on device")
+        assert status == 500 and body["error"] == (  # the intent, before any Cargo is told
+            f"state: cannot write {state_dir / INTENTS_FILE}: [Errno 28] No space left on "
+            "device")
         assert (await call(http, "GET", cm + "/storage/faces"))[0] == 200  # not released
         registration = {"cargo_id": "c2", "url": url, "lat": 1.0, "lon": 2.0,
                         "capacity_bytes": 10**9}
@@ -388,3 +403,120 @@ async def test_a_change_that_cannot_be_written_is_not_acknowledged(tmp_path,
         doc = json.loads(path.read_text())
         assert doc["allocations"] == [] and [c["cargo_id"] for c in doc["cargos"]] == [
             "c1", "c2"]
+
+
+# ------------------------------------------------- crashes during allocations
+
+KILLS = 10
+ROUND = 6  # allocations asked at once in each round, with the last round's releases
+
+
+async def test_a_manager_killed_during_allocations_leaves_no_orphans(tmp_path) -> None:
+    """Real processes: four Cargos and a Cargo Manager (``--state-dir``), SIGKILLed 10
+    times while allocations (and releases) are in flight, each time once a Cargo holds a
+    copy the manager has not answered yet. Afterwards no Cargo holds a copy the manager
+    does not count, and every name can be allocated and released again."""
+    secret_file, auth = make_secret(tmp_path)
+    port = free_port()
+    cm = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "manager.log").open("ab")
+    env = {**os.environ, "TESTBED_SECRET_FILE": str(secret_file)}
+
+    async def start_manager_process() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nodes.armada.cargo_manager", "--host", "127.0.0.1",
+            "--port", str(port), "--state-dir", str(tmp_path / "state"),
+            "--health-interval-s", "0.2", "--health-timeout-s", "1", "--max-missed", "5",
+            "--seed", "1", cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=log,
+            stderr=log, env=env)
+
+    names: dict[str, dict[str, Any]] = {}  # every name asked, with its request
+
+    def storage_request(name: str, i: int) -> dict[str, Any]:
+        return {"app": name, "locations": [{"lat": 1.0, "lon": 2.0}], "dim": DIM,
+                "quota_bytes": 100 * record_bytes(DIM), "replication": 3,
+                "source": {"kind": "inline", "records": records(range(20), seed=i)}}
+
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        cargo_urls = []
+        for name in ("c1", "c2", "c3", "c4"):
+            url, _ = await stack.enter_async_context(cargo_process(
+                tmp_path, secret_file, name, "--beacon", cm,
+                "--recheck-s", "0.5", "--capacity-gb", "0.001"))
+            cargo_urls.append(url)
+
+        async def alive_cargos() -> bool:
+            try:
+                status, body = await request(http, "GET", cm + "/cargos", auth)
+            except aiohttp.ClientError:
+                return False
+            return status == 200 and sum(c["state"] == "alive" for c in body["cargos"]) == 4
+
+        async def held() -> dict[str, set[str]]:
+            """Cargo URL -> the applications it holds."""
+            found = {}
+            for url in cargo_urls:
+                _, body = await request(http, "GET", url + "/apps", auth)
+                found[url] = {a["app"] for a in body["apps"]}
+            return found
+
+        async def ask(method: str, name: str, body: Any = None) -> int | None:
+            try:
+                return (await request(http, method, f"{cm}/storage/{name}" if method ==
+                                      "DELETE" else cm + "/storage", auth, body))[0]
+            except aiohttp.ClientError:
+                return None  # the manager was killed with it in flight
+
+        created: list[str] = []
+        for kill in range(KILLS):
+            proc = await start_manager_process()
+            try:
+                await await_until(alive_cargos, 30, "four Cargos alive at the manager")
+                fresh = [f"k{kill}-{i}" for i in range(ROUND)]
+                for i, name in enumerate(fresh):
+                    names[name] = storage_request(name, i)
+                calls = [asyncio.create_task(ask("POST", n, names[n])) for n in fresh]
+                calls += [asyncio.create_task(ask("DELETE", n)) for n in created]
+
+                async def copy_unanswered(fresh: list[str] = fresh,
+                                          calls: list[Any] = calls) -> bool:
+                    copies = set().union(*(await held()).values())
+                    return any(not t.done() and n in copies
+                               for n, t in zip(fresh, calls, strict=False))
+
+                await await_until(copy_unanswered, 30, "a copy made, not yet answered",
+                                  interval=0.005)
+            finally:
+                proc.kill()
+                await proc.wait()
+            answers = await asyncio.gather(*calls)
+            created = [n for n, code in zip(fresh, answers, strict=False) if code == 201]
+
+        proc = await start_manager_process()
+        try:
+            await await_until(alive_cargos, 30, "four Cargos alive at the manager")
+
+            async def counted() -> dict[str, set[str]]:
+                _, body = await request(http, "GET", cm + "/storage", auth)
+                return {url: {a["app"] for a in body["storage"]
+                              if url in {r["url"] for r in a["replicas"]}}
+                        for url in cargo_urls}
+
+            async def no_orphans() -> bool:
+                return await held() == await counted()
+
+            await await_until(no_orphans, 15, "every copy on a Cargo counted by the manager")
+            for name, body in names.items():
+                status, answer = await request(http, "POST", cm + "/storage", auth, body)
+                assert status in (200, 201) and len(answer["replicas"]) == 3, (name, answer)
+                status, answer = await request(http, "DELETE", f"{cm}/storage/{name}", auth)
+                assert status == 200, (name, answer)
+            assert all(not apps for apps in (await held()).values())
+            for url in cargo_urls:
+                _, status = await request(http, "GET", url + "/status", auth)
+                assert status["reserved_bytes"] == 0, url
+        finally:
+            proc.terminate()
+            await proc.wait()
+            log.close()

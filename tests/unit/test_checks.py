@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed.checks import is_int, is_number, is_text
+from testbed.checks import is_clean_text, is_int, is_number, is_text, unclean_text_at
 
 
 @pytest.mark.parametrize("value", [0, -3, 2**70, np.int64(4)])
@@ -32,3 +32,19 @@ def test_an_integer_too_large_for_a_float_is_not_finite() -> None:
 
 def test_text() -> None:
     assert is_text("") and not is_text("", nonempty=True) and not is_text(3)
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "\ud800", "x\udfff"])
+def test_text_with_nul_or_a_lone_surrogate_is_refused(value: str) -> None:
+    assert not is_text(value) and not is_clean_text(value)
+
+
+def test_an_astral_character_is_text() -> None:
+    assert is_text("\U0001f600") and is_text("é")
+
+
+def test_unclean_text_is_found_by_its_path() -> None:
+    assert unclean_text_at({"a": [1, {"b": "ok"}, "\x00"]}) == "a[2]"
+    assert unclean_text_at({"a": {"b": "\ud800"}}) == "a.b"
+    assert unclean_text_at({"\ud800": 1}) == "body"
+    assert unclean_text_at({"a": ["fine", 2.5, None]}) is None

@@ -43,7 +43,7 @@ def _package_modules(package: str) -> list[str]:
 def _pure_modules() -> list[str]:
     modules = ["testbed.scenario", "testbed.scenario.loader", "testbed.scenario.model",
                "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity",
-               "testbed.study.spec"]
+               "testbed.study.spec", "testbed.limits", "testbed.machine"]
     modules += _package_modules("testbed.policies") + _package_modules("testbed.sim")
     modules += _package_modules("workloads")
     for name in systems():
@@ -126,7 +126,7 @@ GENERIC = ["testbed/runner.py", "testbed/cli.py", "testbed/traces.py", "testbed/
            "testbed/host_monitor.py", "testbed/latency.py", "testbed/__init__.py",
            "testbed/fidelity.py", "testbed/stats.py", "testbed/compare.py",
            "testbed/compare_folders.py", "testbed/replays.py", "testbed/report_html.py",
-           "testbed/html_page.py", "testbed/study",
+           "testbed/html_page.py", "testbed/study", "testbed/limits.py", "testbed/machine.py",
            "testbed/systems/__init__.py", "testbed/sim/__init__.py",
            "testbed/scenario", "testbed/emulation", "testbed/experiments"]
 

@@ -30,6 +30,7 @@ from aiohttp.test_utils import TestServer
 from nodes.person_search import coordinator, edge_server
 from testbed.systems.person_search.model import Search, compensation_factor
 from testbed.systems.person_search.policies import make_search_policy
+from tests.secured import AUTH, secured
 from workloads.person_search import SearchWorld, build_world
 
 TC = 10.0
@@ -50,7 +51,7 @@ async def call(http: aiohttp.ClientSession, method: str, url: str,
 @asynccontextmanager
 async def started(app: Any) -> AsyncIterator[str]:
     """Serve ``app`` on a loopback ephemeral port; yield its base URL."""
-    server = TestServer(app, host="127.0.0.1")
+    server = TestServer(secured(app), host="127.0.0.1")
     await server.start_server()
     try:
         yield str(server.make_url("")).rstrip("/")
@@ -61,7 +62,7 @@ async def started(app: Any) -> AsyncIterator[str]:
 @asynccontextmanager
 async def client() -> AsyncIterator[aiohttp.ClientSession]:
     """A client session without a connection limit."""
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    async with aiohttp.ClientSession(headers=AUTH, connector=aiohttp.TCPConnector(limit=0)) as http:
         yield http
 
 
@@ -221,7 +222,7 @@ async def test_edge_disconnected_client_leaves_the_model_consistent() -> None:
     app = edge_server.make_app(0, TC, SLOW)
     async with started(app) as url, client() as http:
         await call(http, "PUT", f"{url}/world", world_body({1: [0]}))
-        async with aiohttp.ClientSession() as other:
+        async with aiohttp.ClientSession(headers=AUTH) as other:
             gone = asyncio.create_task(call(other, "POST", f"{url}/analyse",
                                             {"search": 0, "item": 0}))
             await wait_running(http, url, 1)
@@ -269,13 +270,14 @@ def test_programs_serve_a_run_and_stop_on_sigterm() -> None:
         edge, edge_url = start_program("nodes.person_search.edge_server", "--server-index",
                                        "0", "--tc", "10", "--time-scale", "1000")
         procs.append(edge)
-        cap, cap_url = start_program("nodes.person_search.coordinator")
+        cap, cap_url = start_program("nodes.person_search.coordinator", "--server", edge_url)
         procs.append(cap)
         assert requests.get(f"{edge_url}/health", timeout=5).json()["loaded"] is False
-        put = requests.put(f"{edge_url}/world", json=world_body({1: [], 2: [0]}), timeout=5)
+        put = requests.put(f"{edge_url}/world", json=world_body({1: [], 2: [0]}), timeout=5,
+                           headers=AUTH)
         assert put.status_code == 200, put.text
         body = run_body([edge_url], [0], slots=2, time_scale=1000)
-        run = requests.post(f"{cap_url}/runs", json=body, timeout=10)
+        run = requests.post(f"{cap_url}/runs", json=body, timeout=10, headers=AUTH)
         assert run.status_code == 200, run.text
         assert run.json()["requests"][0]["found_item"] == 1
         for proc in procs:
@@ -331,7 +333,7 @@ URLS = [f"http://127.0.0.1:{9000 + s}" for s in range(5)]
     ({"targets": 3}, "targets:"),
 ])
 async def test_coordinator_validation(overrides: dict[str, Any], field: str) -> None:
-    async with started(coordinator.make_app()) as url, client() as http:
+    async with started(coordinator.make_app(URLS)) as url, client() as http:
         body = {**run_body(URLS, [0, 1]), **overrides}
         body = {k: v for k, v in body.items() if v is not None}
         status, answer = await call(http, "POST", f"{url}/runs", body)
@@ -349,7 +351,7 @@ async def test_coordinator_health_and_openapi() -> None:
 
 async def test_coordinator_unreachable_server_fails_with_502() -> None:
     async with started(edge_server.make_app(0, TC, FAST)) as edge, \
-            started(coordinator.make_app()) as url, client() as http:
+            started(coordinator.make_app([edge, "http://127.0.0.1:9"])) as url, client() as http:
         await call(http, "PUT", f"{edge}/world", world_body({1: [0], 2: [0]}))
         dead = "http://127.0.0.1:9"  # discard port: nothing listens
         status, answer = await call(http, "POST", f"{url}/runs",
@@ -361,7 +363,7 @@ async def test_coordinator_refuses_servers_in_the_wrong_state() -> None:
     async with started(edge_server.make_app(0, TC, FAST)) as s0, \
             started(edge_server.make_app(1, TC, FAST)) as s1, \
             started(edge_server.make_app(0, TC, 1000)) as s2, \
-            started(coordinator.make_app()) as url, client() as http:
+            started(coordinator.make_app([s0, s1, s2])) as url, client() as http:
         await call(http, "PUT", f"{s0}/world", world_body({1: [0], 2: [0]}))
         await call(http, "PUT", f"{s2}/world", world_body({1: [0], 2: [0]}))
         cases = [([s0, s1], "server 1", "loaded"),  # no world
@@ -379,7 +381,7 @@ async def test_coordinator_failed_analysis_fails_the_run() -> None:
     """A server whose truth lacks the target: the search runs dry, the run answers 502."""
     async with started(edge_server.make_app(0, TC, FAST)) as s0, \
             started(edge_server.make_app(1, TC, FAST)) as s1, \
-            started(coordinator.make_app()) as url, client() as http:
+            started(coordinator.make_app([s0, s1])) as url, client() as http:
         for edge in (s0, s1):
             await call(http, "PUT", f"{edge}/world", world_body({1: [], 2: []}))
         status, answer = await call(http, "POST", f"{url}/runs",
@@ -421,7 +423,7 @@ async def garble(request: web.Request) -> web.Response:
     (garble, "malformed answer"),
 ])
 async def test_coordinator_failed_request_fails_the_run(analyse: Any, reason: str) -> None:
-    async with started(fake_edge(analyse)) as edge, started(coordinator.make_app()) as url, \
+    async with started(fake_edge(analyse)) as edge, started(coordinator.make_app([edge])) as url, \
             client() as http:
         began = time.monotonic()
         status, answer = await call(http, "POST", f"{url}/runs",
@@ -435,9 +437,9 @@ async def test_coordinator_failed_request_fails_the_run(analyse: Any, reason: st
 
 
 async def test_coordinator_client_gone_cancels_the_run() -> None:
-    async with started(fake_edge(stall)) as edge, started(coordinator.make_app()) as url, \
+    async with started(fake_edge(stall)) as edge, started(coordinator.make_app([edge])) as url, \
             client() as http:
-        async with aiohttp.ClientSession() as other:
+        async with aiohttp.ClientSession(headers=AUTH) as other:
             gone = asyncio.create_task(call(other, "POST", f"{url}/runs",
                                             run_body([edge], [0, 0], slots=2)))
             deadline = time.monotonic() + 5.0
@@ -489,17 +491,19 @@ class Deployment:
 @asynccontextmanager
 async def deployment(world: SearchWorld) -> AsyncIterator[Deployment]:
     """One edge server per server of ``world`` (paper sharing, FAST) and a coordinator."""
-    servers = [TestServer(edge_server.make_app(s, TC, FAST), host="127.0.0.1")
+    servers = [TestServer(secured(edge_server.make_app(s, TC, FAST)), host="127.0.0.1")
                for s in range(world.layout.servers)]
-    cap = TestServer(coordinator.make_app(), host="127.0.0.1")
+    cap = None
     try:
-        for server in (*servers, cap):
+        for server in servers:
             await server.start_server()
+        edges = [str(s.make_url("")).rstrip("/") for s in servers]
+        cap = TestServer(secured(coordinator.make_app(edges)), host="127.0.0.1")
+        await cap.start_server()
         async with client() as http:
-            edges = [str(s.make_url("")).rstrip("/") for s in servers]
             yield Deployment(world, edges, str(cap.make_url("")).rstrip("/"), http)
     finally:
-        for server in (*servers, cap):
+        for server in (*servers, *([cap] if cap else [])):
             await server.close()
 
 

@@ -58,7 +58,7 @@ PROGRAMS: dict[str, Program] = {
     "armada.beacon": Program(
         "nodes.armada.beacon", "nodes.armada.configs:BeaconParams",
         {"app_manager": "http://127.0.0.1:8001", "spinner": "http://127.0.0.1:8002",
-         "cargo_manager": "http://{ip:ctl}:8003", "token": ["t1", "-t2"], "timeout_s": 3}),
+         "cargo_manager": "http://{ip:ctl}:8003", "timeout_s": 3}),
     "armada.app_manager": Program(
         "nodes.armada.app_manager", "nodes.armada.configs:AppManagerParams",
         {"spinner": "http://127.0.0.1:8002", "cargo_manager": "http://127.0.0.1:8003",
@@ -70,11 +70,12 @@ PROGRAMS: dict[str, Program] = {
         {"health_interval_s": 2, "health_timeout_s": 1.5, "max_missed": 4, "precision": 4}),
     "armada.captain": Program(
         "nodes.armada.captain", "nodes.armada.configs:CaptainParams",
-        {"beacon": "http://{ip:ctl}:8000", "token": "tok", "node_id": "ea",
+        {"beacon": "http://{ip:ctl}:8000", "node_id": "ea",
          "lat": 40.1106, "lon": -88.2073, "cpu": 0.4, "memory_mb": 512,
          "node_type": "dedicated", "tags": "gpu,ssd", "advertise_host": "{ip:ea}",
          "task_host": "0.0.0.0", "recheck_s": 2, "start_timeout_s": 30, "sample_s": 0.5,
-         "module_prefix": "nodes.", "cgroup_parent": "/sys/fs/cgroup/edge",
+         "task_module": ["nodes.armada.echo_task", "-odd.module"],
+         "cgroup_parent": "/sys/fs/cgroup/edge",
          "workdir": "/tmp/captains"}),
     "armada.cargo_manager": Program(
         "nodes.armada.cargo_manager", "nodes.armada.configs:CargoManagerParams",
@@ -84,7 +85,7 @@ PROGRAMS: dict[str, Program] = {
         "nodes.armada.cargo", "nodes.armada.configs:CargoParams",
         {"data_dir": "store", "cargo_id": "c1", "lat": -33.9, "lon": 18.4,
          "capacity_gb": 0.5, "node_type": "volunteer", "tags": "", "beacon":
-         "http://{ip:ctl}:8000", "token": "tok", "advertise_host": "{ip:c1}", "recheck_s": 2,
+         "http://{ip:ctl}:8000", "advertise_host": "{ip:c1}", "recheck_s": 2,
          "write_timeout_s": 2, "max_lag_s": 3, "peer_timeout_s": 4}),
     "armada.detect_task": Program(
         "nodes.armada.detect_task", "nodes.armada.configs:DetectTaskParams",
@@ -136,7 +137,8 @@ def test_every_kind_of_mistake_has_its_message() -> None:
     reserved = PROGRAMS["tier_server"].reserved
     cases = [
         ({"workers": 2, "mu": 1, "mux": 1},
-         "params.mux: expected one of the keys workers, mu, window_s, model, found <unknown key>"),
+         ("params.mux: expected one of the keys workers, mu, window_s, max_hold_s, model, "
+         "found <unknown key>")),
         ({"mu": 1}, "params.workers: expected a value (the field is required), found <missing>"),
         ({"workers": 2.0, "mu": 1}, "params.workers: expected an integer in [1, 4096], found 2.0"),
         ({"workers": True, "mu": 1},
@@ -177,23 +179,19 @@ def test_bounds_of_every_shape_and_other_kinds() -> None:
         "params.duty: expected a finite number in (0, 1], found 1.5"
     assert refusal(cfg.FaceTaskParams, {"memory_store": "yes"}) == \
         "params.memory_store: expected true or false, found 'yes'"
-    assert refusal(cfg.BeaconParams, {"app_manager": "a", "spinner": "s", "token": ["t", 2]}) \
-        == "params.token: expected a string, or a list of them, found <list of 2 items>"
+    assert refusal(cfg.CaptainParams, {"beacon": "b", "lat": 0, "lon": 0, "cpu": 1,
+                                       "memory_mb": 1, "task_module": ["t", 2]}) \
+        == "params.task_module: expected a string, or a list of them, found <list of 2 items>"
+    assert refusal(cfg.BeaconParams, {"app_manager": "a", "spinner": "s", "token": "t"}) \
+        .startswith("params.token: expected one of the keys")  # tokens never in a scenario
     assert refusal(cfg.SpinnerParams, {"precision": None}) == \
         "params.precision: expected an integer in [1, 12], found None"
 
 
 def test_cross_field_checks_refuse_at_load_time() -> None:
     cfg = armada_configs
-    assert refusal(cfg.BeaconParams, {"app_manager": "a", "spinner": "s"}) == \
-        "params.token: expected at least one token (token or tokens), found <none>"
-    assert refusal(cfg.BeaconParams, {"app_manager": "a", "spinner": "s", "token": [""]}) == \
-        "params.token: expected at least one token (token or tokens), found <none>"
     assert refusal(cfg.AppManagerParams, {"spinner": "s", "scale_down_util": 0.8}) == \
         "params.scale_down_util: expected a value below scale_up_util (0.75), found 0.8"
-    cargo = {k: v for k, v in PROGRAMS["armada.cargo"].params.items() if k != "token"}
-    assert refusal(cfg.CargoParams, cargo) == \
-        "params.token: expected a token to register through the Beacon with, found <missing>"
     assert refusal(cfg.FaceTaskParams, {}) == \
         "params.storage_manager: expected exactly one store: memory_store or " \
         "storage_manager, found neither"
@@ -203,7 +201,7 @@ def test_cross_field_checks_refuse_at_load_time() -> None:
 
 def test_placeholders_pass_string_checks_and_reserved_values_are_refused() -> None:
     cfg = armada_configs
-    params = {"beacon": "http://{ip:ctl}:8000", "token": "t", "lat": 0, "lon": 0, "cpu": 1,
+    params = {"beacon": "http://{ip:ctl}:8000", "lat": 0, "lon": 0, "cpu": 1,
               "memory_mb": 64, "advertise_host": "{ip:ea}", "node_type": "{ip:ea}"}
     assert validate_params(cfg.CaptainParams, params)["advertise_host"] == "{ip:ea}"
     assert refusal(cfg.CaptainParams, {**params, "node_type": "ip:ea"}) == \
@@ -219,12 +217,14 @@ def test_placeholders_pass_string_checks_and_reserved_values_are_refused() -> No
 
 
 def test_validated_params_are_a_normalised_copy_without_defaults() -> None:
-    given = {"app_manager": "a", "spinner": "s", "token": "one", "timeout_s": 3}
-    clean = validate_params(armada_configs.BeaconParams, given)
-    assert clean == {"app_manager": "a", "spinner": "s", "token": ["one"], "timeout_s": 3.0}
-    assert isinstance(clean["timeout_s"], float) and given["token"] == "one"
-    clean["token"].append("two")
-    assert validate_params(armada_configs.BeaconParams, given)["token"] == ["one"]
+    given = {"beacon": "b", "lat": 0, "lon": 0, "cpu": 1, "memory_mb": 1,
+             "task_module": "one", "recheck_s": 3}
+    clean = validate_params(armada_configs.CaptainParams, given)
+    assert clean == {"beacon": "b", "lat": 0.0, "lon": 0.0, "cpu": 1.0, "memory_mb": 1,
+                     "task_module": ["one"], "recheck_s": 3.0}
+    assert isinstance(clean["recheck_s"], float) and given["task_module"] == "one"
+    clean["task_module"].append("two")
+    assert validate_params(armada_configs.CaptainParams, given)["task_module"] == ["one"]
     # a builder's NumPy numbers are numbers (and come back as Python ones)
     import numpy as np
 
@@ -260,9 +260,9 @@ def test_to_argv_then_parse_argv_gives_the_validated_values(name: str) -> None:
 
 def test_to_argv_words() -> None:
     cfg = armada_configs
-    assert to_argv(cfg.BeaconParams, {"token": ["a", "-b"], "spinner": "s", "app_manager": "x",
-                                      "tokens": None}) == \
-        ["--app-manager", "x", "--spinner", "s", "--token", "a", "--token=-b"]
+    assert to_argv(cfg.CaptainParams, {"task_module": ["a", "-b"], "beacon": "x",
+                                       "node_id": None}) == \
+        ["--beacon", "x", "--task-module", "a", "--task-module=-b"]
     assert to_argv(cfg.CaptainParams, {"lon": -88.2, "lat": 40}) == \
         ["--lat", "40.0", "--lon=-88.2"]
     assert to_argv(cfg.FaceTaskParams, {"memory_store": True}) == ["--memory-store"]
@@ -275,12 +275,13 @@ def test_to_argv_words() -> None:
 
 def test_the_command_line_keeps_the_services_flags_and_defaults() -> None:
     cfg = armada_configs
-    beacon = parse_argv(cfg.BeaconParams, ["--app-manager", "a", "--spinner", "s", "--token",
-                                           "x", "--token", "y", "--tokens", "f"], "p", "d")
-    assert beacon.token == ("x", "y") and beacon.tokens == "f" and beacon.timeout_s == 10.0
-    captain = parse_argv(cfg.CaptainParams, ["--beacon", "b", "--token", "t", "--lat", "1",
-                                             "--lon", "-2", "--cpu", "1", "--memory-mb", "64"],
-                         "p", "d")
+    beacon = parse_argv(cfg.BeaconParams, ["--app-manager", "a", "--spinner", "s",
+                                           "--tokens", "f"], "p", "d")
+    assert beacon.tokens == "f" and beacon.timeout_s == 10.0
+    captain = parse_argv(cfg.CaptainParams, ["--beacon", "b", "--lat", "1", "--lon", "-2",
+                                             "--cpu", "1", "--memory-mb", "64", "--task-module",
+                                             "x", "--task-module", "y"], "p", "d")
+    assert captain.task_module == ("x", "y")
     assert (captain.node_id, captain.node_type, captain.workdir, captain.start_timeout_s) == \
         (None, "volunteer", "/tmp/armada-captain", 120.0)
     manager = parse_argv(cfg.CargoManagerParams, [], "p", "d")
@@ -299,13 +300,8 @@ def test_bad_command_lines_exit_2_naming_the_option(capsys: pytest.CaptureFixtur
          "argument --max-missed: expected an integer >= 1, found 'x'"),
         (cfg.CaptainParams, ["--node-type", "cloud"], ("argument --node-type: expected one of "
                                                       "dedicated, volunteer, found 'cloud'")),
-        (cfg.BeaconParams, ["--app-manager", "a", "--spinner", "s"],
-         "argument --token: expected at least one token (token or tokens), found <none>"),
         (cfg.AppManagerParams, ["--spinner", "s", "--scale-down-util", "0.9"],
          "argument --scale-down-util: expected a value below scale_up_util (0.75), found 0.9"),
-        (cfg.CargoParams, ["--data-dir", "d", "--lat", "0", "--lon", "0", "--beacon", "b"],
-         ("argument --token: expected a token to register through the Beacon with, "
-         "found <missing>")),
         (cfg.EchoTaskParams, ["--work-ms", "-1"],
          "argument --work-ms: expected a finite number >= 0, found '-1'"),
     ]

@@ -25,6 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.common import MAX_BODY_BYTES
 from nodes.tier_server import WorkerPool, make_app
+from tests.secured import AUTH, secured
 
 HOLD_TOLERANCE_S = 0.01  # one task's hold vs. nominal, allowing a busy machine's stalls
 PROMPT_S = 0.01  # "no wait": the scheduling noise of a loaded machine, not a hold
@@ -35,7 +36,7 @@ async def tier(**overrides: Any) -> AsyncIterator[TestClient]:
     """A test client talking to a fresh tier server (C=1, S=1, K=10, MU=1 by default)."""
     params: dict[str, Any] = {"workers": 1, "speed": 1.0, "time_scale": 10.0, "mu": 1.0}
     params.update(overrides)
-    async with TestClient(TestServer(make_app(**params))) as client:
+    async with TestClient(TestServer(secured(make_app(**params))), headers=AUTH) as client:
         yield client
 
 

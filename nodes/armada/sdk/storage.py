@@ -47,6 +47,7 @@ from nodes.armada.sdk.transport import (
     failover_attempts,
     refusal,
 )
+from nodes.secret import environment_headers
 
 DEFAULT_RELOCATE_S = 30.0
 
@@ -241,7 +242,8 @@ class StorageClient(AsyncClient, _Replicas):
 
     async def _send(self, replica: Replica, method: str, path: str, body: Any) -> tuple[int, Any]:
         async with self.session.request(method, f"{replica.url}/apps/{self.app}{path}",
-                                        json=body, timeout=self.timeout) as resp:
+                                        json=body, timeout=self.timeout,
+                                        headers=environment_headers()) as resp:
             return resp.status, await resp.json(content_type=None)
 
     async def call(self, method: str, path: str, body: Any = None) -> Answer:
@@ -315,8 +317,9 @@ class SyncStorageClient(SyncClient, _Replicas):
             try:
                 resp = self.http.request(method, f"{replica.url}/apps/{self.app}{path}",
                                          json=body, timeout=self.request_timeout_s,
-                                         headers=None if self.keep_alive
-                                         else {"Connection": "close"})
+                                         headers={**environment_headers(), **(
+                                             {} if self.keep_alive
+                                             else {"Connection": "close"})})
                 try:
                     answer = resp.json()
                 except ValueError:

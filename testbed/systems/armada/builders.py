@@ -37,12 +37,10 @@ from testbed.checks import is_int, is_number, is_text
 CENTRE = (40.1106, -88.2073)
 CLOUD = (41.6106, -89.7073)  # a data centre about 200 km away
 MIN_REPLICAS = 3
-FLEET_TOKEN = "armada-fleet"
 #: What this 2-core host can honour as the sum of the nodes' CPU limits (cores).
 HOST_CORES = 1.5
 MAX_NAMED = 99  # e01..e99, u01..u99
 
-STORAGE_TOKEN = "storage-token"
 #: One-way delay (ms) of site i's ISP path to the WAN core; site i sits i x 40 km east.
 SITE_DELAYS_MS = (1.0, 4.0, 8.0, 14.0, 22.0, 30.0)
 SITE_SPACING_KM = 40.0
@@ -51,6 +49,9 @@ CM_PORT, CARGO_PORT = 8003, 7100
 CARGO_RUNTIMES = ("process", "docker")
 #: where a containerised Cargo keeps its store: the mount point of its node's volume
 CARGO_STORE = "/var/lib/armada-cargo"
+#: Where a storage scenario's Cargos read file sources from (``--data-root``; relative:
+#: the run's work folder).
+DATASETS = "datasets"
 #: the face-recognition workloads, in the order the storage experiment streams them
 WORKLOADS = ("read", "read-write", "write")
 
@@ -311,7 +312,7 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
     services: list[dict[str, Any]] = [
         {"name": "beacon", "program": "armada.beacon", "node": "ctl", "port": 8000,
          "params": {"app_manager": "http://127.0.0.1:8001",
-                    "spinner": "http://127.0.0.1:8002", "token": FLEET_TOKEN}},
+                    "spinner": "http://127.0.0.1:8002"}},
         {"name": "appmgr", "program": "armada.app_manager", "node": "ctl", "port": 8001,
          "params": {"spinner": "http://127.0.0.1:8002",
                     "users_per_replica": fleet.users_per_replica, "cooldown_s": 2.0,
@@ -326,7 +327,7 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
     def captain(node: str, lat: float, lon: float, cores: float, kind: str) -> None:
         services.append({"name": f"cap-{node}", "program": "armada.captain", "node": node,
                          "port": 7000, "params": {
-                             "beacon": "http://{ip:ctl}:8000", "token": FLEET_TOKEN,
+                             "beacon": "http://{ip:ctl}:8000",
                              "node_id": node, "advertise_host": f"{{ip:{node}}}", "lat": lat,
                              "lon": lon, "cpu": cores, "memory_mb": 512, "node_type": kind}})
 
@@ -437,7 +438,7 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
     services: list[dict[str, Any]] = [
         {"name": "beacon", "program": "armada.beacon", "node": "ctl", "port": 8000,
          "params": {"app_manager": "http://127.0.0.1:8001", "spinner": "http://127.0.0.1:8002",
-                    "cargo_manager": cm, "token": STORAGE_TOKEN}},
+                    "cargo_manager": cm}},
         {"name": "appmgr", "program": "armada.app_manager", "node": "ctl", "port": 8001,
          "params": {"spinner": "http://127.0.0.1:8002", "cargo_manager": cm, "topn": 1,
                     "users_per_replica": 100, "max_replicas": 3}},
@@ -459,7 +460,7 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
             links.append({"a": "u01", "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
         services.append(
             {"name": f"cap-{node}", "program": "armada.captain", "node": node, "port": 7000,
-             "params": {"beacon": "http://{ip:ctl}:8000", "token": STORAGE_TOKEN,
+             "params": {"beacon": "http://{ip:ctl}:8000",
                         "node_id": node, "advertise_host": f"{{ip:{node}}}", "lat": lat,
                         "lon": lon, "cpu": NODE_CORES, "memory_mb": 512,
                         "node_type": "dedicated", "workdir": "captains"}})
@@ -475,8 +476,9 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
             {"name": f"cargo-{node}", "program": "armada.cargo", "node": node,
              "port": CARGO_PORT,
              "params": {"data_dir": store, "cargo_id": node, "lat": lat, "lon": lon,
-                        "beacon": "http://{ip:ctl}:8000", "token": STORAGE_TOKEN,
+                        "beacon": "http://{ip:ctl}:8000",
                         "advertise_host": f"{{ip:{node}}}", "recheck_s": 2.0}})
+        services[-1]["params"]["data_root"] = DATASETS  # its file sources: only there
     return {"seed": sites.seed,
             "description": f"Armada storage over {sites.sites} edge sites",
             "topology": {"nodes": nodes, "links": links}, "services": services,
@@ -492,7 +494,7 @@ def armada_storage(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: Service parameters that name a folder the service writes to.
-PATH_PARAMS = ("data_dir", "state_dir", "workdir")
+PATH_PARAMS = ("data_dir", "state_dir", "workdir", "data_root")
 
 
 def anchor_paths(doc: Mapping[str, Any], folder: str) -> dict[str, Any]:

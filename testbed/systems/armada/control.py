@@ -46,11 +46,10 @@ def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
     return dataclasses.replace(scenario, services=services)
 
 
-def beacon_service(scenario: Scenario) -> tuple[Any, str]:
-    """The Beacon service and its first token (``token`` is one or a list of them)."""
-    beacon = next(s for s in scenario.services if s.program == BEACON)
-    tokens = beacon.params["token"]
-    return beacon, str(tokens if isinstance(tokens, str) else tokens[0])
+def beacon_service(scenario: Scenario) -> Any:
+    """The Beacon service (the harness deploys through it with the run secret,
+    ``topo.secret``, which the Beacon accepts as a token)."""
+    return next(s for s in scenario.services if s.program == BEACON)
 
 
 def wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -63,7 +62,7 @@ def check_containment(topo: Any, replicas: list[dict[str, Any]]) -> dict[str, di
     """Whether each replica's process shares its node's network namespace and cgroup."""
     from testbed.emulation.probe import http_json, in_netns
 
-    ctl = topo.net.hosts[beacon_service(topo.scenario)[0].node]
+    ctl = topo.net.hosts[beacon_service(topo.scenario).node]
     found: dict[str, dict[str, Any]] = {}
     for replica in replicas:
         node = replica["node_id"]
@@ -89,7 +88,8 @@ def start_user(topo: Any, user: str, config: dict[str, Any], tag: str) -> int:
     path = topo.workdir / f"user-{tag}-{user}.json"
     path.write_text(json.dumps(config, indent=1))
     pid = topo.infra.launcher.spawn(topo.net.hosts[user].pid, USER_MODULE,
-                                    [str(path)], topo.workdir / f"user-{tag}-{user}.log")
+                                    [str(path)], topo.workdir / f"user-{tag}-{user}.log",
+                                    env=topo.service_env())
     topo.infra.ledger.record_process(pid, what=f"armada user {user} ({tag})")
     return pid
 
@@ -215,7 +215,9 @@ def remove_app(topo: Any, app: str) -> None:
     allocated) and wait until the Application Manager no longer knows it."""
     from testbed.emulation.probe import in_netns
 
-    beacon, token = beacon_service(topo.scenario)
+    beacon = beacon_service(topo.scenario)
+
+    token = topo.secret.value
     url = f"http://127.0.0.1:{beacon.port}/apps/{app}"
 
     def remove() -> None:

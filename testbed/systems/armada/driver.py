@@ -99,7 +99,8 @@ class FrameDriver:
             progress(f"{APP}: first replica serving {deployed['startup_s']:.1f} s after the "
                      f"deployment request; settled at {len(self.before)} replicas")
         else:
-            beacon, token = beacon_service(self.scenario)
+            beacon = beacon_service(self.scenario)
+            token = topo.secret.value
             servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
             status, asked = deploy_everywhere(topo, beacon, token, servers)
             self.before = replica_view(status)
@@ -159,7 +160,7 @@ class StorageDriver:
         from workloads.faces import encode_records, initial_records, load_face_frames, read_plan
 
         self.run = run
-        beacon, _ = beacon_service(self.scenario)
+        beacon = beacon_service(self.scenario)
         servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
         cargos = [s.node for s in self.scenario.services if s.program == CARGO]
         wait_for_captains(topo, beacon, servers)
@@ -194,12 +195,13 @@ class StorageDriver:
         prep = self.prepared
         ctl, user = topo.net.hosts[prep["ctl"]].pid, topo.net.hosts["u01"].pid
         cm = f"http://{topo.net.ip(prep['ctl'])}:{_port(self.scenario, CARGO_MANAGER)}"
-        beacon, _ = beacon_service(self.scenario)
+        beacon = beacon_service(self.scenario)
         beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
         app = f"{policy}-r{repetition}"
         with HostMonitor(interval_s=0.5) as monitor:
             deployed = in_netns(ctl, lambda: allocate_and_deploy(
-                app, strategy, consistency, prep["source"], cm, prep["plan"].seed))
+                app, strategy, consistency, prep["source"], cm, prep["plan"].seed,
+                topo.secret.value))
             task = in_netns(user, lambda: nearest_task(beacon_url, app))
             faces = Stream(policy, prep["plan"].mode, repetition, task.get("node_id") or "?")
             events = topo.schedule_events(time.time())

@@ -185,7 +185,8 @@ def _measure(topo: Any, run: str, plan: Size, out: Path, frames_dir: Path,
     from testbed.host_monitor import HostMonitor
 
     scenario = topo.scenario
-    beacon, token = beacon_service(scenario)
+    beacon = beacon_service(scenario)
+    token = topo.secret.value
     ctl = topo.net.hosts[beacon.node]
     local_beacon = f"http://127.0.0.1:{beacon.port}"
     servers = [s.node for s in scenario.services if s.program == "armada.captain"]

@@ -212,7 +212,9 @@ def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
     from nodes.armada.sdk.client import app_status, deploy
     from testbed.emulation.probe import in_netns
 
-    beacon, token = beacon_service(topo.scenario)
+    beacon = beacon_service(topo.scenario)
+
+    token = topo.secret.value
     servers = [s.node for s in topo.scenario.services if s.program == CAPTAIN]
     ctl = topo.net.hosts[beacon.node]
     local = f"http://127.0.0.1:{beacon.port}"
@@ -254,7 +256,7 @@ def settle(topo: Any) -> dict[str, Any]:
     from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import http_json, in_netns
 
-    beacon, _ = beacon_service(topo.scenario)
+    beacon = beacon_service(topo.scenario)
     local = f"http://127.0.0.1:{beacon.port}"
     users = [{"user": u, "lat": lat, "lon": lon, "app": APP}
              for u, (lat, lon) in user_positions(topo.scenario).items()]
@@ -360,7 +362,7 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
     ``k`` by default, which also seeds the clients); returns its rows, applied actions
     and user results."""
     scenario = topo.scenario
-    beacon, _ = beacon_service(scenario)
+    beacon = beacon_service(scenario)
     beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
     tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
     cloud = [n for n, tier in tiers.items() if tier == "cloud"]
@@ -409,7 +411,7 @@ def stream_record(topo: Any, plan: StreamPlan, done: Mapping[str, Any],
     from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import in_netns
 
-    beacon, _ = beacon_service(topo.scenario)
+    beacon = beacon_service(topo.scenario)
     local = f"http://127.0.0.1:{beacon.port}"
     after = in_netns(topo.net.hosts[beacon.node].pid, lambda: app_status(local, APP))
     return {"policy": plan.policy, "duration_s": plan.duration_s,

@@ -125,7 +125,8 @@ def run_selection(size: str, out: Path, progress: Progress = print,
     plan = size_plan(size, SIZES)
 
     def measure(topo: Any, run: str, scenario: Scenario, frames_dir: Path) -> dict[str, Any]:
-        beacon, token = beacon_service(scenario)
+        beacon = beacon_service(scenario)
+        token = topo.secret.value
         tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
         servers = [s.node for s in scenario.services if s.program == CAPTAIN]
         users = [n.name for n in scenario.clients()]

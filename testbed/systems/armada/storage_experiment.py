@@ -53,9 +53,9 @@ from testbed.scenario.loader import scenario_from_dict
 from testbed.systems.armada.builders import (
     CARGO_PORT,
     CM_PORT,
+    DATASETS,
     NODE_CORES,
     SITE_DELAYS_MS,
-    STORAGE_TOKEN,
     WORKLOADS,
     anchor_paths,
     armada_storage,
@@ -120,16 +120,18 @@ def wait_for_cargos(sites: int) -> list[dict[str, Any]]:
 
 
 def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
-                        cm_for_tasks: str, seed: int) -> dict[str, Any]:
+                        cm_for_tasks: str, seed: int, secret: str) -> dict[str, Any]:
     """In the control node: allocate ``app``'s storage (three Cargos, the initial data set
     from ``source``), then deploy its face task through the Beacon (``need_storage``) and
-    wait for three running replicas. Returns the allocation and the deployment times."""
+    wait for three running replicas, both with the run ``secret``. Returns the
+    allocation and the deployment times."""
     lat, lon = site_location(0)
     asked = time.time()
     code, alloc = call(f"http://127.0.0.1:{CM_PORT}/storage", "POST",
                        {"app": app, "locations": [{"lat": lat, "lon": lon}], "replication": 3,
                         "consistency": consistency, "strategy": strategy,
-                        "source": {"kind": "file", "path": str(source)}}, timeout=60.0)
+                        "source": {"kind": "file", "path": str(source)}}, token=secret,
+                       timeout=60.0)
     if code not in (200, 201):
         raise EmulationError(f"storage for {app} refused ({code}): {alloc}")
 
@@ -144,7 +146,7 @@ def allocate_and_deploy(app: str, strategy: str, consistency: str, source: Path,
             "args": {"storage_manager": cm_for_tasks, "op": "read-write", "model_seed": seed},
             "cpu": TASK_CPU, "memory_mb": 256, "need_storage": True,
             "locations": [{"lat": lat, "lon": lon}]}
-    code, body = call("http://127.0.0.1:8000/apps", "POST", spec, token=STORAGE_TOKEN, timeout=60.0)
+    code, body = call("http://127.0.0.1:8000/apps", "POST", spec, token=secret, timeout=60.0)
     if code not in (200, 201):
         raise EmulationError(f"deployment of {app} refused ({code}): {body}")
 
@@ -300,7 +302,8 @@ def run_storage(size: str, out: Path, progress: Progress = print,
             variant = dataclasses.replace(scenario, workload=dataclasses.replace(
                 scenario.workload, params={**scenario.workload.params, "mode": mode}))
             plans[mode] = read_plan(materialise(variant, out / f"trace-{mode}"))
-        source = workdir / "initial.bin"
+        source = workdir / DATASETS / "initial.bin"  # below the Cargos' --data-root
+        source.parent.mkdir(parents=True, exist_ok=True)
         source.write_bytes(encode_records(initial_records(plan_size.seed)))
         frames = load_face_frames(plans["read"].images)
         progress(f"run {run}: {plan_size.frames} frames per workload, "
@@ -326,7 +329,8 @@ def run_storage(size: str, out: Path, progress: Progress = print,
             for app, strategy, consistency in APPS:
                 deployments[app] = in_netns(ctl, lambda a=app, s=strategy, c=consistency:
                                             allocate_and_deploy(a, s, c, prep["source"],
-                                                                cm_for_tasks, plan_size.seed))
+                                                                cm_for_tasks, plan_size.seed,
+                                                                topo.secret.value))
                 task = in_netns(user, lambda a=app: nearest_task(beacon_url, a))
                 progress(f"{app}: Cargos {_cargos(deployments[app])} ready after "
                          f"{deployments[app]['storage_ready_s']:.1f} s, tasks after "
@@ -395,7 +399,7 @@ def run_fault(topo: Any, run: str, prep: Mapping[str, Any], size: StorageSize,
     app, strategy, consistency = FAULT_APP
     deployed = in_netns(ctl, lambda: allocate_and_deploy(app, strategy, consistency,
                                                          prep["source"], cm_for_tasks,
-                                                         size.seed))
+                                                         size.seed, topo.secret.value))
     task = in_netns(user, lambda: nearest_task(beacon_url, app))
     node = task.get("node_id") or site_name(0)
     lat, lon = next(site_location(i) for i in range(size.sites) if site_name(i) == node)

@@ -36,7 +36,8 @@ def reset_tier_servers(topo: EmulatedTopology, since: float, timeout: float = 60
         url = f"http://127.0.0.1:{svc.port}/reset"
 
         def reset_done(url: str = url) -> bool:
-            status, body = http_json(url, method="POST", body={"since": since})
+            status, body = http_json(url, method="POST", body={"since": since},
+                                     headers=topo.secret.header())
             if status not in (200, 409):  # 409: tasks still in flight, ask again
                 raise EmulationError(f"reset of {url} failed: {status} {body}")
             return status == 200
@@ -89,7 +90,8 @@ class DispatchDriver:
             config_path.write_text(json.dumps(config, indent=1))
             host = topo.net.hosts[client.name]
             pid = topo.infra.launcher.spawn(host.pid, "testbed.dispatch", [str(config_path)],
-                                            topo.workdir / f"dispatch-{tag}-{client.name}.log")
+                                            topo.workdir / f"dispatch-{tag}-{client.name}.log",
+                                            env=topo.service_env())
             topo.infra.ledger.record_process(pid, what=f"dispatcher {client.name}")
             pids[client.name], outs[client.name] = pid, out
         events = topo.schedule_events(start_at)

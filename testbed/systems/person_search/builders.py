@@ -132,7 +132,8 @@ def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
                                     "bw_mbit": 1000}]
     services: list[dict[str, Any]] = [
         {"name": "coordinator", "program": "person_search.coordinator", "node": "cloud",
-         "port": COORDINATOR_PORT, "params": {}}]
+         "port": COORDINATOR_PORT, "params": {"server": [
+             f"http://{{ip:{edge_name(s)}}}:{EDGE_PORT}" for s in range(n)]}}]
     for s in range(n):
         name = edge_name(s)
         nodes.append({"name": name, "role": "server", "tier": "edge"})

@@ -54,13 +54,16 @@ def world_truths(holder: np.ndarray, servers: int) -> list[dict[str, list[int]]]
 
 
 def load_world(urls: Sequence[str], names: Sequence[str],
-               truths: Sequence[Mapping[str, list[int]]], slots: int, epoch: str) -> None:
-    """Give every edge server its data (``PUT /world``); raise naming a refusing server."""
+               truths: Sequence[Mapping[str, list[int]]], slots: int, epoch: str,
+               headers: Mapping[str, str]) -> None:
+    """Give every edge server its data (``PUT /world``, with the run secret's
+    ``headers``); raise naming a refusing server."""
     from testbed.emulation.probe import http_json
 
     for s, present in enumerate(truths):
         code, answer = http_json(f"{urls[s]}/world", "PUT",
-                                 {"slots": slots, "present": present, "epoch": epoch})
+                                 {"slots": slots, "present": present, "epoch": epoch},
+                                 headers=dict(headers))
         if code != 200:
             raise EmulationError(f"{names[s]}: PUT /world refused ({code}): {answer}")
 
@@ -177,7 +180,8 @@ class SearchDriver:
         self.coordinator_url = topo.url(dep.coordinator, dep.client)
         truths = world_truths(world.holder, len(dep.edges))
         in_netns(topo.net.hosts[dep.client].pid,
-                 lambda: load_world(self.urls, dep.names, truths, world.slots, run))
+                 lambda: load_world(self.urls, dep.names, truths, world.slots, run,
+                                    topo.secret.header()))
         progress(f"run {run}: {world.targets} searches' ground truth loaded into "
                  f"{len(dep.edges)} edge servers")
 
@@ -197,7 +201,8 @@ class SearchDriver:
                 "accounting": "plain"}
         with HostMonitor(interval_s=0.5) as monitor:
             code, answer = in_netns(topo.net.hosts[dep.client].pid, lambda: http_json(
-                f"{self.coordinator_url}/runs", "POST", body, timeout=RUN_TIMEOUT_S))
+                f"{self.coordinator_url}/runs", "POST", body, timeout=RUN_TIMEOUT_S,
+                headers=topo.secret.header()))
         if code != 200:
             raise EmulationError(f"coordinator run {policy} #{repetition} refused ({code}): "
                                  f"{answer.get('error', answer)}")

@@ -1,0 +1,20 @@
+"""Credentials named in a scenario never reach ``metadata.json``."""
+
+from __future__ import annotations
+
+from testbed.redact import REDACTED, redacted
+
+
+def test_credential_keys_are_redacted_everywhere() -> None:
+    doc = {"services": [{"name": "s", "params": {"token": "t0p", "api_secret": "x",
+                                                 "tokens": ["a", "b"], "password": "p",
+                                                 "token_bucket_rate": 3, "port": 1,
+                                                 "secret_file": None}}],
+           "seed": 1}
+    out = redacted(doc)
+    params = out["services"][0]["params"]
+    assert params["token"] == params["api_secret"] == params["tokens"] == REDACTED
+    assert params["password"] == REDACTED
+    assert params["token_bucket_rate"] == 3 and params["port"] == 1
+    assert params["secret_file"] is None and out["seed"] == 1
+    assert "t0p" not in repr(out) and doc["services"][0]["params"]["token"] == "t0p"
