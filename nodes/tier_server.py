@@ -52,7 +52,7 @@ from nodes.common import (
     sleep_until,
     str_field,
 )
-from nodes.openapi import POSITIVE, add_api, body, op
+from nodes.openapi import POSITIVE, Schema, add_api, body, op
 from nodes.tier_server_config import MAX_HOLD_S, MODELS, TierServerParams
 
 _log = logging.getLogger("nodes.tier_server")
@@ -63,15 +63,26 @@ TASK_FIELDS = {
     "client": str_field(),
 }
 
-#: The request bodies and the query parameter of the tier server's OpenAPI document.
-TASK_BODY = body({"task_id": {"type": "integer"}, "size": POSITIVE,
-                  "client": {"type": "string", "minLength": 1}}, ["task_id", "size", "client"])
+#: The request bodies and the query parameter of the tier server's OpenAPI document
+#: (the task and workers bodies state the bounds of one server: :func:`task_body`,
+#: :func:`workers_body`).
 RESET_BODY = body({"since": POSITIVE}, [])
-WORKERS_BODY = body({"active": {"type": "integer", "minimum": 0}}, ["active"])
 DETAIL_PARAMETER = {"name": "detail", "in": "query", "required": False,
                     "schema": {"type": "string", "enum": ["0", "1"]}}
 
 MAX_SINCE_SKEW_S = 3600.0  # a reset may date its rate window at most this far away
+
+
+def task_body(max_size: float) -> Schema:
+    """The ``POST /task`` body of a server whose largest task is ``max_size`` model
+    seconds (its ``max_hold_s`` wall seconds)."""
+    return body({"task_id": {"type": "integer"}, "size": {**POSITIVE, "maximum": max_size},
+                 "client": {"type": "string", "minLength": 1}}, ["task_id", "size", "client"])
+
+
+def workers_body(workers: int) -> Schema:
+    """The ``POST /admin/workers`` body of a server of ``workers`` workers."""
+    return body({"active": {"type": "integer", "minimum": 0, "maximum": workers}}, ["active"])
 
 class WorkerPool:
     """``c`` numbered workers handed out in strict FIFO order.
@@ -151,6 +162,8 @@ class TierServer:
         self.speed = speed
         self.max_hold_s = max_hold_s
         self.time_scale = time_scale
+        #: The largest task size (model seconds) accepted, as the document states it.
+        self.max_size = max_hold_s * speed * time_scale
         self.mu = mu
         self.window_s = window_s
         self.pool = WorkerPool(workers)
@@ -229,10 +242,10 @@ class TierServer:
         its worker at once, so abandoned work costs no capacity and the counts stay exact.
         """
         body = await read_json_object(request, TASK_FIELDS)
-        if self.hold_s(body["size"]) > self.max_hold_s:
+        if body["size"] > self.max_size:
             raise client_error(
                 web.HTTPBadRequest,
-                f"size: expected at most {self.max_hold_s * self.speed * self.time_scale:g} "
+                f"size: expected at most {self.max_size:g} "
                 f"model seconds (a hold of at most {self.max_hold_s:g} s wall), "
                 f"found {body['size']:g}")
         loop = asyncio.get_running_loop()
@@ -357,7 +370,7 @@ def make_app(
     add_api(app, "Tier server", "One compute tier: C workers behind one FIFO queue "
             "(docs/services.md).", [
         Route("POST", "/task", tier.handle_task, "serve one task",
-              op(request=TASK_BODY, errors=(400, 413)), auth=PUBLIC),
+              op(request=task_body(tier.max_size), errors=(400, 413)), auth=PUBLIC),
         Route("GET", "/state", tier.handle_state,
               "what a client may observe (?detail=1 adds the backlog, for an oracle)",
               {**op(errors=(400,)), "parameters": [DETAIL_PARAMETER]}),
@@ -368,7 +381,7 @@ def make_app(
                                "content": {"application/json": {"schema": RESET_BODY}}}}),
         Route("POST", "/admin/workers", tier.handle_workers,
               "let only n workers serve (fault events)",
-              op(request=WORKERS_BODY, errors=(400, 413))),
+              op(request=workers_body(workers), errors=(400, 413))),
     ])
     app.on_cleanup.append(tier.close)
     return app

@@ -71,15 +71,16 @@ def forwarded_registry_routes(
     handle_register: Handler, handle_list: Handler, handle_leave: Handler,
 ) -> list[Route]:
     """The Beacon's forwarding of a registry (:func:`registry_routes`): registering
-    (``registering`` says what, e.g. "a compute node") and leaving need a token, and any
-    call may meet an unreachable or silent manager (502, 504)."""
+    (``registering`` says what, e.g. "a compute node") and leaving need a token, any
+    call may meet an unreachable or silent manager (502, 504), and a path segment with
+    an encoded separator or ``%`` is refused (400, :func:`nodes.armada.beacon.confined_path`)."""
     fwd = (502, 504)
     return [
         Route("POST", f"/{collection}", handle_register, f"register {registering}",
               op(200, register, (400, *fwd), True), auth=OWN),
         Route("GET", f"/{collection}", handle_list, f"list {noun}s", op(errors=fwd)),
         Route("DELETE", f"/{collection}/{{{id_field}}}", handle_leave, f"a {noun} leaves",
-              op(errors=(404, *fwd), secured=True), auth=OWN),
+              op(errors=(400, 404, *fwd), secured=True), auth=OWN),
     ]
 
 

@@ -109,3 +109,14 @@ def test_a_path_parameter_is_declared_once_per_path() -> None:
     parameters = document["paths"]["/a/{x}/b/{y}"]["parameters"]
     assert [(p["name"], p["in"], p["required"]) for p in parameters] == [
         ("x", "path", True), ("y", "path", True)]
+
+
+def test_the_beacon_documents_its_refusal_of_encoded_path_segments(tmp_path: Path) -> None:
+    """Every Beacon route with a path parameter may answer 400 (an encoded separator or
+    ``%`` in a segment, ``confined_path``), so its document declares it."""
+    document = build("armada.beacon", tmp_path)[OPENAPI_KEY]
+    for path, item in document["paths"].items():
+        if "{" in path:
+            for method, operation in item.items():
+                if method != "parameters":
+                    assert "400" in operation["responses"], (method, path)

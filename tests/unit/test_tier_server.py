@@ -504,3 +504,25 @@ async def test_reset_dates_the_rate_window_to_the_trace_start() -> None:
         bad = await client.post("/reset", json={"since": start + 10 * 3600})
         assert bad.status == 400
         assert "since" in (await bad.json())["error"]
+
+
+async def test_the_document_states_the_size_and_workers_bounds() -> None:
+    """The OpenAPI document states the largest task and the number of workers (so a
+    fuzzer's schema-valid requests are accepted), and the largest task it states is
+    accepted while anything above it is refused."""
+    from nodes.common import OPENAPI_KEY
+
+    document = make_app(workers=3, speed=2.0, time_scale=10.0, mu=1.0,
+                        max_hold_s=0.01)[OPENAPI_KEY]["paths"]
+
+    def schema(path: str) -> dict[str, Any]:
+        return document[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+    largest = schema("/task")["properties"]["size"]["maximum"]
+    assert largest == pytest.approx(0.2)
+    assert schema("/admin/workers")["properties"]["active"]["maximum"] == 3
+    async with tier(speed=2.0, max_hold_s=0.01) as client:
+        await post_task(client, 1, largest)
+        resp = await client.post("/task", json={"task_id": 2, "size": largest * 1.001,
+                                                "client": "c1"})
+        assert resp.status == 400 and "size" in (await resp.json())["error"]
