@@ -30,8 +30,6 @@ ANY_OBJECT: Schema = {"type": "object"}
 #: What each error status means, in every service's document.
 REASONS = {
     400: "malformed body (the reason names the field)",
-    401: "no or malformed Authorization header",
-    403: "token not accepted",
     404: "unknown object",
     409: "refused in the current state",
     413: "body too large",
@@ -41,8 +39,6 @@ REASONS = {
     504: "upstream did not answer in time",
     507: "insufficient storage (capacity or quota)",
 }
-#: The bearer scheme of secured operations, declared by documents that have them.
-SECURITY: dict[str, Any] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
 
 
 def body(properties: dict[str, Schema], required: list[str]) -> Schema:
@@ -57,23 +53,21 @@ def op(
     ok: int = 200,
     request: Schema | None = None,
     errors: tuple[int, ...] = (),
-    secured: bool = False,
 ) -> dict[str, Any]:
     """One operation (all but its summary): JSON request (optional), a JSON success and
-    JSON errors (by status; a secured operation adds 401 and 403)."""
+    JSON errors (by status). Whether it needs a credential is the route's ``auth``: the
+    generated document adds the bearer scheme, 401 and 403 to every guarded route."""
     operation: dict[str, Any] = {
         "responses": {
             str(ok): {"description": "success", "content": _json(ANY_OBJECT)},
             **{
                 str(code): {"description": REASONS[code], "content": _json(ERROR)}
-                for code in sorted({*errors, *((401, 403) if secured else ())})
+                for code in sorted(set(errors))
             },
         },
     }
     if request is not None:
         operation["requestBody"] = {"required": True, "content": _json(request)}
-    if secured:
-        operation["security"] = [{"bearer": []}]
     return operation
 
 

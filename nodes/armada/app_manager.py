@@ -65,6 +65,7 @@ from nodes.common import (
     str_field,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.openapi import add_api
 from nodes.secret import peer_session
 
 _log = logging.getLogger("nodes.armada.app_manager")
@@ -552,7 +553,7 @@ def make_app(spinner: str, cargo_manager: str | None = None, poll_s: float = 1.0
     ]
     app = make_base_app()
     app[APP_MANAGER_KEY] = manager
-    doc.add_api(app, "Armada Application Manager",
+    add_api(app, "Armada Application Manager",
                 "Applications and replicas, service discovery (candidate lists), auto-scaling.",
                 routes)
     app.on_startup.append(manager.start)

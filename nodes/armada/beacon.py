@@ -41,6 +41,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.config import CannotStart
+from nodes.openapi import add_api
 from nodes.secret import SECRET_KEY, check_credential, peer_session
 
 _log = logging.getLogger("nodes.armada.beacon")
@@ -138,13 +139,13 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str] = (),
     fwd = (502, 504)
     routes = [
         Route("POST", "/apps", beacon.route(am, secured=True), "deploy an application",
-              doc.op(201, doc.DEPLOY, (400, 409, *fwd), secured=True), auth=OWN),
+              doc.op(201, doc.DEPLOY, (400, 409, *fwd)), auth=OWN),
         Route("GET", "/apps", beacon.route(am, secured=False), "list applications",
               doc.op(errors=fwd)),
         Route("GET", "/apps/{name}", beacon.route(am, secured=False), "application status",
               doc.op(errors=(400, 404, *fwd))),
         Route("DELETE", "/apps/{name}", beacon.route(am, secured=True),
-              "remove an application", doc.op(errors=(400, 404, *fwd), secured=True),
+              "remove an application", doc.op(errors=(400, 404, *fwd)),
               auth=OWN),
         Route("POST", "/query", beacon.route(am, secured=False), "candidate list for a user",
               doc.op(200, doc.QUERY, (400, 404, *fwd)), auth=PUBLIC),
@@ -160,7 +161,7 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str] = (),
             beacon.route(cm, secured=True))
     routes.append(Route("GET", "/health", beacon.handle_health, "liveness", doc.op()))
     app = make_base_app()
-    doc.add_api(app, "Armada Beacon", "Single public entry point; checks credentials and "
+    add_api(app, "Armada Beacon", "Single public entry point; checks credentials and "
                 "forwards to the Application Manager and the Spinner.", routes)
     app.on_startup.append(beacon.start)
     app.on_cleanup.append(beacon.stop)

@@ -57,6 +57,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.http import PeerError, call_json
+from nodes.openapi import add_api
 from nodes.secret import peer_headers, peer_session
 
 _log = logging.getLogger("nodes.armada.captain")
@@ -494,7 +495,7 @@ def make_app(config: CaptainConfig) -> web.Application:
     ]
     app = make_base_app()
     app[CAPTAIN_KEY] = captain
-    doc.add_api(app, "Armada Captain",
+    add_api(app, "Armada Captain",
                 "Node agent: runs tasks, measures their load and utilisation.", routes)
     app.on_startup.append(captain.start)
     app.on_cleanup.append(captain.stop)

@@ -112,6 +112,7 @@ from nodes.common import (
     run_service,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.openapi import add_api
 from nodes.secret import peer_headers
 
 _log = logging.getLogger("nodes.armada.cargo")
@@ -1192,7 +1193,7 @@ def make_app(config: CargoConfig) -> web.Application:
     ]
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     app[CARGO_KEY] = cargo
-    doc.add_api(app, "Armada Cargo", "Storage node: durable per-application record stores, "
+    add_api(app, "Armada Cargo", "Storage node: durable per-application record stores, "
                 "replication, matching.", routes)
     app.on_startup.append(cargo.start)
     app.on_cleanup.append(cargo.stop)

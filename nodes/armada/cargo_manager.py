@@ -124,6 +124,7 @@ from nodes.common import (
 )
 from nodes.config import CannotStart
 from nodes.http import PeerError, call_json, error_of
+from nodes.openapi import add_api
 
 _log = logging.getLogger("nodes.armada.cargo_manager")
 
@@ -1119,7 +1120,7 @@ def make_app(
     ]
     app = make_base_app()
     app[CARGO_MANAGER_KEY] = manager
-    doc.add_api(app, "Armada Cargo Manager", "Storage nodes (registration, health checks), "
+    add_api(app, "Armada Cargo Manager", "Storage nodes (registration, health checks), "
                 "allocation of replicated storage, re-replication and data access point "
                 "queries.", routes)
     app.on_startup.append(manager.start)

@@ -10,9 +10,6 @@ operations (:func:`add_api`).
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from nodes import openapi
 from nodes.armada.configs import NODE_TYPES
 from nodes.common import OWN, Handler, Route
 from nodes.openapi import NUMBER, POSITIVE, STRING, Schema, body, op
@@ -40,10 +37,6 @@ TASK_SPEC: dict[str, Schema] = {
     "cpu": POSITIVE,
     "memory_mb": {"type": "integer", "minimum": 1},
 }
-def add_api(app: web.Application, title: str, description: str, routes: list[Route]) -> None:
-    """Register ``routes`` and serve their document, with the bearer scheme declared."""
-    openapi.add_api(app, title, description, routes, openapi.SECURITY)
-
 
 def registry_routes(
     collection: str, id_field: str, noun: str, register: Schema, leaves: str,
@@ -77,10 +70,10 @@ def forwarded_registry_routes(
     fwd = (502, 504)
     return [
         Route("POST", f"/{collection}", handle_register, f"register {registering}",
-              op(200, register, (400, *fwd), True), auth=OWN),
+              op(200, register, (400, *fwd)), auth=OWN),
         Route("GET", f"/{collection}", handle_list, f"list {noun}s", op(errors=fwd)),
         Route("DELETE", f"/{collection}/{{{id_field}}}", handle_leave, f"a {noun} leaves",
-              op(errors=(400, 404, *fwd), secured=True), auth=OWN),
+              op(errors=(400, 404, *fwd)), auth=OWN),
     ]
 
 

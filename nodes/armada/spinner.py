@@ -49,6 +49,7 @@ from nodes.common import (
     str_field,
 )
 from nodes.http import PeerError, call_json, error_of
+from nodes.openapi import add_api
 
 _log = logging.getLogger("nodes.armada.spinner")
 
@@ -366,7 +367,7 @@ def make_app(
     ]
     app = make_base_app()
     app[SPINNER_KEY] = spinner
-    doc.add_api(app, "Armada Spinner", "Compute nodes (registration, health checks, free "
+    add_api(app, "Armada Spinner", "Compute nodes (registration, health checks, free "
                 "resources) and task placement.", routes)
     app.on_startup.append(spinner.start)
     app.on_cleanup.append(spinner.stop)

@@ -11,7 +11,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,9 @@ from testbed.errors import EmulationError
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
 from testbed.systems.offloading.driver import DispatchDriver
+from tests.emulation.live_run import start_continuum
 
 pytestmark = pytest.mark.emulation
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _forced(monkeypatch: pytest.MonkeyPatch, *prefixes: str) -> None:
@@ -46,20 +45,8 @@ def _free_prefix() -> str:
 
 def test_second_run_forced_onto_a_live_runs_prefix_gets_another(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(tmp_path / "ledgers-a")}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
-         "--out", str(tmp_path / "a")],
-        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = start_continuum(tmp_path / "a", tmp_path / "ledgers-a")
     try:
-        lines = []
-        for line in first.stdout:
-            lines.append(line)
-            if "services answering" in line:
-                break
-        else:
-            pytest.fail("the first run ended before its services answered:\n"
-                        + "".join(lines))
         (ledger_a,) = (tmp_path / "ledgers-a").glob("*.jsonl")
         entries = [e for e in read_ledger(ledger_a)[1] if e.kind == "bridge"]
         bridges = {e.data["name"]: e.data["ifindex"] for e in entries}

@@ -23,9 +23,9 @@ from testbed.replays import RunIncomplete
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
 from testbed.systems.offloading.driver import DispatchDriver
+from tests.emulation.live_run import PROJECT, start_continuum
 
 pytestmark = pytest.mark.emulation
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _live_entries(ledger_root: Path) -> list[Entry]:
@@ -84,19 +84,8 @@ def test_exception_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     ledgers = tmp_path / "ledgers"
-    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
-         "--out", str(tmp_path / "run")],
-        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_continuum(tmp_path / "run", ledgers)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "services answering" in line:
-                break
-        else:
-            pytest.fail("run ended before its services answered:\n" + "".join(lines))
         entries = _live_entries(ledgers)
         deadline = time.monotonic() + 30
         while not list((tmp_path / "run" / "work").glob("rows-*.jsonl")):
@@ -117,19 +106,8 @@ def test_signal_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
 def test_second_ctrl_c_never_skips_teardown(tmp_path: Path) -> None:
     """SIGINTs that arrive while the teardown runs are acknowledged, never obeyed."""
     ledgers = tmp_path / "ledgers"
-    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
-         "--out", str(tmp_path / "run")],
-        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_continuum(tmp_path / "run", ledgers)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "services answering" in line:
-                break
-        else:
-            pytest.fail("run ended before its services answered:\n" + "".join(lines))
         entries = _live_entries(ledgers)
         (path,) = ledgers.glob("*.jsonl")
         proc.send_signal(signal.SIGINT)
@@ -149,22 +127,6 @@ def test_second_ctrl_c_never_skips_teardown(tmp_path: Path) -> None:
     assert "stopped by SIGINT" in rest
     _assert_gone(entries)
     assert list(ledgers.iterdir()) == []
-
-
-def _start_run(tmp_path: Path, ledgers: Path) -> tuple[subprocess.Popen, list[Entry]]:
-    """A `testbed run continuum` child whose services answer; its live ledger entries."""
-    env = {**os.environ, "TESTBED_LEDGER_ROOT": str(ledgers)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", "continuum", "--duration", "400",
-         "--out", str(tmp_path / "run")],
-        cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "services answering" in line:
-            return proc, _live_entries(ledgers)
-    proc.wait()
-    pytest.fail("run ended before its services answered:\n" + "".join(lines))
 
 
 def _spawn_unrecorded(launcher_pid: int, log: Path) -> int:
@@ -191,7 +153,8 @@ def test_sigkill_then_clean_leaves_nothing(tmp_path: Path) -> None:
     from testbed.emulation.ledger import process_start_time
 
     ledgers = tmp_path / "ledgers"
-    proc, entries = _start_run(tmp_path, ledgers)
+    proc = start_continuum(tmp_path / "run", ledgers)
+    entries = _live_entries(ledgers)
     try:
         (launcher,) = [e.data for e in entries if e.data.get("what") == "service launcher"]
         prefix = next(e.data["name"] for e in entries if e.kind == "bridge")[:6]

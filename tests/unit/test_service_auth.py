@@ -71,14 +71,10 @@ async def test_every_change_needs_the_run_secret(name: str, tmp_path: Path) -> N
     async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as http:
         for method, path in guarded:
             url = server.make_url(concrete(path))
+            # the last header's bytes are not UTF-8 (0xff 0xfe, sent as Latin-1 text)
             for headers, refused in (({}, 401), ({"Authorization": "Basic abc"}, 401),
                                      ({"Authorization": "Bearer not-the-secret"}, 403),
-                                     ({"Authorization": "Bearer \udcff\udcfe"}, 403)):
-                try:
-                    headers = {k: v.encode("utf-8", "surrogateescape").decode("latin-1")
-                               for k, v in headers.items()}
-                except UnicodeDecodeError:
-                    pass
+                                     ({"Authorization": "Bearer \xff\xfe"}, 403)):
                 async with http.request(method, url, data=b"[not json", headers=headers) as resp:
                     body = await resp.json()
                     assert resp.status == refused, (method, path, headers, body)
