@@ -8,8 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: Keys whose values are credentials (``token``, ``api_secret``, ``password`` ...).
-SECRET_KEYS = re.compile(r"(^|_)(token|secret|password|passwd|credential)s?$", re.IGNORECASE)
+#: Keys whose values are credentials (``token``, ``api_secret``, ``password``,
+#: ``Authorization``, ``api_key`` ...); a name merely containing one (``tokenizer``,
+#: ``sort_key``) is not.
+SECRET_KEYS = re.compile(
+    r"(^|_)(token|secret|password|passwd|credential|authorization|api_?key)s?$",
+    re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
