@@ -10,13 +10,16 @@
 * a baseline row with the link unshaped (delay 0, no bandwidth cap), both quantities.
 
 With the userspace backend each throughput row also reports the delayer's CPU use
-(percent of one core) during the transfer. Every process, bridge and interface the
-calibration creates is recorded in a run ledger and removed in a ``finally``.
+(percent of one core) during the transfer. Its names carry a prefix reserved on the
+machine like a run's (:func:`testbed.emulation.names.reserve_prefix`, held until its
+ledger is gone), so it never meets a live run's bridge. Every process, bridge and
+interface the calibration creates is recorded in a run ledger (interfaces as intents
+before they are made, confirmed after) and removed in a ``finally``; after a crash
+``testbed clean`` removes them and frees the prefix.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -34,20 +37,12 @@ import numpy as np
 from testbed.emulation.delayer import DelayerClient, start_delayer
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.links import ShapedLink, make_link, set_link_params
+from testbed.emulation.names import reserve_prefix
 from testbed.emulation.shaping import resolve_backend
 from testbed.errors import EmulationError
 
-_names = itertools.count(1)
 IPERF_PORT = 5201
 RTT_RE = re.compile(r"time=([\d.]+) ms")
-
-
-def unique_prefix() -> str:
-    """A short name prefix unique on this machine while this process runs (``tbt...``).
-
-    Root-namespace interface names are at most 15 bytes: prefix + ``s1e1`` fits.
-    """
-    return f"tbt{os.getpid():x}{next(_names)}"[:11]
 
 
 @dataclass
@@ -66,11 +61,16 @@ class Pair:
 @contextmanager
 def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
                  link_spec: Any = None) -> Iterator[Pair]:
-    """Build the two-host network, yield it, and remove everything it made on exit."""
+    """Build the two-host network, yield it, and remove everything it made on exit.
+
+    Without ``prefix``, one is reserved for ``ledger`` (given back when the ledger is
+    removed); a given one must be reserved by the caller. Names fit Linux's 15 bytes:
+    prefix + ``s1e1``.
+    """
     from mininet.net import Mininet
     from mininet.nodelib import LinuxBridge
 
-    prefix = prefix or unique_prefix()
+    prefix = prefix or reserve_prefix(ledger)
     entries: list[Entry] = []
     net = Mininet(topo=None, build=False, controller=None, switch=LinuxBridge)
     workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
@@ -87,14 +87,20 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
         for node in (h1, h2, s1):
             entries.append(ledger.record_process(node.pid, role=node.name))
         s1e1, s1e2 = f"{prefix}s1e1", f"{prefix}s1e2"
+        made = [ledger.intend_interface("link", s1e1, prefix)]
+        entries.extend(made)
         link = make_link(net, h1, s1, link_spec, backend, delayer,
                          intf_names=(f"{prefix}h1e0", s1e1), link_id=f"{prefix}-h1-s1")
-        entries.append(ledger.record("link", name=s1e1))
+        ledger.confirm_interfaces(made)
+        made = [ledger.intend_interface("link", s1e2, prefix)]
+        entries.extend(made)
         net.addLink(h2, s1, intfName1=f"{prefix}h2e0", intfName2=s1e2)
-        entries.append(ledger.record("link", name=s1e2))
+        ledger.confirm_interfaces(made)
+        made = [ledger.intend_interface("bridge", s1.name, prefix)]
+        entries.extend(made)
         net.build()
         net.start()
-        entries.append(ledger.record("bridge", name=s1.name))
+        ledger.confirm_interfaces(made)
         yield Pair(net, h1, h2, s1, link, delayer, backend)
     finally:
         try:

@@ -29,7 +29,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -316,6 +316,18 @@ class Ledger:
         before creating it becomes a confirmed entry)."""
         entry.data.update(data)
         self._append({"confirm": entry.seq, "data": dict(data)})
+
+    def intend_interface(self, kind: str, name: str, prefix: str) -> Entry:
+        """Record a ``link`` or ``bridge`` the run is about to make under its reserved
+        ``prefix`` (an intent: :meth:`confirm_interfaces` pins it once it exists)."""
+        return self.record(kind, name=name, prefix=prefix, run=self.run_id)
+
+    def confirm_interfaces(self, entries: Iterable[Entry]) -> None:
+        """Pin each made interface to its ifindex, so its undo removes only that one."""
+        for entry in entries:
+            index = ifindex(entry.data["name"])
+            if index is not None:
+                self.confirm(entry, ifindex=index)
 
     def on_removed(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` once the ledger file is removed, i.e. everything it listed is

@@ -20,9 +20,11 @@ with it:
 
 :func:`interface_plan` names every interface of a topology before anything is built and
 refuses names longer than Linux's 15 characters; :func:`check_absent` refuses to build
-over an interface that already exists (the build would delete it). The ``tbt`` family
-of prefixes belongs to calibration and tests, so a run's random part never starts with
-``t``.
+over an interface that already exists (the build would delete it). Every user of the
+root namespace reserves its prefix this way: a scenario run, ``testbed calibrate`` (its
+``h1 -- s1 -- h2`` pair) and the benchmarks' sandboxes. The ``tbt`` family is left to
+fixed names of the tests and the netem probe (``tbtprobe0``), so a reserved prefix's
+random part never starts with ``t``.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def reserve_prefix(ledger: Ledger, root: Path | None = None) -> str:
     otherwise until ``testbed clean`` removed what the ledger lists.
 
     Raises :class:`EmulationError` when no free prefix was found, after removing the
-    ledger (nothing was recorded in it yet).
+    ledger if nothing was recorded in it yet (a caller's ledger that already lists
+    resources is the caller's to tear down).
     """
     root = Path(root) if root is not None else PREFIX_ROOT
     root.mkdir(parents=True, exist_ok=True)
@@ -112,7 +115,8 @@ def reserve_prefix(ledger: Ledger, root: Path | None = None) -> str:
             continue
         ledger.on_removed(_Reservation(prefix, path, fd).release)
         return prefix
-    ledger.teardown()
+    if not ledger.open_entries():
+        ledger.teardown()
     raise EmulationError(f"no free run prefix after {len(tried)} tries (last {tried[-1]}): "
                          f"every one is held in {root}; run `testbed clean` if runs crashed")
 

@@ -27,7 +27,7 @@ from mininet.nodelib import LinuxBridge
 from testbed.emulation import links as linkmod
 from testbed.emulation.cgroups import NodeCgroup
 from testbed.emulation.firewall_guard import guard_bridges
-from testbed.emulation.ledger import Entry, Ledger, ifindex
+from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.names import InterfacePlan, check_absent, interface_plan
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
@@ -91,16 +91,16 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
             a, b = built.hosts.get(link.a) or built.switches[link.a], \
                 built.hosts.get(link.b) or built.switches[link.b]
             spec = {**link.to_dict(), "seed": seed * 1000 + index}
-            ports = [_intent(ledger, "link", name, prefix) for name in names
+            ports = [ledger.intend_interface("link", name, prefix) for name in names
                      if name.startswith(prefix)]
             created = linkmod.make_link(net, a, b, spec, backend, services.delayer, names)
-            _confirm(ledger, ports)
+            ledger.confirm_interfaces(ports)
             built.links[f"{link.a}-{link.b}"] = created
         if controller is not None:
             net.addController(controller)
         net.build()
         net.start()
-        _confirm(ledger, bridges)
+        ledger.confirm_interfaces(bridges)
         if topology.switch == "linuxbridge":
             guard_bridges(ledger, [sw.name for sw in built.switches.values()])
         if controller is not None:
@@ -112,19 +112,6 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     return built
 
 
-def _intent(ledger: Ledger, kind: str, name: str, prefix: str) -> Entry:
-    """Record an interface the run is about to make (confirmed by :func:`_confirm`)."""
-    return ledger.record(kind, name=name, prefix=prefix, run=ledger.run_id)
-
-
-def _confirm(ledger: Ledger, entries: list[Entry]) -> None:
-    """Pin each made interface to its ifindex, so teardown removes only that one."""
-    for entry in entries:
-        index = ifindex(entry.data["name"])
-        if index is not None:
-            ledger.confirm(entry, ifindex=index)
-
-
 def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
                ledger: Ledger, services: Any) -> list[Entry]:
     """Add hosts and switches to Mininet; the bridges' intents (made at ``net.start``)."""
@@ -133,7 +120,7 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
     for node in topology.nodes:
         if node.role == "switch":
             name = plan.switches[node.name]
-            bridges.append(_intent(ledger, "bridge", name, plan.prefix))
+            bridges.append(ledger.intend_interface("bridge", name, plan.prefix))
             switch = net.addSwitch(name, **services.switch_params())
             built.switches[node.name] = switch
             continue

@@ -2,9 +2,9 @@
 
 Each benchmark measures the harness and a simpler peer in the same run and prints the
 ratio; nothing here asserts anything about timing. This module holds what they share:
-a :class:`Sandbox` (one run ledger, one scratch folder, one interface prefix) that
-checks after teardown that nothing it created is left, memory accounting by PSS, and
-percentiles.
+a :class:`Sandbox` (one run ledger, one scratch folder, one interface prefix reserved
+like a run's) that checks after teardown that nothing it created is left, memory
+accounting by PSS, and percentiles.
 
 The module is imported inside emulated hosts too (the launcher runs the peer client of
 ``bench_dispatch`` as ``__main__``), so it imports nothing heavy at the top.
@@ -89,15 +89,6 @@ def cpu_ms(pid: int) -> float:
         return math.nan
 
 
-def new_prefix() -> str:
-    """``tb`` + 4 hex digits that no interface of the root namespace starts with."""
-    names = os.listdir(SYS_NET)
-    while True:
-        prefix = f"tb{secrets.token_hex(2)}"
-        if not any(name.startswith(prefix) for name in names):
-            return prefix
-
-
 class Sandbox:
     """One benchmark run's ledger, scratch folder and interface prefix.
 
@@ -106,15 +97,17 @@ class Sandbox:
     the run is up, which processes and network namespaces exist; :meth:`teardown` removes
     every resource through the ledger; :meth:`verify` then reports anything left: an
     interface with the prefix, a recorded or launcher-group process, a process inside one
-    of the run's namespaces, the ledger file, a firewall rule naming the run.
+    of the run's namespaces, the ledger file, the prefix's reservation, a firewall rule
+    naming the run.
     """
 
     def __init__(self, label: str) -> None:
         from testbed.emulation.ledger import Ledger
+        from testbed.emulation.names import reserve_prefix
 
-        self.prefix = new_prefix()
-        self.run_id = f"bench-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{self.prefix[2:]}"
+        self.run_id = f"bench-{label}-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         self.ledger = Ledger(self.run_id)
+        self.prefix = reserve_prefix(self.ledger)  # given back when the ledger is removed
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.run_id}-"))
         self.ledger.record("dir", path=str(self.workdir))
         self._processes: dict[int, int | None] = {}
@@ -178,6 +171,10 @@ class Sandbox:
                 problems.append(f"processes {held} still hold the run's network namespaces")
         if self.ledger.path.exists():
             problems.append(f"ledger file {self.ledger.path}")
+        from testbed.emulation.names import reserved_by
+
+        if reserved_by(self.prefix) is not None:
+            problems.append(f"prefix {self.prefix} still reserved")
         if self.workdir.exists():
             problems.append(f"scratch folder {self.workdir}")
         rules = subprocess.run(["iptables", "-w", "5", "-S", "FORWARD"], capture_output=True,

@@ -14,7 +14,7 @@ children, the delayer and every Mininet node shell), and the teardown time
 
 Peer: bare Mininet building and starting N empty hosts on a ``LinuxBridge`` with plain
 veth links and no controller (``build + start``), then ``net.stop()``; its bridge and
-root-namespace interfaces carry the same kind of unique prefix and are written in a
+root-namespace interfaces carry a prefix reserved like a run's and are written in a
 ledger too, so a crash leaves nothing that ``testbed clean`` could not remove.
 """
 
@@ -151,15 +151,18 @@ def run_mininet(n: int) -> dict[str, Any]:
         net = Mininet(topo=None, controller=None, switch=LinuxBridge, build=False,
                       autoSetMacs=True, waitConnected=False, inNamespace=False)
         try:
+            # Intents under the sandbox's reserved prefix, left unconfirmed to keep the
+            # peer's cost at one ledger line per name: undo removes them while the
+            # prefix is reserved for this ledger, i.e. until it is gone.
             bridge = f"{sandbox.prefix}s0"
+            sandbox.ledger.intend_interface("bridge", bridge, sandbox.prefix)
             switch = net.addSwitch(bridge)
-            sandbox.ledger.record("bridge", name=bridge)
             for i in range(1, n + 1):
                 host = net.addHost(f"h{i}")
                 sandbox.ledger.record_process(host.pid, what=f"mininet host h{i}")
                 root_end = f"{bridge}-e{i}"
+                sandbox.ledger.intend_interface("link", root_end, sandbox.prefix)
                 net.addLink(host, switch, intfName1=f"h{i}-eth0", intfName2=root_end)
-                sandbox.ledger.record("link", name=root_end)
             net.build()
             net.start()
             out["up_s"] = time.monotonic() - began

@@ -13,6 +13,8 @@ import yaml
 
 from testbed.calibrate import JSON_KEYS
 from testbed.emulation.ledger import clean_stale, is_running
+from testbed.emulation.names import release_stale_prefixes, reserved_by
+from testbed.poll import wait_until
 from testbed.scenario.loader import builtin_scenarios
 
 pytestmark = pytest.mark.emulation
@@ -99,3 +101,42 @@ def test_clean_removes_only_what_a_killed_run_listed(tmp_path: Path) -> None:
         clean_stale(ledgers)  # whatever the assertions say, leave nothing behind
     res = _testbed("clean", env=env)
     assert "nothing to clean" in res.stdout
+
+
+def _confirmed_bridge(ledgers: Path) -> dict | None:
+    """The confirmed bridge entry of the one ledger under ``ledgers``, once there is one."""
+    bridges: dict[int, dict] = {}
+    for path in ledgers.glob("*.jsonl"):
+        for line in path.read_text().splitlines()[1:]:
+            obj = json.loads(line)
+            if obj.get("kind") == "bridge":
+                bridges[obj["seq"]] = dict(obj["data"])
+            elif obj.get("confirm") in bridges:
+                bridges[obj["confirm"]].update(obj["data"])
+    return next((b for b in bridges.values() if "ifindex" in b), None)
+
+
+def test_clean_frees_the_prefix_of_a_killed_calibration(tmp_path: Path) -> None:
+    ledgers, prefixes = tmp_path / "ledgers", tmp_path / "prefixes"
+    env = {"TESTBED_LEDGER_ROOT": str(ledgers), "TESTBED_PREFIX_ROOT": str(prefixes)}
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "calibrate"], cwd=PROJECT,
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        try:
+            bridge = wait_until(lambda: _confirmed_bridge(ledgers), 60, "calibration's bridge")
+        finally:
+            proc.kill()  # SIGKILL: no teardown, the ledger and the reservation stay
+            proc.wait(timeout=30)
+        prefix = bridge["prefix"]
+        assert bridge["name"] == f"{prefix}s1" and bridge["name"] in _links()
+        assert (ledger := next(ledgers.glob("*.jsonl"))).name.startswith("calibrate-")
+        assert reserved_by(prefix, root=prefixes) == ledger.stem  # stale, still held back
+        res = _testbed("clean", env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"run prefixes freed: {prefix}" in res.stdout
+        assert not {n for n in _links() if n.startswith(prefix)}
+        assert reserved_by(prefix, root=prefixes) is None and not list(ledgers.iterdir())
+    finally:
+        clean_stale(ledgers)  # whatever the assertions say, leave nothing behind
+        release_stale_prefixes(prefixes)

@@ -1,7 +1,8 @@
 """Shaped Mininet links (h1 -- s1 -- h2, Linux bridge) with the backend this machine has.
 
 The h1-s1 link is the shaped one; s1-h2 is a plain veth pair, so RTT h1 -> h2 is twice the
-one-way delay of h1-s1. Names carry a ``tbt`` prefix; everything is in a run ledger.
+one-way delay of h1-s1. Names carry a prefix reserved on the machine like a run's;
+everything is in a run ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from testbed.calibrate import Pair, iperf_mbit, pair_network, ping_rtts
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.links import LinkParams, make_link, set_link_params, set_link_up
+from testbed.emulation.names import reserved_by
 from testbed.emulation.shaping import htb_commands, resolve_backend
 from testbed.errors import EmulationError
 
@@ -119,10 +121,17 @@ def test_teardown_leaves_no_interface_bridge_or_process() -> None:
             starts = [process_start_time(p) for p in pids]
             root_names = [made.s1.name, *(i.name for i in made.s1.intfList() if i.name != "lo")]
             assert all(name.startswith(prefix) for name in root_names), root_names
+            assert len(f"{prefix}s1e1") <= 15
+            assert reserved_by(prefix) == ledger.run_id  # no other run can take it
+            confirmed = [e.data for e in ledger.open_entries() if e.kind in ("link", "bridge")]
+            assert sorted(d["name"] for d in confirmed) == sorted(root_names)
+            assert all(d["prefix"] == prefix and "ifindex" in d for d in confirmed)
         assert ledger.open_entries() == []
+        assert reserved_by(prefix) == ledger.run_id  # until the ledger is gone
     finally:
         assert ledger.teardown() == []
     assert not ledger.path.exists()
+    assert reserved_by(prefix) is None
     for pid, start in zip(pids, starts):
         # Gone, or a zombie waiting for this test process (Mininet's Popen) to collect it.
         assert not is_running(pid, start), pid
