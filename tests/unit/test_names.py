@@ -47,6 +47,17 @@ def test_no_free_prefix_is_a_clear_error(tmp_path: Path,
     with pytest.raises(EmulationError, match="no free run prefix after 2 tries"):
         names.reserve_prefix(late, root=root)
     assert not late.path.exists()  # the empty ledger went with the failure
+    # A caller's ledger that already lists something (calibration's scratch folder) is
+    # left to the caller's own teardown: nothing of it is removed behind its back.
+    busy = Ledger("busy", root=tmp_path / "ledgers")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    busy.record("dir", path=str(scratch))
+    _forced(monkeypatch, "tbaaaa")
+    with pytest.raises(EmulationError, match="no free run prefix"):
+        names.reserve_prefix(busy, root=root)
+    assert busy.path.exists() and scratch.is_dir()
+    assert busy.teardown() == [] and not scratch.exists()
     assert names.reserved_by("tbaaaa", root=root) == "holder"
     holder.teardown()
 
