@@ -38,6 +38,7 @@ from nodes.common import (
     Route,
     client_error,
     make_base_app,
+    read_body_in_time,
     run_service,
 )
 from nodes.config import CannotStart
@@ -75,13 +76,14 @@ class Beacon:
 
     async def forward(self, request: web.Request, upstream: str) -> web.Response:
         """Send ``request`` (method, raw path, query, body) to ``upstream``; relay the
-        answer."""
+        answer. The body is read within the body timeout (408 for a slower one), as by
+        every service."""
         assert self._session is not None, "the Beacon app is not running"
         path = confined_path(request)
         url = URL(self.upstreams[upstream] + path + (
             "?" + request.rel_url.raw_query_string if request.rel_url.raw_query_string
             else ""), encoded=True)
-        body = await request.read()
+        body = await read_body_in_time(request)
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
         try:
             async with self._session.request(

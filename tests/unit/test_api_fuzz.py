@@ -108,6 +108,8 @@ TARGETS: dict[str, Target] = {t.program: t for t in (
            options={"cgroup_parent": None}),
     Target("armada.cargo", peers=("beacon",)),
     Target("armada.detect_task"),
+    Target("armada.echo_task"),
+    Target("armada.face_task"),
     Target("person_search.edge_server"),
     Target("person_search.coordinator", peers=("server",)),
 )}
