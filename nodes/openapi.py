@@ -68,8 +68,12 @@ def op(
 ) -> dict[str, Any]:
     """One operation (all but its summary): a request body (optional) of ``media_type``
     (JSON unless told), a JSON success (``answer``, any object unless told) and JSON
-    errors (by status). Whether it needs a credential is the route's ``auth``: the
-    generated document adds the bearer scheme, 401 and 403 to every guarded route."""
+    errors (by status). An operation with a body also answers 408 and 413 (every
+    service reads bodies under the same time and size limits, :mod:`nodes.common`).
+    Whether it needs a credential is the route's ``auth``: the generated document adds
+    the bearer scheme, 401 and 403 to every guarded route."""
+    if request is not None:
+        errors = (*errors, 408, 413)
     operation: dict[str, Any] = {
         "responses": {
             str(ok): {"description": "success", "content": _json(answer)},
