@@ -116,9 +116,11 @@ async def read_body_in_time(request: web.Request) -> bytes:
     """``request``'s body, read within its application's body timeout
     (:data:`BODY_TIMEOUT_KEY`, set by :func:`serve_async`, else :data:`BODY_TIMEOUT_S`).
 
-    A client that sends its body too slowly gets 408 and its connection closed, instead
-    of holding a handler (and whatever the handler holds) for as long as it likes; a
-    body over the size limit gets aiohttp's 413 as with ``request.read()``.
+    A client that sends its body too slowly gets 408 and its connection closed right
+    after the answer, instead of holding a handler (and whatever the handler holds) for
+    as long as it likes; a body over the size limit gets aiohttp's 413 as with
+    ``request.read()``. Every service reads its bodies here (JSON ones through
+    :func:`read_json_object`, the tasks' frames, the Beacon's forwarding).
     """
     timeout = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
     try:
@@ -127,7 +129,10 @@ async def read_body_in_time(request: web.Request) -> bytes:
     except TimeoutError:
         reason = f"body: expected the whole body within {timeout:g} s, found it still arriving"
         exc = client_error(web.HTTPRequestTimeout, reason)
-        exc.force_close()  # the rest of a slow body is not waited for
+        exc.force_close()  # no keep-alive: the rest of a slow body is not waited for ...
+        # ... nor read after the answer: aiohttp "lingers" on an unread body for up to
+        # 10 s before it closes, and ends that at once when the body raises a timeout.
+        request.content.set_exception(TimeoutError(reason))
         raise exc from None
 
 

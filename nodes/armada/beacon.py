@@ -38,6 +38,7 @@ from nodes.common import (
     Route,
     client_error,
     make_base_app,
+    read_body_in_time,
     run_service,
 )
 from nodes.config import CannotStart
@@ -75,13 +76,14 @@ class Beacon:
 
     async def forward(self, request: web.Request, upstream: str) -> web.Response:
         """Send ``request`` (method, raw path, query, body) to ``upstream``; relay the
-        answer."""
+        answer. The body is read within the body timeout (408 for a slower one), as by
+        every service."""
         assert self._session is not None, "the Beacon app is not running"
         path = confined_path(request)
         url = URL(self.upstreams[upstream] + path + (
             "?" + request.rel_url.raw_query_string if request.rel_url.raw_query_string
             else ""), encoded=True)
-        body = await request.read()
+        body = await read_body_in_time(request)
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
         try:
             async with self._session.request(
@@ -137,16 +139,17 @@ def make_app(app_manager: str, spinner: str, tokens: Iterable[str] = (),
     beacon = Beacon(app_manager, spinner, tokens, timeout_s, cargo_manager)
     am, sp, cm = "application manager", "spinner", "cargo manager"
     fwd = (502, 504)
+    app_name = doc.segment("name", doc.NAME)
     routes = [
         Route("POST", "/apps", beacon.route(am, secured=True), "deploy an application",
               doc.op(201, doc.DEPLOY, (400, 409, *fwd)), auth=OWN),
         Route("GET", "/apps", beacon.route(am, secured=False), "list applications",
               doc.op(errors=fwd)),
         Route("GET", "/apps/{name}", beacon.route(am, secured=False), "application status",
-              doc.op(errors=(400, 404, *fwd))),
+              {**doc.op(errors=(400, 404, *fwd)), "parameters": [app_name]}),
         Route("DELETE", "/apps/{name}", beacon.route(am, secured=True),
-              "remove an application", doc.op(errors=(400, 404, *fwd)),
-              auth=OWN),
+              "remove an application",
+              {**doc.op(errors=(400, 404, *fwd)), "parameters": [app_name]}, auth=OWN),
         Route("POST", "/query", beacon.route(am, secured=False), "candidate list for a user",
               doc.op(200, doc.QUERY, (400, 404, *fwd)), auth=PUBLIC),
         *doc.forwarded_registry_routes(

@@ -486,7 +486,7 @@ def make_app(config: CaptainConfig) -> web.Application:
         Route("GET", "/status", captain.handle_status,
               "node and task status (the Spinner's health check)", doc.op()),
         Route("POST", "/tasks", captain.handle_start, "start a task",
-              doc.op(202, doc.START, (400, 409, 422))),
+              doc.op(202, doc.start_body(config.task_modules), (400, 409, 422))),
         Route("GET", "/tasks", captain.handle_tasks, "list tasks", doc.op()),
         Route("GET", "/tasks/{task_id}", captain.handle_task, "one task", doc.op(errors=(404,))),
         Route("DELETE", "/tasks/{task_id}", captain.handle_remove, "stop a task",

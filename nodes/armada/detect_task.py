@@ -29,8 +29,9 @@ Answer of ``/infer`` (200): ``{"detections": [[x, y, w, h, score], ...],
 began, processing ended), ``"queue_ms", "processing_ms"`` (decoding included),
 ``"queue_at_arrival"`` (frames waiting when this one arrived), ``"frame_shape"``
 (``[height, width, channels]``) ``, "detector"}``. Errors are JSON ``{"error": ...}``:
-400 (empty body, not a JPEG, undecodable), 413 (body larger than ``max_body_bytes``),
-415 (another content type), 503 (queue full).
+400 (empty body, not a JPEG, undecodable), 408 (body still arriving after the body
+timeout), 413 (body larger than ``max_body_bytes``), 415 (another content type), 503
+(queue full).
 
 ``GET /health`` says the task is up; ``GET /stats`` reports what the Captain needs for
 load and utilisation: frames in flight (waiting + processing), completed, rejected and
@@ -60,16 +61,9 @@ from nodes.armada.configs import (
     DEFAULT_QUEUE_LIMIT,
     DetectTaskParams,
 )
-from nodes.armada.frame_task import WorkerPool, read_jpeg
-from nodes.common import (
-    PUBLIC,
-    Address,
-    Route,
-    add_routes,
-    client_error,
-    json_errors,
-    run_service,
-)
+from nodes.armada.frame_task import WorkerPool, frame_operation, read_jpeg
+from nodes.common import PUBLIC, Address, Route, client_error, json_errors, run_service
+from nodes.openapi import add_api, op
 
 _log = logging.getLogger("nodes.armada.detect_task")
 
@@ -239,11 +233,6 @@ NUMBER: dict[str, Any] = {"type": "number"}
 #: The schemas the task's OpenAPI document refers to.
 COMPONENTS: dict[str, Any] = {
     "schemas": {
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {"error": {"type": "string"}},
-        },
         "Inference": {
             "type": "object",
             "required": [
@@ -287,32 +276,15 @@ COMPONENTS: dict[str, Any] = {
 }
 
 
-def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """A JSON response of the task's OpenAPI document."""
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
 def _routes(task: DetectTask) -> list[Route]:
     """The task's endpoints, with their OpenAPI operations."""
-    error = {"$ref": "#/components/schemas/Error"}
-    limit = task.max_body_bytes
     return [
-        Route("POST", "/infer", task.handle_infer, "Detect objects in one JPEG frame", {
-            "requestBody": {"required": True, "content": {"image/jpeg": {"schema": {
-                "type": "string", "format": "binary", "maxLength": limit}}}},
-            "responses": {
-                "200": _answer("detections and timestamps",
-                               {"$ref": "#/components/schemas/Inference"}),
-                "400": _answer("empty, not a JPEG or undecodable", error),
-                "413": _answer(f"body larger than {limit} bytes", error),
-                "415": _answer("Content-Type is not image/jpeg", error),
-                "503": _answer("queue full", error),
-            },
-        }, auth=PUBLIC),
-        Route("GET", "/health", task.handle_health, "liveness",
-              {"responses": {"200": _answer("up", {"type": "object"})}}),
-        Route("GET", "/stats", task.handle_stats, "load and utilisation", {"responses": {
-            "200": _answer("load and utilisation", {"$ref": "#/components/schemas/Stats"})}}),
+        Route("POST", "/infer", task.handle_infer, "Detect objects in one JPEG frame",
+              frame_operation(task.max_body_bytes, {"$ref": "#/components/schemas/Inference"}),
+              auth=PUBLIC),
+        Route("GET", "/health", task.handle_health, "liveness", op()),
+        Route("GET", "/stats", task.handle_stats, "load and utilisation",
+              op(answer={"$ref": "#/components/schemas/Stats"})),
     ]
 
 
@@ -336,8 +308,9 @@ def make_app(
     cv2.setNumThreads(threads)
     task = DetectTask(detector, workers, threads, max_body_bytes, queue_limit)
     app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
-    add_routes(app, _routes(task), {"title": "Armada object-detection task", "version": "1"},
-               COMPONENTS)
+    add_api(app, "Armada object-detection task", "One JPEG frame per POST /infer, "
+            "objects found by an OpenCV detector (nodes/armada/detect_task.py).",
+            _routes(task), COMPONENTS)
     app.on_cleanup.append(task.close)
     return app
 

@@ -3,7 +3,9 @@
 It answers ``GET /health``, ``POST /infer`` (any body: a frame; the answer reports the
 server-side timings and, with ``--work-ms``, burns that much CPU per request so load and
 utilisation are real) and ``GET /stats`` (requests in flight and completed), which is
-all a Captain, the Application Manager and the SDK rely on. Used by tests and smoke runs;
+all a Captain, the Application Manager and the SDK rely on; ``GET /openapi.json``
+describes them. A body still arriving after the body timeout gets 408, as on every
+service (:func:`nodes.common.read_body_in_time`). Used by tests and smoke runs;
 the real workload is ``nodes.armada.detect_task``.
 
 Run it as ``python -m nodes.armada.echo_task --host H --port P [--work-ms MS]
@@ -20,7 +22,8 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from nodes.armada.configs import EchoTaskParams
-from nodes.common import PUBLIC, Address, Route, add_routes, json_errors, run_service
+from nodes.common import PUBLIC, Address, Route, json_errors, read_body_in_time, run_service
+from nodes.openapi import add_api, binary, op
 
 _log = logging.getLogger("nodes.armada.echo_task")
 MAX_FRAME_BYTES = 8 * 2**20
@@ -40,7 +43,7 @@ class EchoTask:
         self.in_flight += 1
         try:
             arrival = time.time()
-            frame = await request.read()
+            frame = await read_body_in_time(request)
             start = time.time()
             deadline = time.process_time() + self.work_s
             while time.process_time() < deadline:  # CPU work, slowed by the CPU limit
@@ -67,11 +70,13 @@ def make_app(work_ms: float = 0.0, name: str = "echo") -> web.Application:
     """Build the echo task application."""
     task = EchoTask(work_ms, name)
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_FRAME_BYTES)
-    add_routes(app, [
+    add_api(app, "Armada echo task", "The task contract without a detector: any body "
+            "per POST /infer (nodes/armada/echo_task.py).", [
         Route("POST", "/infer", task.handle_infer, "take a frame, burn the CPU asked, report",
-              auth=PUBLIC),
-        Route("GET", "/health", task.handle_health, "liveness"),
-        Route("GET", "/stats", task.handle_stats, "requests in flight and completed"),
+              op(request=binary(MAX_FRAME_BYTES), errors=(408, 413),
+                 media_type="application/octet-stream"), auth=PUBLIC),
+        Route("GET", "/health", task.handle_health, "liveness", op()),
+        Route("GET", "/stats", task.handle_stats, "requests in flight and completed", op()),
     ])
     return app
 

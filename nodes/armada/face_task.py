@@ -34,12 +34,14 @@ null)``, "matched_id", "distance"`` (of the read's match, else null)``, "inserte
 detection)``, "describe_ms", "read_ms", "write_ms", "storage_ms"`` (read + write; each
 store call measured around the awaited call, so it includes connecting to the store when
 the store connects per call)``}``. Errors are JSON ``{"error": ...}``: 400 (empty body,
-not a JPEG, undecodable, a missing or malformed header), 413, 415, 503 (queue full) and
-502 (the store failed: :class:`StoreError`).
+not a JPEG, undecodable, a missing or malformed header), 408 (body still arriving after
+the body timeout), 413, 415, 503 (queue full) and 502 (the store failed:
+:class:`StoreError`).
 
 ``GET /health`` says the task is up; ``GET /stats`` reports ``in_flight`` (frames between
 arrival and answer), ``completed``, ``rejected``, ``failed``, read/write/match counts,
-mean detection and storage times, CPU seconds and uptime.
+mean detection and storage times, CPU seconds and uptime ``GET /openapi.json``
+describes the API (:func:`routes`).
 
 Run it as ``python -m nodes.armada.face_task --host H --port P (--memory-store |
 --storage-manager URL) [--op read|write|read-write] [--model-seed S] [--initial N]
@@ -66,17 +68,10 @@ from aiohttp import web
 from nodes.armada.configs import DEFAULT_MAX_BODY_BYTES, DEFAULT_QUEUE_LIMIT, FaceTaskParams
 from nodes.armada.face_recognition import FaceIndex, decode, describe, subject, warm_up
 from nodes.armada.face_recognition import cascade as face_cascade
-from nodes.armada.frame_task import WorkerPool, read_jpeg
-from nodes.common import (
-    PUBLIC,
-    Address,
-    Route,
-    add_routes,
-    client_error,
-    json_errors,
-    run_service,
-)
+from nodes.armada.frame_task import WorkerPool, frame_operation, read_jpeg
+from nodes.common import PUBLIC, Address, Route, client_error, json_errors, run_service
 from nodes.config import CannotStart
+from nodes.openapi import add_api, op
 from workloads.faces import (
     INITIAL_RECORDS,
     MAX_IDENTITIES,
@@ -433,6 +428,35 @@ class FaceTask:
         })
 
 
+def _header(name: str, schema: dict[str, Any], required: bool, what: str) -> dict[str, Any]:
+    """A header parameter of ``POST /recognise``."""
+    return {"name": name, "in": "header", "required": required, "schema": schema,
+            "description": what}
+
+
+def routes(task: FaceTask) -> list[Route]:
+    """The task's endpoints, with their OpenAPI operations: the headers state the bounds
+    :meth:`FaceTask._metadata` checks (an identity below the model's, an observation up
+    to :data:`MAX_HEADER_INT`, one of the ops)."""
+    recognise = {**frame_operation(task.max_body_bytes, errors=(502,)), "parameters": [
+        _header(IDENTITY_HEADER, {"type": "integer", "minimum": 0,
+                                  "maximum": task.model.identities - 1},
+                True, "the person in the frame"),
+        _header(OBSERVATION_HEADER, {"type": "integer", "minimum": 0,
+                                     "maximum": MAX_HEADER_INT},
+                True, "which photo of that person it is"),
+        _header(OP_HEADER, {"type": "string", "enum": list(MODES)}, False,
+                f"the op against the store (default: the task's, {task.op})"),
+    ]}
+    return [
+        Route("POST", "/recognise", task.handle_recognise,
+              "recognise the face in one JPEG frame against the face store", recognise,
+              auth=PUBLIC),
+        Route("GET", "/health", task.handle_health, "liveness", op()),
+        Route("GET", "/stats", task.handle_stats, "load, counts and mean times", op()),
+    ]
+
+
 def make_app(
     store_factory: StoreFactory,
     op: str = "read-write",
@@ -466,12 +490,9 @@ def make_app(
     task = FaceTask(store_factory, op, model, threshold, workers, threads, max_body_bytes,
                     queue_limit)
     app = web.Application(middlewares=[json_errors], client_max_size=max_body_bytes)
-    add_routes(app, [
-        Route("POST", "/recognise", task.handle_recognise,
-              "recognise the face in one JPEG frame against the face store", auth=PUBLIC),
-        Route("GET", "/health", task.handle_health, "liveness"),
-        Route("GET", "/stats", task.handle_stats, "load, counts and mean times"),
-    ])
+    add_api(app, "Armada face-recognition task", "One JPEG frame per POST /recognise, what "
+            "it shows in headers, read and/or written against the face store "
+            "(nodes/armada/face_task.py).", routes(task))
     app.on_startup.append(task.start)
     app.on_cleanup.append(task.close)
     return app

@@ -118,8 +118,11 @@ def bool_field(required: bool = True) -> Field:
 def _is_http_url(value: Any) -> bool:
     if not isinstance(value, str):
         return False
-    parts = urlsplit(value)
-    return parts.scheme == "http" and bool(parts.hostname) and parts.port is not None
+    try:
+        parts = urlsplit(value)
+        return parts.scheme == "http" and bool(parts.hostname) and parts.port is not None
+    except ValueError:  # a port out of range or not a number, a malformed IPv6 host
+        return False
 
 
 def url_field() -> Field:

@@ -3,7 +3,10 @@
 Both tasks take one JPEG frame per request and process it with OpenCV in a worker
 thread:
 
-* :func:`read_jpeg` reads the request's body as a JPEG frame (400/413/415 otherwise);
+* :func:`read_jpeg` reads the request's body as a JPEG frame (400/413/415 otherwise),
+  within the service's body timeout like every body (408 for a slower one,
+  :func:`nodes.common.read_body_in_time`); :func:`frame_operation` is the OpenAPI
+  operation of such a request;
 * :class:`WorkerPool` bounds concurrency: at most ``workers`` frames are processed at
   once, each in a worker thread (OpenCV releases the GIL, so the event loop keeps
   answering), further frames wait in FIFO order, and beyond ``queue_limit`` waiting
@@ -25,7 +28,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from nodes.common import client_error
+from nodes.common import client_error, read_body_in_time
+from nodes.openapi import ANY_OBJECT, Schema, binary, op
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 
@@ -41,8 +45,9 @@ def too_large(reason: str, max_size: int, actual_size: int) -> web.HTTPRequestEn
 
 
 async def read_jpeg(request: web.Request, max_body_bytes: int) -> bytes:
-    """The request's JPEG body, or a JSON 400 (empty, not a JPEG), 413 (larger than
-    ``max_body_bytes``) or 415 (another ``Content-Type``) error."""
+    """The request's JPEG body, or a JSON 400 (empty, not a JPEG), 408 (still arriving
+    after the body timeout), 413 (larger than ``max_body_bytes``) or 415 (another
+    ``Content-Type``) error."""
     if request.content_type != "image/jpeg":
         raise client_error(
             web.HTTPUnsupportedMediaType,
@@ -53,7 +58,7 @@ async def read_jpeg(request: web.Request, max_body_bytes: int) -> bytes:
     if length is not None and length > max_body_bytes:
         raise too_large(reason, max_body_bytes, length)
     try:
-        data = await request.read()
+        data = await read_body_in_time(request)
     except web.HTTPRequestEntityTooLarge:
         raise too_large(reason, max_body_bytes, max_body_bytes + 1) from None
     if not data:
@@ -64,6 +69,19 @@ async def read_jpeg(request: web.Request, max_body_bytes: int) -> bytes:
             f"body: expected a JPEG image (starting FF D8 FF), found {data[:8].hex(' ')}",
         )
     return data
+
+
+#: What a frame request may be answered besides its success: :func:`read_jpeg`'s
+#: refusals and a full queue (503, :class:`WorkerPool`).
+FRAME_ERRORS = (400, 408, 413, 415, 503)
+
+
+def frame_operation(max_body_bytes: int, answer: Schema = ANY_OBJECT,
+                    errors: tuple[int, ...] = ()) -> dict[str, Any]:
+    """The OpenAPI operation of a frame request: a JPEG body of at most
+    ``max_body_bytes`` bytes, ``answer`` on success, :data:`FRAME_ERRORS` and ``errors``."""
+    return op(request=binary(max_body_bytes), errors=(*FRAME_ERRORS, *errors),
+              media_type="image/jpeg", answer=answer)
 
 
 class WorkerPool:

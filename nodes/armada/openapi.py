@@ -2,37 +2,74 @@
 
 The building blocks (:func:`nodes.openapi.op`, :func:`nodes.openapi.body`) are every
 service's; the schemas are written by hand from the contract in ``docs/armada.md`` (the
-services validate bodies with small field tables, not schemas), compact but complete
-enough for a client generator or a curious human: every path, method, request body and
-status. Every Armada document declares the bearer scheme of the Beacon's secured
-operations (:func:`add_api`).
+services validate bodies with the field tables of :mod:`nodes.armada.fields`, not with
+schemas), compact but complete enough for a client generator or a curious human: every
+path, method, request body and status, and the bounds the field tables check, from
+their own constants (identifier and name patterns, non-empty strings, closed location
+objects, array lengths, numeric ranges, which of ``module`` and ``image`` a runtime
+needs). What OpenAPI 3.0 cannot say, or a fuzzer should not act on, is left to a
+description: the names of ``args`` (3.0 has no ``propertyNames``) and the shape of a URL
+(``http://host:port``: a generated one would name hosts the service then contacts). Every
+Armada document declares the bearer scheme of the Beacon's secured operations
+(:func:`add_api`).
 """
 
 from __future__ import annotations
 
-from nodes.armada.configs import NODE_TYPES
-from nodes.common import OWN, Handler, Route
-from nodes.openapi import NUMBER, POSITIVE, STRING, Schema, body, op
+import re
+from collections.abc import Iterable
+from typing import Any
 
+from nodes.armada.configs import NODE_TYPES
+from nodes.armada.fields import (
+    ID_RE,
+    MAX_ARG_CHARS,
+    MAX_DIM,
+    MAX_RECORD_ID,
+    MODULE_RE,
+    NAME_RE,
+)
+from nodes.common import OWN, Handler, Route
+from nodes.openapi import NUMBER, POSITIVE, Schema, body, op
+
+
+def pattern(regex: re.Pattern[str]) -> Schema:
+    """A string matching ``regex`` entirely (the field tables' ``fullmatch``)."""
+    return {"type": "string", "pattern": f"^{regex.pattern}$"}
+
+
+#: A non-empty string (``str_field``).
+TEXT: Schema = {"type": "string", "minLength": 1}
+#: An identifier: a task id, or an app as a task names it (``id_field``).
+ID: Schema = pattern(ID_RE)
+#: An application name (``NAME_RE``).
+NAME: Schema = pattern(NAME_RE)
+#: ``http://host:port`` (``url_field``); its shape is in words, so a generated request
+#: never names a host the service would then contact.
+URL: Schema = {"type": "string", "minLength": 1, "description": "http://host:port"}
 LOCATION: Schema = {
     "type": "object",
     "required": ["lat", "lon"],
+    "additionalProperties": False,
     "properties": {
         "lat": {"type": "number", "minimum": -90, "maximum": 90},
         "lon": {"type": "number", "minimum": -180, "maximum": 180},
     },
 }
-TAGS: Schema = {"type": "array", "items": {"type": "string", "minLength": 1}}
+LOCATIONS: Schema = {"type": "array", "items": LOCATION, "minItems": 1, "maxItems": 100}
+TAGS: Schema = {"type": "array", "items": TEXT}
 ARGS: Schema = {
     "type": "object",
-    "additionalProperties": {"oneOf": [STRING, NUMBER, {"type": "boolean"}]},
+    "description": "names like frame_size (a letter, then letters, digits, _ or -)",
+    "additionalProperties": {"oneOf": [{"type": "string", "maxLength": MAX_ARG_CHARS},
+                                       NUMBER, {"type": "boolean"}]},
 }
 TASK_SPEC: dict[str, Schema] = {
-    "task_id": STRING,
-    "app": STRING,
+    "task_id": ID,
+    "app": ID,
     "runtime": {"type": "string", "enum": ["process", "docker"]},
-    "module": STRING,
-    "image": STRING,
+    "module": pattern(MODULE_RE),
+    "image": TEXT,
     "args": ARGS,
     "cpu": POSITIVE,
     "memory_mb": {"type": "integer", "minimum": 1},
@@ -73,35 +110,47 @@ def forwarded_registry_routes(
               op(200, register, (400, *fwd)), auth=OWN),
         Route("GET", f"/{collection}", handle_list, f"list {noun}s", op(errors=fwd)),
         Route("DELETE", f"/{collection}/{{{id_field}}}", handle_leave, f"a {noun} leaves",
-              op(errors=(400, 404, *fwd)), auth=OWN),
+              {**op(errors=(400, 404, *fwd)), "parameters": [segment(id_field)]}, auth=OWN),
     ]
 
 
-DEPLOY = body(
+def runtime_body(properties: dict[str, Schema], required: list[str],
+                 runtime_required: bool = True) -> Schema:
+    """A closed body holding a task specification, with the rule of its runtime: the
+    process runtime needs ``module``, the docker runtime ``image`` (one shape each;
+    ``runtime`` defaults to process unless ``runtime_required``)."""
+    shapes = []
+    for runtime, needs in (("process", "module"), ("docker", "image")):
+        named = runtime_required or runtime == "docker"
+        shapes.append(body({**properties, "runtime": {"type": "string", "enum": [runtime]}},
+                           [*required, *(["runtime"] if named else []), needs]))
+    return {"oneOf": shapes}
+
+
+DEPLOY = runtime_body(
     {
-        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,39}$"},
-        "runtime": TASK_SPEC["runtime"],
-        "module": STRING,
-        "image": STRING,
+        "name": NAME,
+        "module": TASK_SPEC["module"],
+        "image": TASK_SPEC["image"],
         "args": ARGS,
         "cpu": TASK_SPEC["cpu"],
         "memory_mb": TASK_SPEC["memory_mb"],
-        "locations": {"type": "array", "items": LOCATION, "minItems": 1},
+        "locations": LOCATIONS,
         "need_storage": {"type": "boolean"},
         "tags": TAGS,
-        "min_replicas": {"type": "integer", "minimum": 3},
+        "min_replicas": {"type": "integer", "minimum": 3, "maximum": 100},
     },
-    ["name", "cpu", "memory_mb", "locations", "need_storage"],
+    ["name", "cpu", "memory_mb", "locations", "need_storage"], runtime_required=False,
 )
 QUERY = body(
-    {"app": STRING, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
-     "tags": TAGS, "user": STRING},
+    {"app": TEXT, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
+     "tags": TAGS, "user": TEXT},
     ["app", "lat", "lon"],
 )
 REGISTER = body(
     {
-        "node_id": STRING,
-        "url": STRING,
+        "node_id": TEXT,
+        "url": URL,
         "lat": LOCATION["properties"]["lat"],
         "lon": LOCATION["properties"]["lon"],
         "node_type": {"type": "string", "enum": list(NODE_TYPES)},
@@ -111,12 +160,28 @@ REGISTER = body(
     },
     ["node_id", "url", "lat", "lon", "node_type", "cpu", "memory_mb"],
 )
-PLACE = body(
+PLACE = runtime_body(
     {**TASK_SPEC, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
      "tags": TAGS},
-    ["task_id", "app", "runtime", "cpu", "memory_mb", "lat", "lon"],
+    ["task_id", "app", "cpu", "memory_mb", "lat", "lon"],
 )
-START = body(TASK_SPEC, ["task_id", "app", "runtime", "cpu", "memory_mb"])
+
+
+def start_body(modules: Iterable[str]) -> Schema:
+    """``POST /tasks`` at a Captain: a task of the process runtime running one of the
+    Captain's ``modules`` (its ``--task-module`` allowlist; another program or the
+    docker runtime is refused with 422)."""
+    return body({**TASK_SPEC, "runtime": {"type": "string", "enum": ["process"]},
+                 "module": {"type": "string", "enum": list(modules)}},
+                ["task_id", "app", "runtime", "module", "cpu", "memory_mb"])
+
+
+def segment(name: str, schema: Schema | None = None) -> dict[str, Any]:
+    """The path parameter ``name`` of a Beacon route: ``schema``, by default text that
+    needs no percent-encoding and is no dot segment (what :func:`nodes.armada.beacon.
+    confined_path` lets through; an operation's parameter overrides its path's)."""
+    return {"name": name, "in": "path", "required": True,
+            "schema": schema or {"type": "string", "pattern": r"^[A-Za-z0-9_~-][A-Za-z0-9_.~-]*$"}}
 
 
 # ------------------------------------------------------------------ storage layer
@@ -124,73 +189,82 @@ START = body(TASK_SPEC, ["task_id", "app", "runtime", "cpu", "memory_mb"])
 RECORD: Schema = {
     "type": "object",
     "required": ["id", "vector"],
+    "additionalProperties": False,
     "properties": {
-        "id": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-        "vector": {"type": "array", "items": NUMBER, "minItems": 1, "maxItems": 4096},
+        "id": {"type": "integer", "minimum": 0, "maximum": MAX_RECORD_ID},
+        "vector": {"type": "array", "items": NUMBER, "minItems": 1, "maxItems": MAX_DIM},
     },
 }
 VERSIONED_RECORD: Schema = {
     **RECORD,
     "required": ["id", "vector", "ts", "origin"],
-    "properties": {**RECORD["properties"], "ts": {"type": "integer", "minimum": 0},
-                   "origin": STRING},
+    "properties": {**RECORD["properties"],
+                   "ts": {"type": "integer", "minimum": 0, "maximum": MAX_RECORD_ID},
+                   "origin": {"type": "string"}},
 }
-RECORDS: Schema = {"type": "array", "items": RECORD, "minItems": 1}
-URLS: Schema = {"type": "array", "items": STRING}
+RECORDS: Schema = {"type": "array", "items": RECORD, "minItems": 1, "maxItems": 100_000}
+URLS: Schema = {"type": "array", "items": URL, "maxItems": 100}
 CONSISTENCY: Schema = {"type": "string", "enum": ["strong", "eventual"]}
-SOURCE: Schema = {
-    "type": "object",
-    "required": ["kind"],
-    "properties": {
-        "kind": {"type": "string", "enum": ["inline", "url", "file", "replicas"]},
-        "records": RECORDS,
-        "url": STRING,
-        "path": STRING,
-        "urls": URLS,
-    },
-}
+
+
+def source(*kinds: str) -> Schema:
+    """Where an application's initial data set comes from: one closed shape per kind
+    (``source_field``)."""
+    shapes = {
+        "inline": {"records": RECORDS},
+        "url": {"url": {"type": "string", "minLength": 1,
+                        "description": "http://host[:port]/path"}},
+        "file": {"path": TEXT},
+        "replicas": {"urls": {**URLS, "minItems": 1}},
+    }
+    return {"oneOf": [body({"kind": {"type": "string", "enum": [kind]}, **shapes[kind]},
+                           ["kind", *shapes[kind]]) for kind in kinds]}
+
+
 CARGO_REGISTER = body(
     {
-        "cargo_id": STRING,
-        "url": STRING,
+        "cargo_id": TEXT,
+        "url": URL,
         "lat": LOCATION["properties"]["lat"],
         "lon": LOCATION["properties"]["lon"],
         "capacity_bytes": {"type": "integer", "minimum": 1},
         "node_type": {"type": "string", "enum": list(NODE_TYPES)},
         "tags": TAGS,
-        "apps": {"type": "array", "items": STRING},
+        "apps": {"type": "array", "items": {"type": "string"}},
     },
     ["cargo_id", "url", "lat", "lon", "capacity_bytes"],
 )
 STORAGE_REQUEST = body(
     {
-        "app": DEPLOY["properties"]["name"],
-        "locations": {"type": "array", "items": LOCATION, "minItems": 1},
+        "app": NAME,
+        "locations": LOCATIONS,
         "replication": {"type": "integer", "minimum": 1, "maximum": 10},
         "consistency": CONSISTENCY,
         "strategy": {"type": "string", "enum": ["nearest", "random"]},
         "quota_bytes": {"type": "integer", "minimum": 1},
-        "dim": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "source": SOURCE,
+        "dim": {"type": "integer", "minimum": 1, "maximum": MAX_DIM},
+        "source": source("inline", "url", "file"),
     },
     ["app", "locations"],
 )
 
 
 STORAGE_QUERY = body(
-    {"app": STRING, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
+    {"app": TEXT, "lat": LOCATION["properties"]["lat"], "lon": LOCATION["properties"]["lon"],
      "topn": {"type": "integer", "minimum": 1, "maximum": 10}},
     ["app", "lat", "lon"],
 )
 CARGO_ALLOCATE = body(
-    {"app": STRING, "quota_bytes": {"type": "integer", "minimum": 1},
-     "dim": {"type": "integer", "minimum": 1, "maximum": 4096},
-     "consistency": CONSISTENCY, "peers": URLS, "source": SOURCE},
+    {"app": NAME, "quota_bytes": {"type": "integer", "minimum": 1},
+     "dim": {"type": "integer", "minimum": 1, "maximum": MAX_DIM},
+     "consistency": CONSISTENCY, "peers": URLS,
+     "source": source("inline", "url", "file", "replicas")},
     ["app", "quota_bytes"],
 )
 PEERS = body({"peers": URLS}, ["peers"])
 WRITE = body({"records": RECORDS}, ["records"])
 MATCH = body({"vector": RECORD["properties"]["vector"],
               "threshold": {"type": "number", "minimum": 0}}, ["vector"])
-REPLICATE = body({"origin": STRING, "records": {"type": "array", "items": VERSIONED_RECORD}},
+REPLICATE = body({"origin": TEXT, "records": {"type": "array", "items": VERSIONED_RECORD,
+                                              "minItems": 1, "maxItems": 100_000}},
                  ["origin", "records"])

@@ -265,6 +265,10 @@ async def test_cargo_validates_every_request(tmp_path) -> None:
             (allocation(dim=0), "dim: expected integer >= 1 and <= 4096"),
             (allocation(app="Faces"), "app: expected name of 1-40 characters"),
             (allocation(peers=["ftp://x"]), "peers: expected array of http://host:port URLs"),
+            # a port out of range or not a number, a malformed host: 400, not a 500
+            (allocation(peers=["http://x:99999"]), "peers: expected array of http://host:port"),
+            (allocation(peers=["http://x:-1"]), "peers: expected array of http://host:port"),
+            (allocation(peers=["http://[::1:80"]), "peers: expected array of http://host:port"),
             (allocation(source={"kind": "tape"}), "source: expected"),
             (allocation(source={"kind": "url", "url": "http://x", "extra": 1}), "source:"),
             (allocation(quota_bytes=10), "quota_bytes: expected at least one record"),

@@ -1,9 +1,9 @@
 """Client mistakes get a 4xx and a one-line log, never a 500, a traceback or a held
 connection (issue 13, "no 500 for a client mistake").
 
-The services share :mod:`nodes.common`; these tests use the tier server (and a bare
-app) served by the real :func:`nodes.common.serve_async` on loopback, with raw sockets
-where a client must misbehave below HTTP.
+The services share :mod:`nodes.common`; these tests use the tier server (and, for slow
+bodies, every kind of body reader) served by the real :func:`nodes.common.serve_async`
+on loopback, with raw sockets where a client must misbehave below HTTP.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from nodes.common import free_port, serve_async
 from nodes.tier_server import make_app
 from testbed.poll import await_until
+from tests.secured import AUTH, secured
 
 
 def tier() -> web.Application:
@@ -98,15 +99,55 @@ async def test_an_idle_connection_is_closed() -> None:
         writer.close()
 
 
-async def test_a_slow_body_gets_408_and_the_connection_closed() -> None:
-    async with served(tier(), body_timeout_s=0.5) as port:
+def _echo() -> web.Application:
+    from nodes.armada.echo_task import make_app as echo
+    return echo()
+
+
+def _detect() -> web.Application:
+    from nodes.armada.detect_task import make_app as detect
+    return detect("haar-face")
+
+
+def _face() -> web.Application:
+    from nodes.armada.face_task import make_app as face
+    from nodes.armada.face_task import memory_store_factory
+    return face(memory_store_factory())
+
+
+def _beacon() -> web.Application:
+    from nodes.armada.beacon import make_app as beacon
+    return secured(beacon("http://127.0.0.1:9", "http://127.0.0.1:9"))
+
+
+#: A service reading a request body, and the head of a request to it: the JSON
+#: services (the tier server stands for every ``read_json_object`` caller) and those
+#: reading a raw body (the Captain's task programs' frames, the Beacon's forwarding).
+SLOW_BODY_TARGETS = {
+    "tier_server": (tier, b"POST /task HTTP/1.1\r\nContent-Type: application/json\r\n"),
+    "echo_task": (_echo, b"POST /infer HTTP/1.1\r\nContent-Type: application/octet-stream\r\n"),
+    "detect_task": (_detect, b"POST /infer HTTP/1.1\r\nContent-Type: image/jpeg\r\n"),
+    "face_task": (_face, b"POST /recognise HTTP/1.1\r\nContent-Type: image/jpeg\r\n"
+                  b"X-Face-Identity: 1\r\nX-Face-Observation: 2\r\n"),
+    "beacon": (_beacon, b"POST /apps HTTP/1.1\r\nContent-Type: application/json\r\n"
+               + "".join(f"{k}: {v}\r\n" for k, v in AUTH.items()).encode()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLOW_BODY_TARGETS))
+async def test_a_slow_body_gets_408_and_the_connection_closed(name: str) -> None:
+    """A body that stops arriving after its first bytes is answered 408 once the body
+    timeout has passed and the connection is closed right after, on every kind of body
+    reader: within a generous bound (5 s against 0.5 s) that still tells it from
+    aiohttp's 10 s of reading ("lingering" on) the rest of an unread body."""
+    make, head = SLOW_BODY_TARGETS[name]
+    async with served(make(), body_timeout_s=0.5) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /task HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n{\"task_id\"")
+        writer.write(head + b"Host: x\r\nContent-Length: 100\r\n\r\n\xff\xd8\xff{")
         await writer.drain()
-        answer = await closed_by_server(reader, 20)
+        answer = await closed_by_server(reader, 5)
         writer.close()
-        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
         assert b'"body: expected the whole body within 0.5 s' in answer
 
 

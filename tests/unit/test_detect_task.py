@@ -153,7 +153,7 @@ async def test_openapi_describes_the_endpoints() -> None:
         assert "not allowed" in (await wrong.json())["error"]
     assert set(spec["paths"]) == {"/infer", "/health", "/stats", "/openapi.json"}
     assert set(spec["paths"]["/infer"]["post"]["responses"]) == {
-        "200", "400", "413", "415", "503"
+        "200", "400", "408", "413", "415", "503"
     }
 
 

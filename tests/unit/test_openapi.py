@@ -19,11 +19,12 @@ from nodes.config import parse_argv
 from tests.secured import AUTH, secured
 from tests.unit.test_service_config import PROGRAMS, command_line
 
-#: The programs that serve a document (the others, the echo and face
-#: tasks, have none; their routes come from a table all the same).
+#: The programs that serve a document: every service, the Captain's task programs
+#: included (the harness's background load, ``cpu_load``, serves no HTTP).
 DOCUMENTED = ("tier_server", "armada.app_manager", "armada.beacon", "armada.captain", "armada.cargo",
-              "armada.cargo_manager", "armada.detect_task", "armada.spinner",
-              "person_search.coordinator", "person_search.edge_server")
+              "armada.cargo_manager", "armada.detect_task", "armada.echo_task",
+              "armada.face_task", "armada.spinner", "person_search.coordinator",
+              "person_search.edge_server")
 SERVICES = sorted(set(PROGRAMS) - {"cpu_load"})
 
 
