@@ -6,6 +6,19 @@ from collections.abc import Iterator
 
 import pytest
 
+#: Attempts a ``timing`` test gets beyond its first: its assertions compare wall-clock
+#: measurements with configured values, and on a shared 2-core VM one stolen time slice
+#: can push a single measurement past its tolerance. A test passes when one of its fresh
+#: measurements holds; a real error (a wrong delay, a lost rate cap) fails every attempt.
+TIMING_RERUNS = 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every ``timing`` test :data:`TIMING_RERUNS` fresh attempts (pytest-rerunfailures)."""
+    for item in items:
+        if item.get_closest_marker("timing") is not None:
+            item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=1))
+
 
 @pytest.fixture
 def echo() -> Iterator[None]:

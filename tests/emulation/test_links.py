@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from testbed.calibrate import Pair, iperf_mbit, pair_network, ping_rtts
@@ -22,6 +21,7 @@ from testbed.emulation.links import LinkParams, make_link, set_link_params, set_
 from testbed.emulation.names import reserved_by
 from testbed.emulation.shaping import htb_commands, resolve_backend
 from testbed.errors import EmulationError
+from tests.emulation.rtt_checks import assert_adds, p50
 
 pytestmark = pytest.mark.emulation
 
@@ -52,11 +52,18 @@ def _reset_link(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.mark.timing
 @pytest.mark.parametrize("delay_ms", [5, 20])
 def test_rtt_is_twice_the_one_way_delay(pair: Pair, delay_ms: float) -> None:
+    """The delay a link adds to the round trip is twice its one-way delay, against the
+    same path unshaped and with the userspace shaper's reported lateness as allowance
+    (:mod:`tests.emulation.rtt_checks`)."""
+    set_link_params(pair.link, delay_ms=0.0)
+    base = p50(ping_rtts(pair.h1, pair.h2.IP(), 100))
+    if pair.delayer is not None:
+        pair.delayer.lateness(reset=True)
     set_link_params(pair.link, delay_ms=float(delay_ms))
     rtts = ping_rtts(pair.h1, pair.h2.IP(), 200)
     assert len(rtts) == 200
-    p50 = float(np.percentile(rtts, 50))
-    assert abs(p50 - 2 * delay_ms) <= max(0.05 * 2 * delay_ms, 0.5), p50
+    late = pair.delayer.lateness() if pair.delayer is not None else None
+    assert_adds(rtts, base, 2 * delay_ms, late)
 
 
 def test_tcp_bandwidth_cap_through_a_delayed_link(pair: Pair) -> None:

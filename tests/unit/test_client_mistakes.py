@@ -127,8 +127,8 @@ SLOW_BODY_TARGETS = {
     "tier_server": (tier, b"POST /task HTTP/1.1\r\nContent-Type: application/json\r\n"),
     "echo_task": (_echo, b"POST /infer HTTP/1.1\r\nContent-Type: application/octet-stream\r\n"),
     "detect_task": (_detect, b"POST /infer HTTP/1.1\r\nContent-Type: image/jpeg\r\n"),
-    "face_task": (_face, b"POST /recognise HTTP/1.1\r\nContent-Type: image/jpeg\r\n"
-                  b"X-Face-Identity: 1\r\nX-Face-Observation: 2\r\n"),
+    "face_task": (_face, (b"POST /recognise HTTP/1.1\r\nContent-Type: image/jpeg\r\n"
+                          b"X-Face-Identity: 1\r\nX-Face-Observation: 2\r\n")),
     "beacon": (_beacon, b"POST /apps HTTP/1.1\r\nContent-Type: application/json\r\n"
                + "".join(f"{k}: {v}\r\n" for k, v in AUTH.items()).encode()),
 }
