@@ -21,8 +21,14 @@ deadline, for workloads whose point is real CPU contention between co-located se
 the hold duration is still the service time (the thread spins on the clock, it does not
 run a fixed amount of work), so results stay comparable with ``hold``.
 
+A task that would hold a worker longer than ``max_hold_s`` wall seconds, or whose
+service time ``size / speed`` exceeds the run's ``task_timeout`` (model seconds; the
+emulation passes the scenario's), is refused with 400 naming ``size``: its client would
+give up before it ends, so it would only hold a worker for nothing.
+
 Run it as ``python -m nodes.tier_server --host H --port P --workers C --speed S
---time-scale K --mu MU [--window-s W] [--model hold|compute]``.
+--time-scale K --mu MU [--window-s W] [--max-hold-s H] [--task-timeout T]
+[--model hold|compute]``.
 """
 
 from __future__ import annotations
@@ -157,13 +163,19 @@ class TierServer:
 
     def __init__(
         self, workers: int, speed: float, time_scale: float, mu: float, window_s: float, model: str,
-        max_hold_s: float = MAX_HOLD_S,
+        max_hold_s: float = MAX_HOLD_S, task_timeout: float | None = None,
     ) -> None:
         self.speed = speed
-        self.max_hold_s = max_hold_s
         self.time_scale = time_scale
+        self.task_timeout = task_timeout
+        #: The longest wall time one task may hold a worker: ``max_hold_s``, or the
+        #: task timeout on the wall clock when that is shorter (a longer hold could only
+        #: end after its client gave up).
+        self.max_hold_s = max_hold_s if task_timeout is None \
+            else min(max_hold_s, task_timeout / time_scale)
         #: The largest task size (model seconds) accepted, as the document states it.
-        self.max_size = max_hold_s * speed * time_scale
+        self.max_size = max_hold_s * speed * time_scale if task_timeout is None \
+            else min(max_hold_s * speed * time_scale, task_timeout * speed)
         self.mu = mu
         self.window_s = window_s
         self.pool = WorkerPool(workers)
@@ -243,10 +255,12 @@ class TierServer:
         """
         body = await read_json_object(request, TASK_FIELDS)
         if body["size"] > self.max_size:
+            timeout = "" if self.task_timeout is None else \
+                f", a service time within the task timeout of {self.task_timeout:g} model s"
             raise client_error(
                 web.HTTPBadRequest,
                 f"size: expected at most {self.max_size:g} "
-                f"model seconds (a hold of at most {self.max_hold_s:g} s wall), "
+                f"model seconds (a hold of at most {self.max_hold_s:g} s wall{timeout}), "
                 f"found {body['size']:g}")
         loop = asyncio.get_running_loop()
         server_arrival = time.time()
@@ -346,6 +360,7 @@ def make_app(
     window_s: float = 10.0,
     model: str = "hold",
     max_hold_s: float = MAX_HOLD_S,
+    task_timeout: float | None = None,
 ) -> web.Application:
     """Build the tier server application.
 
@@ -353,7 +368,9 @@ def make_app(
     >= 1 compresses model time; ``mu`` (MU) > 0 is the nominal per-worker service rate
     reported in ``/state``; ``window_s`` > 0 is the arrival-rate window (wall seconds);
     ``model`` is ``hold`` or ``compute``; a task whose hold would exceed ``max_hold_s``
-    wall seconds is refused (400 naming ``size``). Raises :class:`ValueError` on a bad value.
+    wall seconds, or whose service time ``size / speed`` would exceed ``task_timeout``
+    model seconds (the run's, when given), is refused (400 naming ``size``). Raises
+    :class:`ValueError` on a bad value.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, found {workers}")
@@ -361,11 +378,13 @@ def make_app(
                         ("max_hold_s", max_hold_s)):
         if not value > 0:
             raise ValueError(f"{name} must be > 0, found {value}")
+    if task_timeout is not None and not task_timeout > 0:
+        raise ValueError(f"task_timeout must be > 0, found {task_timeout}")
     if not time_scale >= 1:
         raise ValueError(f"time_scale must be >= 1, found {time_scale}")
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, found {model!r}")
-    tier = TierServer(workers, speed, time_scale, mu, window_s, model, max_hold_s)
+    tier = TierServer(workers, speed, time_scale, mu, window_s, model, max_hold_s, task_timeout)
     app = make_base_app()
     add_api(app, "Tier server", "One compute tier: C workers behind one FIFO queue "
             "(docs/services.md).", [
@@ -390,7 +409,7 @@ def make_app(
 def app_from_params(params: TierServerParams, address: Address) -> web.Application:
     """The tier server of a command line."""
     return make_app(params.workers, params.speed, params.time_scale, params.mu,
-                    params.window_s, params.model, params.max_hold_s)
+                    params.window_s, params.model, params.max_hold_s, params.task_timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

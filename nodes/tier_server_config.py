@@ -1,8 +1,9 @@
 """The tier server's parameters (:mod:`nodes.tier_server`), importable without aiohttp.
 
 The scenario loader checks a ``tier_server`` service's ``params`` against
-:class:`TierServerParams`; ``speed`` and ``time_scale`` are not the scenario's to give
-there: the executor passes the node's speed and the scenario's time compression.
+:class:`TierServerParams`; ``speed``, ``time_scale`` and ``task_timeout`` are not the
+scenario's to give there: the executor passes the node's speed, the scenario's time
+compression and its task timeout.
 """
 
 from __future__ import annotations
@@ -37,5 +38,9 @@ class TierServerParams:
     max_hold_s: float = option(MAX_HOLD_S, gt=0,
                                help="longest wall time one task may hold a worker; a "
                                     "larger size is refused with 400")
+    task_timeout: float | None = option(
+        None, gt=0, help="the run's task timeout, model seconds: a task whose service "
+                         "time size / S exceeds it could only time out, so it is refused "
+                         "with 400 (an emulated server gets the scenario's)")
     model: str = option("hold", choices=MODELS,
                         help="hold: a timed wait; compute: a thread busy-loops one CPU")

@@ -228,7 +228,8 @@ class EmulatedTopology:
         _, program = find_program(svc.program)
         argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
         context = {"speed": self.scenario.node(svc.node).speed,
-                   "time_scale": self.scenario.time_scale}
+                   "time_scale": self.scenario.time_scale,
+                   "task_timeout": self.scenario.task_timeout}
         for key in program.context:
             argv += [f"--{key.replace('_', '-')}", repr(context[key])]
         params = self.expand_all(svc.params)

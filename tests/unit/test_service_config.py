@@ -52,7 +52,8 @@ class Program:
 PROGRAMS: dict[str, Program] = {
     "tier_server": Program(
         "nodes.tier_server", "nodes.tier_server_config:TierServerParams",
-        {"workers": 4, "mu": 1, "window_s": 5, "model": "compute"}, ("speed", "time_scale")),
+        {"workers": 4, "mu": 1, "window_s": 5, "model": "compute"},
+        ("speed", "time_scale", "task_timeout")),
     "cpu_load": Program("nodes.cpu_load", "nodes.cpu_load:CpuLoadParams",
                         {"duty": 0.25, "seconds": 3}),
     "armada.beacon": Program(
@@ -105,7 +106,7 @@ PROGRAMS: dict[str, Program] = {
         {"server_index": 3, "tc": 10, "time_scale": 250, "sharing": "processor-sharing"}),
 }
 #: What the executor adds to the tier server's params (``context`` in the registry).
-EXECUTOR_VALUES = {"speed": 1.5, "time_scale": 10}
+EXECUTOR_VALUES = {"speed": 1.5, "time_scale": 10, "task_timeout": 60}
 
 
 def command_line(name: str, tmp_path: Path) -> list[str]:

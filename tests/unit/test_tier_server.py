@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -526,3 +527,48 @@ async def test_the_document_states_the_size_and_workers_bounds() -> None:
         resp = await client.post("/task", json={"task_id": 2, "size": largest * 1.001,
                                                 "client": "c1"})
         assert resp.status == 400 and "size" in (await resp.json())["error"]
+
+
+async def test_a_task_whose_service_time_exceeds_the_task_timeout_is_refused() -> None:
+    """With ``task_timeout`` (model s), a task whose service time ``size / speed`` exceeds
+    it is refused naming ``size`` (its client would give up first), however short its
+    hold on the wall clock; one within it is served."""
+    async with tier(speed=2.0, time_scale=1000.0, task_timeout=3.0) as client:
+        resp = await client.post("/task", json={"task_id": 1, "size": 6.01, "client": "c1"})
+        assert resp.status == 400
+        error = (await resp.json())["error"]
+        assert error.startswith("size: expected at most 6 model seconds"), error
+        assert "task timeout of 3 model s" in error
+        served = await post_task(client, 2, 6.0)  # 3 model s of service: 3 ms on the wall
+        assert served["task_id"] == 2
+
+
+def test_the_emulation_passes_the_scenario_task_timeout_to_every_tier_server(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The command line the executor builds for a tier server carries the scenario's
+    ``task_timeout`` (model seconds, beside the node's speed and the time scale), and the
+    server it starts bounds a task's size by it: ``task_timeout * speed``."""
+    from nodes import common, tier_server
+    from nodes.common import OPENAPI_KEY
+    from testbed.emulation.executor import EmulatedTopology
+    from testbed.scenario import load_scenario
+
+    scenario = load_scenario("continuum").with_overrides(task_timeout=12)
+    topo = EmulatedTopology(scenario=scenario, infra=None, net=None, workdir=tmp_path)
+    servers = [s for s in scenario.services if s.program == "tier_server"]
+    assert servers
+    served: dict[str, Any] = {}
+
+    async def serve_async(app: Any, host: str, port: int, **_: Any) -> None:
+        served.update(app=app)
+
+    monkeypatch.setattr(common, "serve_async", serve_async)
+    for svc in servers:
+        argv = topo.service_argv(svc)
+        flag = argv.index("--task-timeout")
+        assert float(argv[flag + 1]) == 12.0, argv
+        served.clear()
+        assert tier_server.main(argv) == 0
+        task = served["app"][OPENAPI_KEY]["paths"]["/task"]["post"]
+        size = task["requestBody"]["content"]["application/json"]["schema"]["properties"]["size"]
+        assert size["maximum"] == pytest.approx(12.0 * scenario.node(svc.node).speed)

@@ -35,7 +35,7 @@ SYSTEM = System(
         Program("tier_server", "nodes.tier_server",
                 "a tier's c-server FIFO queue that clients offload tasks to",
                 config="nodes.tier_server_config:TierServerParams",
-                context=("speed", "time_scale"), task_server=True),
+                context=("speed", "time_scale", "task_timeout"), task_server=True),
     ),
     generators={"bursty-pareto": "workloads.bursty_pareto:BurstyPareto"},
     policies=_PolicyLines(),
