@@ -341,6 +341,49 @@ async def test_coordinator_validation(overrides: dict[str, Any], field: str) -> 
     assert field in answer["error"], answer
 
 
+@asynccontextmanager
+async def listener() -> AsyncIterator[tuple[str, list[bytearray]]]:
+    """A TCP server on a loopback ephemeral port that records every connection the
+    moment it is accepted (then what arrives first on it) and answers nothing; yields its
+    base URL and the record."""
+    seen: list[bytearray] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(received := bytearray())
+        try:
+            received += await asyncio.wait_for(reader.read(4096), timeout=1.0)
+        except TimeoutError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_coordinator_contacts_no_server_outside_its_configuration() -> None:
+    """A well-formed edge-server URL that is not among the coordinator's ``--server``s is
+    refused with 400 naming its ``servers[i]``, and nothing reaches it: the coordinator
+    contacts only the edge servers of its configuration, never a URL a request names."""
+    async with listener() as (stranger, seen), \
+            started(coordinator.make_app(URLS[:1])) as url, client() as http:
+        for servers, index in (([stranger], 0), ([URLS[0], stranger], 1)):
+            status, answer = await call(http, "POST", f"{url}/runs", run_body(servers, [0]))
+            assert status == 400, answer
+            assert answer["error"].startswith(f"servers[{index}]: expected one of this "
+                                              f"coordinator's edge servers"), answer
+            assert stranger in answer["error"]
+        # the coordinator still answers (so any request it had sent has been sent)
+        status, health = await call(http, "GET", f"{url}/health")
+        assert status == 200 and health["runs"] == 0
+    assert seen == []
+
+
 async def test_coordinator_health_and_openapi() -> None:
     async with started(coordinator.make_app()) as url, client() as http:
         status, health = await call(http, "GET", f"{url}/health")
