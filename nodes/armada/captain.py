@@ -84,7 +84,7 @@ class CaptainConfig:
     node_type: str = "volunteer"
     tags: list[str] = field(default_factory=list)
     advertise_host: str = "127.0.0.1"  # where tasks are reachable
-    task_host: str = "0.0.0.0"  # what tasks bind
+    task_host: str = "127.0.0.1"  # what tasks bind (the command line: the Captain's --host)
     recheck_s: float = 5.0
     start_timeout_s: float = START_TIMEOUT_S
     sample_s: float = 1.0
@@ -519,7 +519,8 @@ def app_from_params(params: CaptainParams, address: Address) -> web.Application:
         cpu=params.cpu, memory_mb=params.memory_mb, node_type=params.node_type,
         tags=[t for t in params.tags.split(",") if t],
         advertise_host=address.reachable_host(params.advertise_host),
-        task_host=params.task_host, recheck_s=params.recheck_s, sample_s=params.sample_s,
+        task_host=params.task_host or address.host,  # by default, where the Captain listens
+        recheck_s=params.recheck_s, sample_s=params.sample_s,
         start_timeout_s=params.start_timeout_s,
         task_modules=tuple(params.task_module) or TASK_MODULES,
         cgroup_parent=Path(params.cgroup_parent) if params.cgroup_parent else None,

@@ -152,7 +152,9 @@ class CaptainParams:
     node_type: str = _node_type()
     tags: str = _tags()
     advertise_host: str | None = _advertise_host()
-    task_host: str = option("0.0.0.0", help="address tasks bind")
+    task_host: str | None = option(help="address tasks bind (default: the Captain's own "
+                                        "--host, so a Captain on loopback keeps its tasks "
+                                        "there)")
     recheck_s: float = _recheck_s()
     start_timeout_s: float = option(START_TIMEOUT_S, gt=0,
                                     help="a task not answering /health by then has failed")

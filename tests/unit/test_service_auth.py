@@ -10,8 +10,10 @@ nothing), and an answer other than 401/403 with the secret shows that it is acce
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from nodes.secret import (
     secret_from,
     write_secret_file,
 )
+from testbed.poll import wait_until
 from tests.secured import AUTH, secret_file, secured
 from tests.unit.test_openapi import SERVICES, build
 
@@ -147,3 +150,74 @@ def test_secret_files_and_values(tmp_path: Path) -> None:
         read_secret_file(short)
     secret = RunSecret("x" * 20)
     assert "xxxx" not in repr(secret) and not secret.accepts(b"x" * 19)
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """``(address, port)`` of every TCP socket process ``pid`` listens on, read from
+    ``/proc`` (its socket inodes matched against its namespace's ``net/tcp`` and
+    ``net/tcp6`` tables; IPv6 addresses as 32 hex digits)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                address, port = local.split(":")
+                if table == "tcp":  # four bytes, little-endian on the machines we run on
+                    address = socket.inet_ntoa(bytes.fromhex(address)[::-1])
+                found.add((address, int(port, 16)))
+    return found
+
+
+def test_a_service_started_by_hand_listens_on_loopback_only(tmp_path: Path) -> None:
+    """Without ``--host`` a service listens on 127.0.0.1 only, not on the machine's real
+    interfaces (the emulation passes ``--host 0.0.0.0`` itself, inside a namespace)."""
+    assert os.environ.get(SECRET_ENV)  # the session's secret (tests/conftest.py)
+    log = tmp_path / "service.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nodes.tier_server", "--port", "0", "--workers", "1",
+             "--speed", "1", "--time-scale", "1", "--mu", "1"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        line = wait_until(lambda: re.search(r"listening on (\S+):(\d+)", log.read_text()),
+                          timeout=30, what="the service's 'listening on' line")
+        assert line.group(1) == "127.0.0.1", log.read_text()
+        port = int(line.group(2))
+        assert listening_addresses(proc.pid) == {("127.0.0.1", port)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("args", "task_host"), [
+    ((), "127.0.0.1"),
+    (("--host", "0.0.0.0"), "0.0.0.0"),
+    (("--task-host", "10.0.0.5"), "10.0.0.5"),
+])
+def test_a_captains_tasks_bind_where_it_listens_unless_told(
+        args: tuple[str, ...], task_host: str, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A Captain's tasks bind its own ``--host`` when ``--task-host`` is not given, so a
+    Captain started by hand on loopback does not put its tasks on the real interfaces."""
+    from aiohttp import web
+
+    import nodes.common
+    from nodes.armada import captain
+
+    served: dict[str, web.Application] = {}
+
+    async def serve_async(app: web.Application, host: str, port: int, **_: object) -> None:
+        served["app"] = app
+
+    monkeypatch.setattr(nodes.common, "serve_async", serve_async)
+    assert captain.main(["--port", "0", "--beacon", "http://127.0.0.1:9", "--node-id", "ea",
+                         "--lat", "0", "--lon", "0", "--cpu", "1", "--memory-mb", "64",
+                         "--workdir", str(tmp_path), *args]) == 0
+    assert served["app"][captain.CAPTAIN_KEY].config.task_host == task_host
