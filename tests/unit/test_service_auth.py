@@ -177,14 +177,15 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
 
 def test_a_service_started_by_hand_listens_on_loopback_only(tmp_path: Path) -> None:
     """Without ``--host`` a service listens on 127.0.0.1 only, not on the machine's real
-    interfaces (the emulation passes ``--host 0.0.0.0`` itself, inside a namespace)."""
+    interfaces (the emulation passes ``--host 0.0.0.0`` itself, inside a namespace). It
+    is started from the repository root, as by hand, so it runs this checkout's code."""
     assert os.environ.get(SECRET_ENV)  # the session's secret (tests/conftest.py)
     log = tmp_path / "service.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "nodes.tier_server", "--port", "0", "--workers", "1",
              "--speed", "1", "--time-scale", "1", "--mu", "1"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+            stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
     try:
         line = wait_until(lambda: re.search(r"listening on (\S+):(\d+)", log.read_text()),
                           timeout=30, what="the service's 'listening on' line")
