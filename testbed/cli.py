@@ -60,10 +60,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     system = get_system(scenario.system)
     policies = args.policies.split(",") if args.policies else None
-    for name in policies or ():
-        if name not in system.policies:
+    for name in policies or ():  # a registered name, or a label of the scenario's entries
+        if name not in system.policies and name not in scenario.policies:
             raise TestbedError(f"--policies: expected names of {system.name} policies "
-                               f"({', '.join(sorted(system.policies))}), found {name!r}")
+                               f"({', '.join(sorted(system.policies))}) or labels of the "
+                               f"scenario's ({', '.join(scenario.policies)}), found {name!r}")
     executor = args.executor or scenario.executor.default
     check_executor(system, executor, "--executor" if args.executor else
                    f"{scenario.source}: executor.default")

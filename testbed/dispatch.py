@@ -43,7 +43,10 @@ Config keys (JSON object): ``run`` (str), ``client`` (str), ``policy`` (str),
 wall), ``time_scale`` (>= 1), ``start_at`` (wall epoch or null for "now"; a past
 instant means "now" and is logged), ``out`` (JSON-lines path, one row per task, written
 as tasks complete), ``timeout_s`` (> 0, model time), optional ``max_inflight`` (default
-10000; when reached, sends wait) and ``ready_timeout_s`` (default 30, wall).
+10000; when reached, sends wait), ``ready_timeout_s`` (default 30, wall), and
+``policy_name`` / ``policy_params`` (the registered policy and the parameters a scenario's
+entry gives it; ``policy`` is then its label, written in the rows; default: ``policy``
+itself without parameters).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -124,6 +127,9 @@ class DispatchConfig:
     timeout_s: float
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    #: the registered policy ``policy`` (the label in the rows) stands for, if it differs
+    policy_name: str | None = None
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, raw: Any, source: str = "dispatch config") -> DispatchConfig:
@@ -149,6 +155,8 @@ class DispatchConfig:
             "timeout_s": ("a number > 0", _is_positive, True),
             "max_inflight": ("an integer >= 1", lambda v: is_int(v) and v >= 1, False),
             "ready_timeout_s": ("a number > 0", _is_positive, False),
+            "policy_name": ("a non-empty string", _is_text, False),
+            "policy_params": ("a JSON object", lambda v: isinstance(v, Mapping), False),
         }
         for key in raw:
             if key not in checks:
@@ -172,7 +180,8 @@ class DispatchConfig:
             if any(t.name == item["name"] for t in targets):
                 raise fail(f"{path}.name", "a name no other target has", item["name"])
             targets.append(Target(item["name"], item["tier"], item["url"].rstrip("/")))
-        optional = {k: raw[k] for k in ("max_inflight", "ready_timeout_s") if k in raw}
+        optional = {k: raw[k] for k in ("max_inflight", "ready_timeout_s", "policy_name",
+                                        "policy_params") if k in raw}
         return cls(
             run=raw["run"],
             client=raw["client"],
@@ -596,7 +605,7 @@ async def run_dispatch(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """
     cfg = DispatchConfig.from_mapping(config)
     tasks = [t for t in read_trace(cfg.trace)[0] if t.client == cfg.client]
-    policy = make_policy(cfg.policy, cfg.policy_seed)
+    policy = make_policy(cfg.policy_name or cfg.policy, cfg.policy_seed, **cfg.policy_params)
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
     sessions = {
         t.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) for t in cfg.targets

@@ -198,6 +198,9 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
         "executor": executor,
         "seeds": {"scenario": scenario.seed, "workload": scenario.workload.seed,
                   "policies": _policy_seeds(system, scenario)},
+        "policy_entries": {p: {"name": scenario.policy_entry(p).name,
+                               "params": dict(scenario.policy_entry(p).params)}
+                           for p in scenario.policies},
         "trace": {"n": trace_meta["n"], "sha256": trace_meta["sha256"]},
         "versions": _versions(),
         "git_commit": git_commit(),

@@ -11,7 +11,8 @@ defines each policy exactly.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from testbed.errors import TestbedError
@@ -27,6 +28,9 @@ from testbed.policies.queue_aware import (
     QueueOnlyPolicy,
 )
 from testbed.policies.random_policy import RandomPolicy
+
+#: How a policy reports a bad parameter (``policy 'p': field: expected ..., found ...``).
+_PARAM_ERROR = re.compile(r"policy '[^']*': (?P<field>\w+): (?P<rest>expected .*)", re.DOTALL)
 
 POLICIES: dict[str, type[Policy]] = {
     "edge-first": EdgeFirstPolicy,
@@ -64,6 +68,26 @@ def make_policy(name: str, seed: int, **params: Any) -> Policy:
             f"accepted: {', '.join(accepted) or 'none'}"
         )
     return cls(seed=seed, **params)
+
+
+def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario loader's check of a policy entry's ``params`` (the offloading
+    system's ``policy_params`` hook): returns them as given when policy ``name`` accepts
+    them, else raises ``ValueError("params.<field>: expected ..., found ...")``."""
+    accepted = policy_params(name)
+    for key in params:
+        if key not in accepted:
+            raise ValueError(f"params.{key}: expected one of the parameters of {name} "
+                             f"({', '.join(accepted) or 'none'}), found unknown key")
+    try:
+        make_policy(name, 0, **params)
+    except TestbedError as exc:
+        match = _PARAM_ERROR.fullmatch(str(exc))
+        if match is None:
+            raise ValueError(f"params: expected parameters accepted by {name}, "
+                             f"found {exc}") from exc
+        raise ValueError(f"params.{match['field']}: {match['rest']}") from exc
+    return dict(params)
 
 
 def policy_variants(

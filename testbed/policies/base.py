@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from testbed.errors import TestbedError
+
 #: Weight of the newest poll round trip in a target's ``delay_s`` moving average (the
 #: dispatcher and the tier simulator observe delay the same way).
 DELAY_EWMA_ALPHA = 0.2
@@ -113,3 +115,12 @@ class Policy(ABC):
 
     def observe(self, outcome: Outcome) -> None:
         """Learn from a completed task. The default ignores it."""
+
+
+def check_choice(policy: str, name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise :class:`TestbedError` in
+    the form the scenario loader reports (``policy 'p': name: expected ..., found ...``)."""
+    if not isinstance(value, str) or value not in choices:
+        raise TestbedError(f"policy {policy!r}: {name}: expected one of "
+                           f"{', '.join(choices)}, found {value!r}")
+    return value

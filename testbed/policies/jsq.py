@@ -8,6 +8,10 @@ time the target's active workers need, at their mean rate, to finish everything 
 there plus the new task. Ties go to the target with the lowest observed communication
 delay, then to the lexicographically smallest name, so both are deterministic and need
 no randomness. Neither makes a latency estimate: they rank, they do not predict.
+
+``jsq`` keeps both readings of "shortest queue" under one name with its ``normalise``
+parameter: ``none`` (the default) counts raw tasks; ``capacity`` ranks by the expected
+wait per unit of capacity, the drain time ``jsq-s`` uses.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View
+from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View, check_choice
 from testbed.policies.random_policy import serving_targets
+
+#: The readings of ``jsq``'s ``normalise`` parameter.
+NORMALISE = ("none", "capacity")
 
 
 def least_loaded(targets: Sequence[TargetState]) -> TargetState:
@@ -38,20 +45,29 @@ def drain_time(target: TargetState) -> float:
 
 @dataclass
 class JSQPolicy(Policy):
-    """Join-the-shortest-queue placement with deterministic tie-breaking."""
+    """Join-the-shortest-queue placement (raw counts or per unit of capacity) with
+    deterministic tie-breaking."""
 
+    normalise: str = "none"
     name: str = field(default="jsq", init=False)
     # One immutable Decision per target name, reused (a jsq decision carries no estimate).
     _decisions: dict[str, Decision] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
 
+    def __post_init__(self) -> None:
+        """Check ``normalise``."""
+        self.normalise = check_choice(self.name, "normalise", self.normalise, NORMALISE)
+
     def choose(self, task: TaskInfo, view: View) -> Decision:
-        """Pick the least loaded serving target (ties: lowest ``delay_s``, then name).
+        """Pick the least loaded serving target (ties: lowest ``delay_s``, then name);
+        with ``normalise: capacity``, the smallest :func:`drain_time` instead.
 
         One pass over the mapping: the key ends with the (unique) name, so the minimum
         is the one :func:`least_loaded` finds in :func:`serving_targets`'s sorted list,
         without sorting or building that list on every decision.
         """
+        if self.normalise == "capacity":
+            return shortest_drain(view)
         best_key = None
         for t in view.targets.values():
             if t.active > 0:
@@ -74,5 +90,11 @@ class JSQScaledPolicy(Policy):
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick the smallest :func:`drain_time` (ties: lowest ``delay_s``, then name)."""
-        best = min(serving_targets(view), key=lambda t: (drain_time(t), t.delay_s, t.name))
-        return Decision(best.name, None)
+        return shortest_drain(view)
+
+
+def shortest_drain(view: View) -> Decision:
+    """The serving target with the smallest :func:`drain_time` (ties: lowest ``delay_s``,
+    then name)."""
+    best = min(serving_targets(view), key=lambda t: (drain_time(t), t.delay_s, t.name))
+    return Decision(best.name, None)

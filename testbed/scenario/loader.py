@@ -39,6 +39,7 @@ from testbed.scenario.model import (
     ExecutorDefaults,
     Link,
     Node,
+    PolicyEntry,
     Scenario,
     Service,
     Topology,
@@ -53,6 +54,7 @@ SERVICE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 PROGRAM_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63}){0,3}")
 TOPOLOGY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LABEL = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+POLICY_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,63}")
 VOLUME_PATH = re.compile(r"(/(?!\.\.?(/|$))[A-Za-z0-9._-]+)+")
 _PARAMS_ERROR = re.compile(r"(?P<path>params[^:]*): expected (?P<expected>.*), "
                            r"found (?P<found>.*)", re.DOTALL)
@@ -588,7 +590,7 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     workload, generator = _workload(c, data["workload"], seed)
     if "policies" not in data:
         c.fail("policies", "a value (the field is required)", "<missing>")
-    policies = _policies(c, data["policies"], system, nonempty=not contained)
+    entries = _policies(c, data["policies"], system, nonempty=not contained)
     repetitions = c.integer(data.get("repetitions", 1), "repetitions", 1, MAX_REPETITIONS)
     duration = c.number(data["duration"], "duration", lo=0, lo_open=True)
     time_scale = c.number(data.get("time_scale", 1), "time_scale", lo=1)
@@ -607,7 +609,8 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
         topology=topology,
         services=services,
         workload=workload,
-        policies=policies,
+        policies=tuple(e.label for e in entries),
+        policy_entries=entries,
         repetitions=repetitions,
         duration=duration,
         time_scale=time_scale,
@@ -796,23 +799,67 @@ def _workload(c: _Checker, value: object, seed: int) -> tuple[Workload, Any]:
 
 
 def _policies(c: _Checker, value: object, system: Any, nonempty: bool = True
-              ) -> tuple[str, ...]:
-    """Validate the list of policy names against the policies the system registers.
+              ) -> tuple[PolicyEntry, ...]:
+    """Validate the policy entries against the policies the system registers.
 
-    A scenario whose clients select for themselves (a self-contained entry point) may
-    list none (``nonempty=False``).
+    An entry is a registered name, or a mapping ``{name, label, params}``: the label
+    (default: the name) names it in traces and tables, and the parameters are checked
+    by the system's ``policy_params`` hook (a system without one takes no parameters and
+    so no label other than the name). Labels are
+    unique, and a label never reads as another registered policy's name. A scenario
+    whose clients select for themselves (a self-contained entry point) may list none
+    (``nonempty=False``).
     """
     items = c.sequence(value, "policies", nonempty=nonempty)
     registry = system.policies
-    names: list[str] = []
+    known = f"one of the {system.name} policies {', '.join(sorted(registry))}"
+    entries: list[PolicyEntry] = []
     for i, item in enumerate(items):
-        if not isinstance(item, str) or item not in registry:
-            c.fail(f"policies[{i}]", f"one of the {system.name} policies "
-                                     f"{', '.join(sorted(registry))}", item)
-        if item in names:
-            c.fail(f"policies[{i}]", "a policy not listed before", item)
-        names.append(item)
-    return tuple(names)
+        path = f"policies[{i}]"
+        if isinstance(item, dict):
+            data = c.mapping(item, path, required=("name",), optional=("label", "params"))
+            name = data["name"]
+            if not isinstance(name, str) or name not in registry:
+                c.fail(f"{path}.name", known, name)
+            label = c.string(data.get("label", name), f"{path}.label", POLICY_LABEL,
+                             "a label matching ^[A-Za-z0-9][A-Za-z0-9_.+=-]{0,63}$")
+            if label != name and label in registry:
+                c.fail(f"{path}.label", "a label that is not another policy's name", label)
+            if label != name and system.policy_params is None:
+                c.fail(f"{path}.label", f"the name {name} (the {system.name} policies take no "
+                                        "parameters, so one entry per name needs no label)",
+                       label)
+            params = _policy_params(c, system, name, data.get("params", {}), path)
+        elif isinstance(item, str) and item in registry:
+            name, label, params = item, item, {}
+        else:
+            c.fail(path, f"{known}, or a mapping with name, label and params", item)
+        if any(e.label == label for e in entries):
+            c.fail(path, "a policy label not listed before", label)
+        entries.append(PolicyEntry(label=label, name=name, params=params))
+    return tuple(entries)
+
+
+def _policy_params(c: _Checker, system: Any, name: str, value: object, path: str
+                   ) -> dict[str, Any]:
+    """A policy entry's params, checked by the system's ``policy_params`` hook, which
+    returns them cleaned or raises ``ValueError("params.<field>: expected ..., found
+    ...")``; a system without the hook accepts no parameters."""
+    params = c.free(value, f"{path}.params")
+    if system.policy_params is None:
+        if params:
+            c.fail(f"{path}.params.{next(iter(params))}",
+                   f"no parameters (the {system.name} policies take none)", "<unknown key>")
+        return params
+    try:
+        check = _systems(c, path).resolve(system.policy_params)
+    except (ImportError, AttributeError) as exc:
+        c.fail(f"{path}.params", f"parameters of policy {name}",
+               f"<its declaration {system.policy_params} is unavailable: {exc}>")
+    try:
+        return dict(check(name, params))
+    except _HOOK_ERRORS as exc:
+        _hook_error(c, path, f"policy {name}", exc)
 
 
 def _check_timing_floor(c: _Checker, workload: Workload, generator: Any, speed: float,

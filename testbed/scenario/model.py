@@ -265,6 +265,29 @@ class ExecutorDefaults:
         }
 
 
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One policy a scenario compares: the registered ``name``, the ``label`` that names
+    it in traces, summaries and plots (the name unless given), and its ``params``.
+
+    Two entries may share a name with different parameters (``random`` uniform beside
+    ``random`` weighted by capacity); labels are unique within a scenario.
+    """
+
+    label: str
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_dict(self) -> str | dict[str, Any]:
+        """The entry as a scenario writes it: the bare name when nothing else is set."""
+        if self.label == self.name and not self.params:
+            return self.name
+        out: dict[str, Any] = {"name": self.name, "label": self.label}
+        if self.params:
+            out["params"] = plain_copy(self.params)
+        return out
+
+
 #: The scenario settings that :meth:`Scenario.with_overrides` may change.
 OVERRIDABLE = ("policies", "seed", "duration", "repetitions", "time_scale", "task_timeout")
 
@@ -289,7 +312,7 @@ class Scenario:
     services: tuple[Service, ...]
     system: str
     workload: Workload
-    policies: tuple[str, ...]
+    policies: tuple[str, ...]  # the entries' labels, in order
     duration: float
     description: str = ""
     seed: int = 1
@@ -298,12 +321,25 @@ class Scenario:
     task_timeout: float = 60.0
     events: tuple[Event, ...] = ()
     executor: ExecutorDefaults = field(default_factory=ExecutorDefaults)
+    #: name and parameters behind each label of ``policies`` (empty: every label is a
+    #: registered name without parameters)
+    policy_entries: tuple[PolicyEntry, ...] = ()
     source: str = field(default="<memory>", compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def node(self, name: str) -> Node:
         """The node called ``name``; ``KeyError`` if there is none."""
         return self.topology.node(name)
+
+    def policy_entry(self, label: str) -> PolicyEntry:
+        """The policy entry labelled ``label``: which registered policy to build and with
+        which parameters. ``KeyError`` if the scenario compares no such label."""
+        for entry in self.policy_entries:
+            if entry.label == label:
+                return entry
+        if label in self.policies:
+            return PolicyEntry(label=label, name=label)
+        raise KeyError(label)
 
     def clients(self) -> tuple[Node, ...]:
         """The client hosts, in declaration order."""
@@ -350,7 +386,7 @@ class Scenario:
             "topology": self.topology.to_dict(),
             "services": [s.to_dict() for s in self.services],
             "workload": self.workload.to_dict(),
-            "policies": list(self.policies),
+            "policies": [self.policy_entry(p).to_dict() for p in self.policies],
             "repetitions": self.repetitions,
             "duration": self.duration,
             "time_scale": self.time_scale,
@@ -376,6 +412,10 @@ class Scenario:
         for key, value in overrides.items():
             if value is not None:
                 data[key] = plain_copy(value)
+        if overrides.get("policies") is not None:  # a label keeps its entry's definition
+            labels = {p: self.policy_entry(p).to_dict() for p in self.policies}
+            data["policies"] = [labels.get(p, p) if isinstance(p, str) else p
+                                for p in data["policies"]]
         return scenario_from_dict(data, source=self.source)
 
 

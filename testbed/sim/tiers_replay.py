@@ -163,8 +163,10 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
 
     def replay(policy: str, rep: int) -> list[dict[str, Any]]:
         began = time.perf_counter()
-        res = simulate(model, tasks, policy, policy_seed(scenario, rep),
-                       network_seed=f"sim-network-{scenario.seed}-{rep}")
+        entry = scenario.policy_entry(policy)
+        res = simulate(model, tasks, entry.name, policy_seed(scenario, rep),
+                       network_seed=f"sim-network-{scenario.seed}-{rep}",
+                       policy_params=entry.params)
         took = time.perf_counter() - began
         ok = sum(1 for o in res.outcome if o == OK)
         replays.append({"policy": policy, "repetition": rep, "tasks": len(tasks),

@@ -87,11 +87,13 @@ class Study:
     scenario_source: str
     system: str
     executors: tuple[str, ...]
-    policies: tuple[str, ...]
+    policies: tuple[str, ...]  # the labels of the policy entries
     baseline: str
     replications: int
     seed: int
     axes: tuple[Axis, ...]
+    #: each policy entry as a scenario writes it (a name, or ``{name, label, params}``)
+    policy_docs: tuple[Any, ...] = ()
 
     @property
     def grid_paths(self) -> list[str]:
@@ -126,7 +128,7 @@ class Study:
         doc["seed"] = seed
         if isinstance(doc.get("workload"), dict) and "seed" in doc["workload"]:
             doc["workload"]["seed"] = seed
-        doc["policies"] = list(self.policies)
+        doc["policies"] = plain_copy(list(self.policy_docs or self.policies))
         try:
             scenario = scenario_from_dict(doc, source=self.scenario_source)
         except ScenarioError as exc:
@@ -287,6 +289,22 @@ def _names(source: str, value: object, key: str) -> list[str]:
     return value
 
 
+def _policy_entries(source: str, value: object, base: Scenario) -> list[tuple[str, Any]]:
+    """The study's policy entries as ``(label, entry as written)``: the base scenario's
+    when ``value`` is absent; else each a registered name, a label of the base scenario
+    (its entry kept) or a ``{name, label, params}`` mapping, checked as the scenario
+    loader checks them (errors name the study file and ``policies[i]...``)."""
+    if value is None:
+        return [(p, base.policy_entry(p).to_dict()) for p in base.policies]
+    if not isinstance(value, list) or not value:
+        raise _fail(source, "policies", "a non-empty list of policy entries", value)
+    try:
+        chosen = base.with_overrides(policies=value)
+    except ScenarioError as exc:
+        raise ScenarioError(source, exc.path, exc.expected, exc.found) from exc
+    return [(p, chosen.policy_entry(p).to_dict()) for p in chosen.policies]
+
+
 def study_from_dict(data: Any, source: str = "<dict>") -> Study:
     """Validate a parsed study document; ``source`` names it in errors and its folder
     is where a relative scenario path is looked up."""
@@ -325,11 +343,8 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
         except Exception as exc:
             raise _fail(source, f"executors[{i}]", f"an executor the {system.name} system "
                         f"runs on ({', '.join(system.executors)})", executor) from exc
-    policies = _names(source, data.get("policies", list(base_scenario.policies)), "policies")
-    for i, policy in enumerate(policies):
-        if policy not in system.policies:
-            raise _fail(source, f"policies[{i}]", f"a {system.name} policy "
-                        f"({', '.join(sorted(system.policies))})", policy)
+    policy_docs = _policy_entries(source, data.get("policies"), base_scenario)
+    policies = [label for label, _ in policy_docs]
     baseline = data.get("baseline", policies[0])
     if baseline not in policies:
         raise _fail(source, "baseline", f"one of the study's policies ({', '.join(policies)})",
@@ -338,7 +353,8 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
     seed = _int(source, data, "seed", 1, 0, MAX_SEED)
     study = Study(name=name, description=description, source=source, scenario_doc=doc,
                   scenario_source=scenario_source, system=system.name,
-                  executors=tuple(executors), policies=tuple(policies), baseline=baseline,
+                  executors=tuple(executors), policies=tuple(policies),
+                  policy_docs=tuple(doc for _, doc in policy_docs), baseline=baseline,
                   replications=replications, seed=seed,
                   axes=_axes(source, data.get("grid"), doc))
     count = 1
@@ -368,7 +384,8 @@ def describe(study: Study) -> dict[str, Any]:
     return {"study": study.name, "description": study.description, "source": study.source,
             "scenario": study.scenario_source, "system": study.system,
             "grid": study.grid_paths, "baseline": study.baseline,
-            "policies": list(study.policies), "executors": list(study.executors),
+            "policies": list(study.policies), "policy_entries": plain_copy(list(
+                study.policy_docs or study.policies)), "executors": list(study.executors),
             "replications": study.replications, "seed": study.seed,
             "points": [p.as_dict() for p in study.points()]}
 

@@ -20,6 +20,10 @@ What a system registers:
 - ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports;
 - ``policy_seed``: ``function(scenario, repetition) -> int``, the seed its policies get
   in a repetition (recorded in every run's metadata), if they take one;
+- ``policy_params``: ``function(name, params) -> params``, which checks the parameters
+  of a scenario's policy entry (``{name, label, params}``) and returns them cleaned, or
+  raises ``ValueError("params.<field>: expected ..., found ...")``; without it the
+  system's policies take no parameters;
 - ``client_memory_mb`` (and each program's ``memory_mb``): what its processes hold, for
   the run limits checked before anything is built (:mod:`testbed.limits`).
 
@@ -131,6 +135,7 @@ class System:
     experiments: tuple[Experiment, ...] = ()
     preload: tuple[str, ...] = ()
     policy_seed: str | None = None
+    policy_params: str | None = None
     trace_kinds: tuple[TraceKind, ...] = ()
     #: what the in-host client process of each client node (dispatcher, SDK user)
     #: holds, MiB, besides its share of the trace; added up by :mod:`testbed.limits`

@@ -125,3 +125,25 @@ def test_ovs_switch_with_controller(run_scenario, tmp_path: Path) -> None:
     assert (df.outcome == "ok").all()
     assert set(df.target) >= {"edge", "cloud"}
     assert run.metadata["helper_versions"]["openvswitch"][0].isdigit()
+
+
+def test_policy_entries_reach_the_dispatchers_as_in_the_simulator(run_scenario) -> None:
+    """A labelled entry with parameters runs in the emulation's dispatchers as in the
+    simulator: ``random`` by capacity draws from the same seed over the same capacities,
+    so every task goes to the same target on both executors, under the entry's label."""
+    capacity = {"name": "random", "label": "random-capacity", "params": {"weights": "capacity"}}
+    runs = {executor: run_scenario("continuum", duration=10, executor=executor,
+                                   policies=[capacity, "random"])
+            for executor in ("emulation", "sim")}
+    targets = {}
+    for executor, run in runs.items():
+        df = run.traces
+        assert set(df.policy) == {"random-capacity", "random"}
+        assert run.metadata["policy_entries"]["random-capacity"]["params"] == {
+            "weights": "capacity"}
+        rows = df[df.policy == "random-capacity"].sort_values("task_id")
+        assert (rows.outcome == "ok").all()
+        targets[executor] = list(rows.target)
+    assert targets["emulation"] == targets["sim"]
+    local = sum(t.endswith("-local") for t in targets["sim"]) / len(targets["sim"])
+    assert local < 0.15, targets["sim"]  # capacity 1 of 33 per client, not a third

@@ -87,14 +87,17 @@ def test_make_policy_passes_parameters() -> None:
     assert policy_params("hybrid-fixed-beta") == (
         "alpha", "beta", "ca2", "epsilon", "penalty", "rho_threshold",
     )
-    assert policy_params("jsq") == ()
+    assert policy_params("jsq") == ("normalise",)
+    assert policy_params("jsq-s") == ()
 
 
 @pytest.mark.parametrize(
     ("name", "params", "message"),
     [
         ("hybrid", {"beta": 0.5}, r"policy 'hybrid': unknown parameter 'beta'; accepted: alpha"),
-        ("jsq", {"penalty": 2}, r"policy 'jsq': unknown parameter 'penalty'; accepted: none"),
+        ("jsq", {"penalty": 2},
+         r"policy 'jsq': unknown parameter 'penalty'; accepted: normalise"),
+        ("jsq-s", {"penalty": 2}, r"policy 'jsq-s': unknown parameter 'penalty'; accepted: none"),
         ("hybrid", {"penalty": 0.5}, r"penalty: expected a number in \[1, inf\], found 0.5"),
         ("hybrid", {"epsilon": 1.5}, r"epsilon: expected a number in \[0, 1\], found 1.5"),
         ("model-only", {"alpha": 2}, r"alpha: expected a number in \(2, inf\], found 2"),

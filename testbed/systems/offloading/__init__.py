@@ -52,4 +52,5 @@ SYSTEM = System(
     ),
     preload=("nodes.tier_server", "testbed.dispatch", "testbed.policies"),
     policy_seed="testbed.sim.tiers_replay:policy_seed",
+    policy_params="testbed.policies:check_params",
 )

@@ -76,11 +76,13 @@ class DispatchDriver:
         pids: dict[str, int] = {}
         outs: dict[str, Path] = {}
         tag = f"{policy}-r{repetition}"
+        entry = scenario.policy_entry(policy)
         for client in scenario.clients():
             targets = [{"name": s.name, "tier": s.tier, "url": topo.url(s, client.name)}
                        for s in scenario.servers_for(client)]
             out = topo.workdir / f"rows-{tag}-{client.name}.jsonl"
             config = {"run": self.run, "client": client.name, "policy": policy,
+                      "policy_name": entry.name, "policy_params": dict(entry.params),
                       "policy_seed": policy_seed(scenario, repetition),
                       "repetition": repetition, "trace": str(self.trace_dir),
                       "targets": targets, "poll_interval_s": poll,
