@@ -27,8 +27,8 @@ emulation passes the scenario's), is refused with 400 naming ``size``: its clien
 give up before it ends, so it would only hold a worker for nothing.
 
 Run it as ``python -m nodes.tier_server --host H --port P --workers C --speed S
---time-scale K --mu MU [--window-s W] [--max-hold-s H] [--task-timeout T]
-[--model hold|compute]``.
+--time-scale K --mu MU [--window-s W | --window-model-s WM] [--max-hold-s H]
+[--task-timeout T] [--model hold|compute]``.
 """
 
 from __future__ import annotations
@@ -407,9 +407,12 @@ def make_app(
 
 
 def app_from_params(params: TierServerParams, address: Address) -> web.Application:
-    """The tier server of a command line."""
+    """The tier server of a command line (a window in model seconds replaces the wall
+    window)."""
+    window = params.window_s if params.window_model_s is None \
+        else params.window_model_s / params.time_scale
     return make_app(params.workers, params.speed, params.time_scale, params.mu,
-                    params.window_s, params.model, params.max_hold_s, params.task_timeout)
+                    window, params.model, params.max_hold_s, params.task_timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

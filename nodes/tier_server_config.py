@@ -35,6 +35,10 @@ class TierServerParams:
     mu: float = option(required=True, gt=0,
                        help="nominal per-worker service rate, reported as mu * speed")
     window_s: float = option(10.0, gt=0, help="arrival-rate window, wall seconds")
+    window_model_s: float | None = option(
+        None, gt=0, help="arrival-rate window in model seconds; replaces --window-s with "
+                         "window_model_s / time_scale, so the window covers the same model "
+                         "time whatever the compression")
     max_hold_s: float = option(MAX_HOLD_S, gt=0,
                                help="longest wall time one task may hold a worker; a "
                                     "larger size is refused with 400")

@@ -600,7 +600,7 @@ def _scenario(c: _Checker, value: object, base_dir: Path) -> Scenario:
     if speeds:
         _check_timing_floor(c, workload, generator, max(speeds), time_scale)
     events = _events(c, data.get("events", []), topology, duration, seed)
-    executor = _executor(c, data.get("executor", {}))
+    executor = _executor(c, data.get("executor", {}), time_scale)
     return Scenario(
         name=name,
         system=system.name,
@@ -987,11 +987,20 @@ def _check_link_changes(c: _Checker, timed: list[tuple[Event, str]],
             state[event.target] = (delay, jitter)
 
 
-def _executor(c: _Checker, value: object) -> ExecutorDefaults:
-    """Validate the executor defaults."""
+def _executor(c: _Checker, value: object, time_scale: float) -> ExecutorDefaults:
+    """Validate the executor defaults; a poll interval in model seconds must come to at
+    least the timing floor of wall time at ``time_scale``."""
     data = c.mapping(value, "executor",
-                     optional=("default", "poll_interval_ms", "shaping", "state_timeout_s"))
+                     optional=("default", "poll_interval_ms", "poll_interval_model_s",
+                               "shaping", "state_timeout_s"))
+    model_s = c.nullable(data, "poll_interval_model_s", "executor",
+                         lambda v, path: c.number(v, path, 0, 3_600, lo_open=True))
+    if model_s is not None and model_s / time_scale < TIMING_FLOOR_S:
+        c.fail("executor.poll_interval_model_s",
+               f"at least {TIMING_FLOOR_S * time_scale:g} model s (the 1 ms timing floor at "
+               f"time_scale {time_scale:g})", model_s)
     return ExecutorDefaults(
+        poll_interval_model_s=model_s,
         default=c.choice(data.get("default", "emulation"), "executor.default", EXECUTORS),
         poll_interval_ms=c.number(data.get("poll_interval_ms", 100), "executor.poll_interval_ms",
                                   0, 60_000, lo_open=True),

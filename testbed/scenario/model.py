@@ -246,23 +246,36 @@ class Event:
 class ExecutorDefaults:
     """How the scenario is run unless the command line says otherwise.
 
-    ``poll_interval_ms`` is how often clients poll ``GET /state`` (wall ms);
-    ``state_timeout_s`` how long a poll may take before the state counts as stale (wall s).
+    ``poll_interval_ms`` is how often clients poll ``GET /state`` (wall ms), unless
+    ``poll_interval_model_s`` gives it in model seconds: then the state a policy sees is
+    equally stale in model time whatever the ``time_scale`` (a study can vary one without
+    the other). ``state_timeout_s`` is how long a poll may take before the state counts
+    as stale (wall s).
     """
 
     default: str = "emulation"
     poll_interval_ms: float = 100.0
     shaping: str = "auto"
     state_timeout_s: float = 1.0
+    poll_interval_model_s: float | None = None
+
+    def poll_interval_wall_s(self, time_scale: float) -> float:
+        """How often clients poll, wall seconds, in a run compressed by ``time_scale``."""
+        if self.poll_interval_model_s is not None:
+            return self.poll_interval_model_s / time_scale
+        return self.poll_interval_ms / 1000.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form with every field set."""
-        return {
+        """Plain-dict form with every field set (``poll_interval_model_s`` when given)."""
+        out: dict[str, Any] = {
             "default": self.default,
             "poll_interval_ms": self.poll_interval_ms,
             "shaping": self.shaping,
             "state_timeout_s": self.state_timeout_s,
         }
+        if self.poll_interval_model_s is not None:
+            out["poll_interval_model_s"] = self.poll_interval_model_s
+        return out
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ model time. It reproduces what the emulation's parts do, so sim-vs-emulation
 discrepancies measure the emulation, not a different model:
 
 * **tiers** (``nodes/tier_server.py``): ``c`` workers behind one FIFO queue, a task holds
-  a worker for ``size / speed`` model seconds; the arrival rate is counted server-side
-  over a sliding window of ``window_s * time_scale`` model seconds, with the elapsed time
-  as denominator before a full window has passed;
+  a worker for ``size / speed`` model seconds, and one whose service time exceeds the
+  task timeout is refused on arrival; the arrival rate is counted server-side over a
+  sliding window (the server's ``window_model_s``, else ``window_s * time_scale`` model
+  seconds), with the elapsed time as denominator before a full window has passed;
 * **links**: a message from a client to a target takes the one-way path delay (the sum
   of the links' ``delay_ms`` plus a uniform ``+-jitter_ms`` draw per link, as the
   userspace delayer does); a loss on the path is recovered by TCP retransmission after
@@ -87,6 +88,8 @@ class SimServer:
     speed: float
     compute: bool = False  # ``model: compute``: background load slows it down
     cpu_share: float = 1.0  # the node's share of the machine (``cpu``, 1 when unlimited)
+    #: its arrival-rate window in model seconds (``None``: the model's ``window_s``)
+    window_model_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,10 +188,12 @@ class _Server:
         "since",
         "spec",
         "speed",
+        "window",
     )
 
-    def __init__(self, spec: SimServer) -> None:
+    def __init__(self, spec: SimServer, window: float) -> None:
         self.spec = spec
+        self.window = window
         self.base_speed = spec.speed
         self.load_factor = 1.0
         self.speed = spec.speed
@@ -232,7 +237,8 @@ class Simulation:
         self.observing = [type(p).observe is not Policy.observe for p in self.policies]
         self.rng = random.Random(seed)
         self.heap: list[tuple[float, int, int]] = []
-        self.servers = [_Server(s) for s in model.servers]
+        self.servers = [_Server(s, self.window if s.window_model_s is None
+                                else s.window_model_s) for s in model.servers]
         n = len(arrivals)
         self.res = Results(
             route=array("i", [-1]) * n, server_arrival=_floats(n), start=_floats(n),
@@ -481,6 +487,13 @@ class Simulation:
             self._fail(i, ERROR, now + self.r_base[p] * self.dk,
                        f"connection refused: service {self.r_name[p]} is not running")
             return
+        if self.size[i] > self.timeout * s.spec.speed:
+            # The tier server refuses (400) a task it could only serve after the client
+            # gave up, before it counts as an arrival.
+            self._fail(i, ERROR, now + self.r_base[p] * self.dk,
+                       f"HTTP 400: size: expected at most {self.timeout * s.spec.speed:g}, "
+                       f"a service time within the task timeout of {self.timeout:g} model s")
+            return
         res.server_arrival[i] = now
         s.arrivals.append(now)
         res.queue_at_arrival[i] = len(s.queue)
@@ -545,12 +558,13 @@ class Simulation:
     def _rate(self, s: _Server, now: float) -> float:
         """The server's arrival rate over its window, per model second."""
         arrivals = s.arrivals
-        horizon = now - self.window
+        window = s.window
+        horizon = now - window
         while arrivals and arrivals[0] < horizon:
             arrivals.popleft()
         if not arrivals:
             return 0.0
-        span = min(self.window, now - s.since)
+        span = min(window, now - s.since)
         return len(arrivals) / max(span, 1e-6 * self.k)
 
     def _fail(self, i: int, outcome: int, seen: float, reason: str) -> None:

@@ -42,6 +42,15 @@ Progress = Callable[[str], None]
 TIER_WINDOW_S = 10.0
 
 
+def window_model_s(params: Mapping[str, Any], time_scale: float) -> float:
+    """A tier server's arrival-rate window in model seconds, as the server computes it
+    from its params: ``window_model_s``, else ``window_s`` (wall, default
+    :data:`TIER_WINDOW_S`) times the time scale."""
+    if params.get("window_model_s") is not None:
+        return float(params["window_model_s"])
+    return float(params.get("window_s", TIER_WINDOW_S)) * time_scale
+
+
 def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
     """Translate ``scenario`` into the simulator's model.
 
@@ -63,7 +72,8 @@ def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
             name=svc.name, tier=svc.tier or "", node=svc.node,
             workers=int(svc.params["workers"]), mu=float(svc.params["mu"]),
             speed=node.speed, compute=svc.params.get("model") == "compute",
-            cpu_share=node.cpu if node.cpu is not None else 1.0))
+            cpu_share=node.cpu if node.cpu is not None else 1.0,
+            window_model_s=window_model_s(svc.params, scenario.time_scale)))
     server_index = {s.name: j for j, s in enumerate(servers)}
     clients = scenario.clients()
     routes: list[SimRoute] = []
@@ -80,7 +90,7 @@ def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
         clients=tuple(c.name for c in clients), servers=tuple(servers), links=links,
         routes=tuple(routes), client_routes=tuple(client_routes),
         time_scale=scenario.time_scale,
-        poll_interval_s=scenario.executor.poll_interval_ms / 1000.0,
+        poll_interval_s=scenario.executor.poll_interval_wall_s(scenario.time_scale),
         window_s=TIER_WINDOW_S, timeout_s=scenario.task_timeout,
         shift_network=shift_network, events=scenario.events)
 

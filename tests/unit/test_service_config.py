@@ -138,8 +138,8 @@ def test_every_kind_of_mistake_has_its_message() -> None:
     reserved = PROGRAMS["tier_server"].reserved
     cases = [
         ({"workers": 2, "mu": 1, "mux": 1},
-         ("params.mux: expected one of the keys workers, mu, window_s, max_hold_s, model, "
-         "found <unknown key>")),
+         ("params.mux: expected one of the keys workers, mu, window_s, window_model_s, max_hold_s, "
+         "model, found <unknown key>")),
         ({"mu": 1}, "params.workers: expected a value (the field is required), found <missing>"),
         ({"workers": 2.0, "mu": 1}, "params.workers: expected an integer in [1, 4096], found 2.0"),
         ({"workers": True, "mu": 1},

@@ -71,7 +71,7 @@ class DispatchDriver:
         # The lead leaves time to reset every server and start every dispatcher.
         start_at = time.time() + START_LEAD_S + RESET_LEAD_S * len(scenario.task_servers())
         reset_tier_servers(topo, since=start_at)
-        poll = scenario.executor.poll_interval_ms / 1000.0
+        poll = scenario.executor.poll_interval_wall_s(scenario.time_scale)
         timeout_model = scenario.task_timeout
         pids: dict[str, int] = {}
         outs: dict[str, Path] = {}
