@@ -122,3 +122,28 @@ def test_mgc_pareto_wait_within_allen_cunneen_gap(rho: float) -> None:
     print(f"M/G/{WORKERS} Pareto({alpha}) rho={rho}: sim {mean:.4f} +- {half:.4f}, "
           f"Allen-Cunneen {theory:.4f}, gap {100 * (mean / theory - 1):+.2f} %")
     assert abs((mean / theory - 1) - AC_GAP[rho]) < 0.02
+
+
+#: Allen-Cunneen against the M/G/4 wait with the Pareto(2.5) sizes every offloading
+#: experiment uses (Cs^2 = 0.8): sim / AC - 1 over 8 independent traces of 200k tasks
+#: (seeds 20-27), mean and 95 % t-interval across them: -16.3 +- 2.4 % at rho 0.5,
+#: -12.0 +- 2.3 % at 0.7, -2.3 +- 0.9 % at 0.9 (docs/simulator.md): here the
+#: approximation *overestimates*. The bounds hold the range of single traces seen there
+#: (-19.6..-12.3, -15.7..-7.2, -4.3..-0.8 %) with some room.
+AC_GAP_PARETO_25 = {0.5: (-0.23, -0.09), 0.7: (-0.19, -0.04), 0.9: (-0.06, 0.0)}
+
+
+@pytest.mark.parametrize("rho", sorted(AC_GAP_PARETO_25))
+def test_mgc_pareto_25_wait_against_allen_cunneen(rho: float) -> None:
+    alpha, n, seed = 2.5, 200_000, 20
+    lam = rho * WORKERS * MU
+    x_m = (alpha - 1.0) / (alpha * MU)
+    sizes = (np.random.default_rng(seed + 1000).pareto(alpha, n) + 1.0) * x_m
+    second_moment = alpha * x_m**2 / (alpha - 2.0)
+    mean, half = mean_wait(poisson_trace(lam, n, sizes, seed=seed), lam, second_moment)
+    theory = allen_cunneen_wait(lam, MU, WORKERS, 1.0, pareto_scv(alpha))
+    gap = mean / theory - 1
+    print(f"M/G/{WORKERS} Pareto({alpha}) rho={rho}: sim {mean:.4f} +- {half:.4f}, "
+          f"Allen-Cunneen {theory:.4f}, gap {100 * gap:+.2f} %")
+    low, high = AC_GAP_PARETO_25[rho]
+    assert low <= gap <= high
