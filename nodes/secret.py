@@ -12,7 +12,10 @@ state are wrapped by :func:`require_secret`: a request without ``Authorization: 
 is read, so a refused request changes nothing. Comparisons are constant-time
 (:func:`hmac.compare_digest`) and work on bytes, so a header that is not UTF-8 is just a
 wrong credential, never an encoding error. Services present the same secret to each
-other through :func:`peer_session`.
+other through :func:`peer_session`, and only where it is needed: on state-changing
+requests (POST, PUT, PATCH, DELETE), never on a read (GET, HEAD: every read is public),
+and never after a redirect, so a health check or a status read carries no credential to
+whatever URL it goes to.
 
 This module imports only aiohttp and the standard library (``nodes.common`` builds on it).
 """
@@ -159,13 +162,23 @@ def presented_token(request: web.BaseRequest) -> bytes:
     return token.encode("utf-8", "surrogateescape")
 
 
+def accepted_credential(request: web.BaseRequest,
+                        accepted: Mapping[str, Callable[[bytes], bool]]) -> str:
+    """The name of the first of the ``accepted`` checks that takes the request's bearer
+    credential (the Beacon tells a run secret from a user token so); 401 (no or
+    malformed header) or 403 (taken by none) otherwise."""
+    token = presented_token(request)
+    for name, accepts in accepted.items():
+        if accepts(token):
+            return name
+    raise _refusal(web.HTTPForbidden, "authorization: credential not accepted")
+
+
 def check_credential(request: web.BaseRequest,
                      accepted: Iterable[Callable[[bytes], bool]]) -> None:
     """Raise 401 (no or malformed header) or 403 (not accepted) unless one of the
     ``accepted`` checks takes the request's bearer credential."""
-    token = presented_token(request)
-    if not any(accepts(token) for accepts in accepted):
-        raise _refusal(web.HTTPForbidden, "authorization: credential not accepted")
+    accepted_credential(request, {str(i): check for i, check in enumerate(accepted)})
 
 
 def check_secret(request: web.BaseRequest) -> None:
@@ -190,13 +203,26 @@ def require_secret(handler: Handler) -> Handler:
     return guarded
 
 
-def environment_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The run secret's header for an in-host client started by the harness or a
-    Captain (its ``$TESTBED_SECRET_FILE``); none when no file is named. A named file
-    that cannot be read is a :class:`SecretError`."""
+#: The methods that change state: the only ones a credential is sent on.
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def changes_state(method: str) -> bool:
+    """Whether a request of ``method`` changes state, so needs the run secret. Reads
+    (GET, HEAD) never do: every read of every service is public, and a credential sent
+    on one would only reach whoever the URL names."""
+    return method.upper() in STATE_CHANGING
+
+
+def environment_headers(method: str, environ: Mapping[str, str] | None = None
+                        ) -> dict[str, str]:
+    """The run secret's header for a ``method`` request of an in-host client started by
+    the harness or a Captain (its ``$TESTBED_SECRET_FILE``); none for a read
+    (:func:`changes_state`) or when no file is named. A named file that cannot be read
+    is a :class:`SecretError`."""
     environ = os.environ if environ is None else environ
     path = environ.get(SECRET_ENV)
-    if not path:
+    if not path or not changes_state(method):
         return {}
     if path not in _READ:
         _READ[path] = read_secret_file(path)
@@ -207,12 +233,47 @@ _READ: dict[str, RunSecret] = {}  # secrets already read, by file (a client asks
 
 
 def peer_headers(app: web.Application) -> dict[str, str]:
-    """The header a service presents to its peers: its run secret, if it has one."""
+    """The header a service presents to its peers: its run secret, if it has one. For a
+    state-changing request only (:func:`changes_state`), to one of the run's own
+    services."""
     secret = app.get(SECRET_KEY)
     return secret.header() if secret is not None else {}
 
 
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})  # the answers aiohttp follows
+
+
+class RedirectRefused(aiohttp.ClientError):
+    """A peer answered a state-changing request with a redirect: not followed, as the
+    run secret would follow it to wherever it points."""
+
+
+def secret_middleware(secret: RunSecret | None) -> aiohttp.ClientMiddlewareType:
+    """A client middleware presenting ``secret`` on state-changing requests that carry
+    no ``Authorization`` of their own, and refusing (:class:`RedirectRefused`) to
+    follow a redirect of such a request: the services never redirect, and a followed
+    redirect would take the secret to the URL it names."""
+
+    async def present(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+                      ) -> aiohttp.ClientResponse:
+        if secret is None or not changes_state(request.method) \
+                or "Authorization" in request.headers:
+            return await handler(request)
+        request.headers["Authorization"] = secret.header()["Authorization"]
+        response = await handler(request)
+        if response.status in _REDIRECTS:
+            response.release()
+            raise RedirectRefused(f"{request.method} {request.url} answered "
+                                  f"{response.status} (a redirect): not followed")
+        return response
+
+    return present
+
+
 def peer_session(app: web.Application, **kwargs: Any) -> aiohttp.ClientSession:
-    """A client session for calls to the run's own services: every request carries the
-    run secret. Never use it for a URL a client chose (the secret would go there)."""
-    return aiohttp.ClientSession(headers=peer_headers(app), **kwargs)
+    """A client session for calls to the run's own services: its state-changing
+    requests carry the run secret (:func:`secret_middleware`), its reads carry none.
+    Never use it for a state-changing request to a URL a client chose (the secret would
+    go there); a read may go anywhere."""
+    return aiohttp.ClientSession(middlewares=(secret_middleware(app.get(SECRET_KEY)),),
+                                 **kwargs)

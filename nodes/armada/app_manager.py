@@ -43,6 +43,7 @@ from nodes.armada.fields import (
     lon_field,
     pattern_field,
     tags_field,
+    task_args_refusal,
 )
 from nodes.armada.geo import block, encode
 from nodes.armada.selection import (
@@ -462,6 +463,9 @@ class AppManager:
                 web.HTTPBadRequest,
                 f"{need}: expected it for runtime {spec['runtime']}, found nothing",
             )
+        refusal = task_args_refusal(spec.get("module"), spec["args"])
+        if refusal is not None:  # the Captain would refuse it: say so before placing
+            raise client_error(web.HTTPBadRequest, refusal)
         if spec["name"] in self.apps:
             raise client_error(web.HTTPConflict, f"name: application {spec['name']} exists")
         storage = await self._storage(spec) if spec["need_storage"] else None

@@ -5,11 +5,14 @@ resource contributors register nodes, all here. The Beacon checks a bearer crede
 on the requests that change the system (deploy, remove, register, leave) before reading
 their bodies: a user token of its ``--tokens`` file or the run secret. It then forwards
 the request to its owner (the Application Manager, the Spinner, or for storage nodes the
-Cargo Manager) with the run secret, and passes the answer back, so validation errors
-come from the service that owns the data. Only the routes it exposes are forwarded,
-matched on the raw path: a path parameter holding an encoded separator (``%2F``) or a
-dot segment is refused, so no request reaches an upstream route the Beacon does not
-expose. The contract is ``docs/armada.md``.
+Cargo Manager) with the run secret, saying when the caller's credential was a user
+token (``X-Armada-Credential: user``, :mod:`nodes.armada.auth`: a node registered so is
+a contributor's, never sent the run secret), and passes the answer back, so validation
+errors come from the service that owns the data. Reads are forwarded without any
+credential. Only the routes it exposes are forwarded, matched on the raw path: a path
+parameter holding an encoded separator (``%2F``) or a dot segment is refused, so no
+request reaches an upstream route the Beacon does not expose. The contract is
+``docs/armada.md``.
 
 Run it as ``python -m nodes.armada.beacon --host H --port P --app-manager URL --spinner
 URL [--cargo-manager URL] [--tokens FILE] [--timeout-s 10]`` with the run secret in
@@ -28,7 +31,7 @@ from aiohttp import web
 from yarl import URL
 
 from nodes.armada import openapi as doc
-from nodes.armada.auth import TokenChecker, load_tokens
+from nodes.armada.auth import CREDENTIAL_HEADER, USER_CREDENTIAL, TokenChecker, load_tokens
 from nodes.armada.configs import BeaconParams
 from nodes.common import (
     OWN,
@@ -43,7 +46,7 @@ from nodes.common import (
 )
 from nodes.config import CannotStart
 from nodes.openapi import add_api
-from nodes.secret import SECRET_KEY, check_credential, peer_session
+from nodes.secret import SECRET_KEY, accepted_credential, peer_session
 
 _log = logging.getLogger("nodes.armada.beacon")
 
@@ -66,18 +69,24 @@ class Beacon:
         ``secured``: a user token or the run secret."""
 
         async def handler(request: web.Request) -> web.Response:
-            if secured:
-                secret = request.app.get(SECRET_KEY)
-                check_credential(request, [self.tokens.accepts,
-                                           *([secret.accepts] if secret else [])])
-            return await self.forward(request, upstream)
+            by_user = secured and self.credential(request) == USER_CREDENTIAL
+            return await self.forward(request, upstream, by_user)
 
         return handler
 
-    async def forward(self, request: web.Request, upstream: str) -> web.Response:
+    def credential(self, request: web.Request) -> str:
+        """Which credential ``request`` presents: ``"secret"`` (the run secret) or
+        :data:`~nodes.armada.auth.USER_CREDENTIAL` (a user token); 401/403 for none."""
+        secret = request.app.get(SECRET_KEY)
+        checks = {"secret": secret.accepts} if secret is not None else {}
+        return accepted_credential(request, {**checks, USER_CREDENTIAL: self.tokens.accepts})
+
+    async def forward(self, request: web.Request, upstream: str,
+                      by_user: bool = False) -> web.Response:
         """Send ``request`` (method, raw path, query, body) to ``upstream``; relay the
         answer. The body is read within the body timeout (408 for a slower one), as by
-        every service."""
+        every service. A request accepted for a user token (``by_user``) says so
+        upstream (:data:`~nodes.armada.auth.CREDENTIAL_HEADER`)."""
         assert self._session is not None, "the Beacon app is not running"
         path = confined_path(request)
         url = URL(self.upstreams[upstream] + path + (
@@ -85,6 +94,8 @@ class Beacon:
             else ""), encoded=True)
         body = await read_body_in_time(request)
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        if by_user:
+            headers[CREDENTIAL_HEADER] = USER_CREDENTIAL
         try:
             async with self._session.request(
                 request.method, url, data=body or None, headers=headers,
@@ -105,7 +116,8 @@ class Beacon:
         return web.json_response({"ok": True})
 
     async def start(self, app: web.Application) -> None:
-        """Startup hook: open the client session (it presents the run secret)."""
+        """Startup hook: open the client session (it presents the run secret on
+        state-changing requests)."""
         self._session = peer_session(app)
 
     async def stop(self, app: web.Application) -> None:

@@ -10,9 +10,13 @@ Tasks run with the ``process`` runtime: ``python -m <module> --host <task host> 
 <free port> <args>`` in its own process group (only programs of the allowlist,
 ``--task-module``, by default Armada's task programs; file and cgroup names come from
 the task's validated identifier, never a path), so stopping a task stops everything it
-started. With ``cgroup_parent`` each task gets a cgroup v2 child with its CPU and memory
-limits; without, its CPU limit is not enforced by the Captain and its memory is watched
-(a task over its limit is killed). Every ``sample_s`` the Captain measures each task's
+started. The ``args`` are confined (:func:`~nodes.armada.fields.task_args_refusal`, a
+400 naming the key): never an option the Captain sets itself (``--host``, ``--port``,
+``--secret-file``), only the options an Armada program declares, and a URL only on the
+Beacon's host, since the task presents the run secret to the services it names. With
+``cgroup_parent`` each task gets a cgroup v2 child with its CPU and memory limits;
+without, its CPU limit is not enforced by the Captain and its memory is watched (a task
+over its limit is killed). Every ``sample_s`` the Captain measures each task's
 utilisation (CPU seconds over the interval divided by ``interval * cpu``), resident
 memory and load (the task's own ``GET /stats`` when it has one). The ``docker`` runtime
 is refused (see ``docs/armada.md``). On shutdown (SIGTERM) the Captain deregisters and
@@ -38,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -45,7 +50,7 @@ from aiohttp import web
 from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
 from nodes.armada.configs import START_TIMEOUT_S, TASK_MODULES, CaptainParams
-from nodes.armada.fields import args_to_argv, task_fields
+from nodes.armada.fields import args_to_argv, task_args_refusal, task_fields
 from nodes.armada.scheduler import EPSILON
 from nodes.common import (
     Address,
@@ -219,6 +224,12 @@ class Captain(BeaconAgent):
         }
 
     @property
+    def control_host(self) -> str:
+        """The Beacon's host: where the run's services are, the only host a task's URL
+        argument may name."""
+        return urlsplit(self.config.beacon).hostname or ""
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         """Client session for the Beacon and the tasks (exists while the app runs)."""
         assert self._session is not None, "the Captain app is not running"
@@ -257,6 +268,9 @@ class Captain(BeaconAgent):
                 f"module: expected one of the programs this Captain runs "
                 f"({', '.join(cfg.task_modules)}), found {module!r}",
             )
+        refusal = task_args_refusal(module, spec.get("args", {}), self.control_host)
+        if refusal is not None:
+            raise client_error(web.HTTPBadRequest, refusal)
         free_cpu, free_memory = self.free()
         if free_cpu + EPSILON < spec["cpu"] or free_memory < spec["memory_mb"]:
             raise client_error(

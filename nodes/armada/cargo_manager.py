@@ -31,6 +31,11 @@ which application's data lives on which Cargos. The HTTP contract is ``docs/arma
   or is ``eventual`` and still short of replicas.
 * **Discovery.** ``POST /query`` answers a task's candidate list of data access points:
   the application's ready replicas on live Cargos, nearest first.
+* **Trust.** Only Cargos registered with the run secret hold data: a Cargo registered
+  through the Beacon with a user token is listed and health-checked but never picked
+  (nor re-adopted), as its peers, the manager and the tasks writing to it would all
+  hand its URL the run secret (:mod:`nodes.armada.registry`). It is not kept in the
+  state file either (it holds nothing; it registers again).
 * **Metadata.** Without ``--state-dir`` it lives in memory: a restarted manager relearns
   Cargos as they register again (their data stays, the allocations are forgotten). With
   ``--state-dir DIR`` it is kept in ``DIR/cargo-manager.json`` (:data:`STATE_VERSION`):
@@ -222,6 +227,7 @@ class CargoNode:
     node_type: str = "volunteer"
     tags: list[str] = field(default_factory=list)
     state: str = "alive"  # alive | unconfirmed (known from the state file) | dead | left
+    trusted: bool = True  # registered with the run secret (else a user token: no data)
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.time)
     missed: int = 0
@@ -520,7 +526,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         return {
             "format": STATE_FORMAT, "version": STATE_VERSION, "saved_at": time.time(),
             "cargos": [{k: getattr(n, k) for k in CARGO_STATE_FIELDS}
-                       for n in self.cargos.values()],
+                       for n in self.cargos.values() if n.trusted],
             "allocations": [
                 {**a.request(), "replicas": a.ready(), "created_at": a.created_at,
                  "ready_at": a.ready_at, "events": a.events, "restores": a.restores,
@@ -696,7 +702,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         candidates = [
             CargoView(n.cargo_id, n.lat, n.lon, n.capacity_bytes - self.reserved(n.cargo_id))
             for n in self.cargos.values()
-            if n.state == "alive" and n.cargo_id not in exclude
+            if n.state == "alive" and n.trusted and n.cargo_id not in exclude
             and n.cargo_id not in alloc.replicas
             and n.capacity_bytes - self.reserved(n.cargo_id) >= alloc.quota_bytes
         ]
@@ -927,15 +933,20 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
         return alloc
 
     async def handle_register(self, request: web.Request) -> web.Response:
-        """``POST /cargos``: register a Cargo or refresh one that registers again."""
+        """``POST /cargos``: register a Cargo or refresh one that registers again. A Cargo
+        registered with a user token re-adopts nothing: it is told to drop every
+        application it says it holds."""
         body = await read_json_object(request, REGISTER_FIELDS)
         held = body.pop("apps", [])
         body.setdefault("tags", [])
-        node = self.enrol(body)
+        node = self.enrol(body, self.registrant_trusted(request, body["cargo_id"]))
         drop = []
         for name in sorted(held):
             alloc = self.allocations.get(name)
             if alloc is None or node.cargo_id in alloc.replicas:
+                continue
+            if not node.trusted:
+                drop.append(name)
                 continue
             short = len(alloc.replicas) < alloc.replication
             if not alloc.ready() or (short and alloc.consistency == "eventual"):
@@ -987,7 +998,7 @@ class CargoManager(HealthCheckedRegistry[CargoNode]):
                                    f"the allocation of {alloc.app} in progress failed")
             await self.commit()
             return web.json_response(self.allocation_json(existing))
-        eligible = [n for n in self.cargos.values() if n.state == "alive"
+        eligible = [n for n in self.cargos.values() if n.state == "alive" and n.trusted
                     and n.capacity_bytes - self.reserved(n.cargo_id) >= quota]
         if len(eligible) < alloc.replication:
             raise client_error(

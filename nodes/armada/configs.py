@@ -261,3 +261,12 @@ class EchoTaskParams:
 
     work_ms: float = option(0.0, lo=0, help="CPU milliseconds burnt per request")
     name: str = option("echo", help="the name the task reports")
+
+
+#: The declared parameters of Armada's task programs, by module: a deployment's ``args``
+#: may name only these (:func:`nodes.armada.fields.task_args_refusal`).
+TASK_PARAMS: dict[str, type] = {
+    "nodes.armada.echo_task": EchoTaskParams,
+    "nodes.armada.detect_task": DetectTaskParams,
+    "nodes.armada.face_task": FaceTaskParams,
+}

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from nodes.armada.configs import TASK_PARAMS
 from nodes.common import Field, int_field, positive_number_field, str_field
+from nodes.config import fields_of
 from testbed.checks import is_number
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
@@ -144,15 +146,78 @@ def task_fields() -> dict[str, Field]:
     }
 
 
+#: The options of every service's runner (:func:`nodes.common.run_service`): the
+#: Captain sets ``--host`` and ``--port`` itself and hands the run secret's file over by
+#: environment; ``--help`` only stops the program. A task's ``args`` name none of them,
+#: nor an abbreviation of one (argparse reads ``--sec`` as ``--secret-file``).
+RUNNER_OPTIONS = ("--host", "--port", "--secret-file", "--help")
+
+
+def arg_flag(name: str) -> str:
+    """The command-line flag of an ``args`` key: ``frame_size`` -> ``--frame-size``."""
+    return "--" + name.replace("_", "-")
+
+
+def task_args_refusal(module: str | None, args: Mapping[str, Any],
+                      control_host: str | None = None) -> str | None:
+    """Why ``args`` (valid for :func:`args_field`) cannot be given to the task program
+    ``module``, as ``args.<key>: expected ..., found ...``; None when they can.
+
+    A key may not be, nor abbreviate, one of :data:`RUNNER_OPTIONS` (a deployment
+    would otherwise choose where the task listens, or which secret file it reads). For
+    a program with declared parameters (:data:`~nodes.armada.configs.TASK_PARAMS`),
+    every key must be one of them (their values are the program's to check: a bad one
+    makes it exit, and the Captain reports the task failed). With ``control_host``
+    (the Captain's Beacon's host, where the run's own services are), every URL
+    argument, a declared ``URL`` option or, for a program without declarations, any
+    value holding ``://``, must be ``http://host:port`` on that host: a task presents
+    the run secret to the services such an option names (the face task's
+    ``storage_manager``, then the Cargos it lists).
+    """
+    declared = TASK_PARAMS.get(module or "")
+    options = {f.flag: f for f in fields_of(declared)} if declared is not None else None
+    for name, value in args.items():
+        flag = arg_flag(name)
+        owner = next((o for o in RUNNER_OPTIONS if o.startswith(flag)), None)
+        if owner is not None:
+            what = owner if owner == flag else f"{flag} (short for {owner})"
+            return (f"args.{name}: expected an option of the program, found {what}, "
+                    f"which only the Captain sets ({', '.join(RUNNER_OPTIONS)} are never "
+                    "a deployment's)")
+        if options is not None and flag not in options:
+            names = ", ".join(f.name for f in options.values())
+            return (f"args.{name}: expected one of the options of {module} ({names}), "
+                    "found an unknown option")
+        is_url = (options[flag].spec.metavar == "URL" if options is not None
+                  else isinstance(value, str) and "://" in value)
+        if is_url and control_host is not None and not _on_host(value, control_host):
+            return (f"args.{name}: expected an http://host:port URL on {control_host} "
+                    f"(the Beacon's host, where the run's services are), found {value!r:.80}")
+    return None
+
+
+def _on_host(value: Any, host: str) -> bool:
+    """Whether ``value`` is an ``http://host:port`` URL on ``host``, without user info
+    (``http://good@evil:1`` goes to ``evil``)."""
+    if not _is_http_url(value):
+        return False
+    parts = urlsplit(value)
+    return parts.username is None and (parts.hostname or "").lower() == host.lower()
+
+
 def args_to_argv(args: dict[str, Any]) -> list[str]:
-    """``{"frame_size": 320, "verbose": true}`` -> ``["--frame-size", "320", "--verbose"]``."""
+    """``{"frame_size": 320, "verbose": true}`` -> ``["--frame-size", "320", "--verbose"]``.
+
+    A value starting with ``-`` is joined to its flag (``--name=--host``), so the
+    program reads it as that option's value, never as an option of its own."""
     argv: list[str] = []
     for name, value in args.items():
-        flag = "--" + name.replace("_", "-")
+        flag = arg_flag(name)
         if value is True:
             argv.append(flag)
         elif value is not False:
-            argv += [flag, str(value)]
+            text = str(value)
+            argv += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
     return argv
 
 

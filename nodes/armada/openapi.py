@@ -60,7 +60,9 @@ LOCATIONS: Schema = {"type": "array", "items": LOCATION, "minItems": 1, "maxItem
 TAGS: Schema = {"type": "array", "items": TEXT}
 ARGS: Schema = {
     "type": "object",
-    "description": "names like frame_size (a letter, then letters, digits, _ or -)",
+    "description": "names like frame_size (a letter, then letters, digits, _ or -): "
+                   "options the program declares, never the Captain's own (host, port, "
+                   "secret_file); a URL option only on the Beacon's host",
     "additionalProperties": {"oneOf": [{"type": "string", "maxLength": MAX_ARG_CHARS},
                                        NUMBER, {"type": "boolean"}]},
 }

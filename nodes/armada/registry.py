@@ -9,6 +9,16 @@ does that bookkeeping; a manager says what a valid status answer is
 (:meth:`~HealthCheckedRegistry.reported`), what follows from losing a node, dead or
 left (:meth:`~HealthCheckedRegistry.node_lost`), and what it does after every round of
 checks and after a leave (:meth:`~HealthCheckedRegistry.after_round`).
+
+Who registered a node decides what it is trusted with. A node registered with the run
+secret (the harness's Captains and Cargos, directly or through the Beacon) is one of
+the run's own: it is given work, and the state-changing calls to it carry the run
+secret. A node the Beacon registered for a user token (a contributor's,
+:func:`nodes.armada.auth.registered_by_user`) is recorded with ``trusted: false``: it is
+listed and health-checked and may leave, but it is never given work, so no request
+carrying the run secret ever goes to its URL (its URL is the contributor's choice). A
+user token cannot register again, nor make leave, a node the run secret registered
+(403). Health checks are reads and carry no credential (:func:`nodes.secret.peer_session`).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 
+from nodes.armada.auth import registered_by_user
 from nodes.common import client_error
 from nodes.http import PeerError, call_json
 from nodes.secret import peer_session
@@ -32,6 +43,7 @@ class RegisteredNode(Protocol):
 
     url: str
     state: str  # alive | dead | left
+    trusted: bool  # registered with the run secret, not a user token
     last_seen: float
     missed: int
 
@@ -97,20 +109,41 @@ class HealthCheckedRegistry(Generic[NodeT]):
 
     # ------------------------------------------------------------ registration
 
-    def enrol(self, body: dict[str, Any]) -> NodeT:
+    def enrol(self, body: dict[str, Any], trusted: bool = True) -> NodeT:
         """Register a node from its registration ``body``, or refresh one that registers
-        again (its fields updated, alive, no missed checks)."""
+        again (its fields updated, alive, no missed checks). ``trusted``: registered with
+        the run secret (module docstring); the latest registration decides."""
         node_id = body[self.id_field]
         node = self.nodes.get(node_id)
         if node is None:
-            node = self.node_class(**body)
+            node = self.node_class(**body, trusted=trusted)
             self.nodes[node_id] = node
-            self.log.info("%s %s registered at %s", self.kind, node_id, node.url)
+            self.log.info("%s %s registered at %s%s", self.kind, node_id, node.url,
+                          "" if trusted else " (user token: not trusted)")
         else:
             for name, value in body.items():
                 setattr(node, name, value)
+            node.trusted = trusted
             node.state, node.missed, node.last_seen = "alive", 0, time.time()
         return node
+
+    def registrant_trusted(self, request: web.Request, node_id: str) -> bool:
+        """Whether a registration of ``node_id`` by ``request`` is trusted (made with the
+        run secret). A user token may not take over a node the run secret registered:
+        a JSON 403 (it would move that node's URL, and its work, wherever it likes)."""
+        if not registered_by_user(request):
+            return True
+        self.refuse_user_over_trusted(self.nodes.get(node_id), "register it again")
+        return False
+
+    def refuse_user_over_trusted(self, node: NodeT | None, action: str) -> None:
+        """A JSON 403 when ``node`` was registered with the run secret (a user token may
+        not do ``action`` to it)."""
+        if node is not None and node.trusted:
+            raise client_error(web.HTTPForbidden,
+                               f"{self.id_field}: {self.kind} {getattr(node, self.id_field)} "
+                               f"was registered with the run secret; a user token cannot "
+                               f"{action}")
 
     def lookup(self, request: web.Request) -> NodeT:
         """The node named by the request's path, or a JSON 404."""
@@ -122,8 +155,11 @@ class HealthCheckedRegistry(Generic[NodeT]):
 
     async def leave(self, request: web.Request) -> NodeT:
         """A graceful leave of the node the request's path names (a JSON 404 if none):
-        it is ``left``, and what it held is handled at once."""
+        it is ``left``, and what it held is handled at once. A user token makes only a
+        node a user token registered leave (403 otherwise)."""
         node = self.lookup(request)
+        if registered_by_user(request):
+            self.refuse_user_over_trusted(node, "make it leave")
         node.state = "left"
         self.node_lost(node, f"{self.kind} {request.match_info[self.id_field]} left")
         await self.after_round()
@@ -170,7 +206,8 @@ class HealthCheckedRegistry(Generic[NodeT]):
             await asyncio.sleep(self.health_interval_s)
 
     async def start(self, app: web.Application) -> None:
-        """Startup hook: open the client session, start health checks."""
+        """Startup hook: open the client session (the run secret on its state-changing
+        calls only, which go to trusted nodes only), start health checks."""
         self._session = peer_session(app)
         self._checker = asyncio.create_task(self.health_loop())
 

@@ -2,10 +2,11 @@
 
 Filters first, then a sort, as in the paper's scheduler:
 
-* **filters**: the node is alive, has the task's CPU and memory free, and carries every
-  tag the task requires (affinity); nodes already running a replica of the same
-  application are avoided (anti-affinity, so one failure takes down one replica) unless
-  no other node fits;
+* **filters**: the node is alive, was registered with the run secret (a node a user
+  token registered is never sent it, so it cannot be asked to start a task), has the
+  task's CPU and memory free, and carries every tag the task requires (affinity); nodes
+  already running a replica of the same application are avoided (anti-affinity, so one
+  failure takes down one replica) unless no other node fits;
 * **sort**: nodes inside the 3x3 GeoHash block around the wanted location come first,
   the least loaded (reserved CPU fraction) among them, so replicas spread over the nodes
   near their users; outside the block the nearest comes first.
@@ -40,6 +41,8 @@ class NodeView:
     tags: frozenset[str] = field(default_factory=frozenset)
     alive: bool = True
     apps: frozenset[str] = field(default_factory=frozenset)  # applications it runs
+    #: Registered with the run secret; a node a user token registered takes no task.
+    trusted: bool = True
 
     @property
     def load(self) -> float:
@@ -72,6 +75,8 @@ def refusal(node: NodeView, request: TaskRequest) -> str | None:
     """Why ``node`` cannot take ``request`` (a hard filter), or None when it can."""
     if not node.alive:
         return "not alive"
+    if not node.trusted:
+        return "registered with a user token"
     if node.free_cpu + EPSILON < request.cpu:
         return "too little free CPU"
     if node.free_memory_mb < request.memory_mb:

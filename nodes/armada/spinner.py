@@ -5,7 +5,10 @@ It registers Captains (location, node type, capacity, tags), health-checks them 
 checks, tracks free resources (capacity minus the tasks placed on a node), and places
 tasks with :mod:`nodes.armada.scheduler`. A task of a dead or departed node keeps its id
 and is placed elsewhere at once; a task no node can take waits as ``pending`` and is
-retried at every health round. The Application Manager sees all of this through the
+retried at every health round. Only nodes registered with the run secret take tasks: a
+node registered through the Beacon with a user token is listed and health-checked but
+never placed on, as starting a task there would hand its URL the run secret
+(:mod:`nodes.armada.registry`). The Application Manager sees all of this through the
 task API; the HTTP contract is ``docs/armada.md``.
 
 Run it as ``python -m nodes.armada.spinner --host H --port P [--health-interval-s 1]
@@ -82,6 +85,7 @@ class Node:
     memory_mb: int
     tags: list[str]
     state: str = "alive"  # alive | dead | left
+    trusted: bool = True  # registered with the run secret (else a user token: no tasks)
     registered_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.time)
     missed: int = 0
@@ -183,7 +187,7 @@ class Spinner(HealthCheckedRegistry[Node]):
         return NodeView(
             node.node_id, node.lat, node.lon, node.cpu, node.memory_mb,
             node.cpu - cpu, node.memory_mb - memory, frozenset(node.tags),
-            node.state == "alive", frozenset(apps),
+            node.state == "alive", frozenset(apps), node.trusted,
         )
 
     # ------------------------------------------------------------------ placement
@@ -203,7 +207,7 @@ class Spinner(HealthCheckedRegistry[Node]):
         refusals = []
         for view in ranking.nodes:
             node = self.nodes[view.node_id]
-            if node.state != "alive":  # died while earlier candidates were asked
+            if node.state != "alive" or not node.trusted:  # changed while others were asked
                 continue
             task.node_id, task.status = node.node_id, "placing"
             try:
@@ -279,7 +283,8 @@ class Spinner(HealthCheckedRegistry[Node]):
         """``POST /nodes``: register a Captain, or refresh one that registers again."""
         body = await read_json_object(request, REGISTER_FIELDS)
         body.setdefault("tags", [])
-        return web.json_response(self.node_json(self.enrol(body)))
+        trusted = self.registrant_trusted(request, body["node_id"])
+        return web.json_response(self.node_json(self.enrol(body, trusted)))
 
     async def handle_nodes(self, request: web.Request) -> web.Response:
         """``GET /nodes``."""
@@ -327,7 +332,7 @@ class Spinner(HealthCheckedRegistry[Node]):
         task = self._task(request)
         del self.tasks[task.task_id]
         node = self.nodes.get(task.node_id) if task.node_id else None
-        if node is not None and node.state == "alive":
+        if node is not None and node.state == "alive" and node.trusted:
             with contextlib.suppress(PeerError):
                 await call_json(
                     self.session, "DELETE", f"{node.url}/tasks/{task.task_id}",

@@ -149,9 +149,19 @@ async def test_state_changes_need_a_valid_token_and_refusals_change_nothing(tmp_
         assert (await stack.call("GET", "/apps"))[1] == {"apps": []}
         status, body = await stack.call("POST", "/nodes", node, AUTH)
         assert status == 200 and body["node_id"] == "n1" and body["state"] == "alive"
-        # the Beacon's user token is a credential too (a contributor's node leaves)
-        status, body = await stack.call("DELETE", "/nodes/n1",
-                                        headers={"Authorization": f"Bearer {TOKEN}"})
+        assert body["trusted"] is True
+        # the Beacon's user token is a credential too (a contributor's node registers
+        # and leaves), but not over a node the run secret registered
+        user = {"Authorization": f"Bearer {TOKEN}"}
+        status, body = await stack.call("DELETE", "/nodes/n1", headers=user)
+        assert status == 403 and "registered with the run secret" in body["error"], body
+        status, body = await stack.call("POST", "/nodes", node, user)
+        assert status == 403 and body["error"].startswith("node_id: node n1 was"), body
+        status, body = await stack.call("POST", "/nodes", {**node, "node_id": "n2"}, user)
+        assert status == 200 and body["trusted"] is False, body
+        status, body = await stack.call("DELETE", "/nodes/n2", headers=user)
+        assert status == 200 and body["state"] == "left", body
+        status, body = await stack.call("DELETE", "/nodes/n1")
         assert status == 200, body
 
 
@@ -467,6 +477,72 @@ async def test_the_captain_runs_only_allowed_programs_under_identifiers(tmp_path
             assert resp.status == 422 and "nodes.armada.echo_task" in body["error"], body
         assert not outside.with_suffix(".log").exists() and not (tmp_path / "up.log").exists()
         assert cap.app[captain.CAPTAIN_KEY].tasks == {}
+
+
+async def test_the_captain_confines_task_args(tmp_path) -> None:
+    """A task's ``args`` come after the Captain's own options on its command line, so
+    they could move the task's address, its secret file, or (a URL option) where the
+    task sends the run secret: the Captain's own options (or an abbreviation argparse
+    would expand to one) and undeclared options are refused with 400 naming the key,
+    URL options must name the Beacon's host, and a value that looks like an option
+    stays a value. The Application Manager refuses the same before placing anything."""
+    async with armada(tmp_path) as stack:
+        cap = await stack.add_captain("n0", CITY, cpu=1)
+        echo = {"task_id": "t1", "app": "a", "runtime": "process",
+                "module": "nodes.armada.echo_task", "cpu": 0.1, "memory_mb": 10}
+        face = {**echo, "module": "nodes.armada.face_task"}
+        refused = [
+            (echo, {"host": "0.0.0.0"}, "host"), (echo, {"port": 80}, "port"),
+            (echo, {"secret_file": "/tmp/other"}, "secret_file"),
+            (echo, {"secret-file": "/tmp/other"}, "secret-file"),
+            (echo, {"sec": "/tmp/other"}, "sec"), (echo, {"ho": "0.0.0.0"}, "ho"),
+            (echo, {"help": True}, "help"), (echo, {"verbose": True}, "verbose"),
+            (face, {"storage_manager": "http://10.255.0.1:7003"}, "storage_manager"),
+            (face, {"storage_manager": "http://127.0.0.1@10.255.0.1:7003"},
+             "storage_manager"),
+            (face, {"storage_manager": "127.0.0.1:7003"}, "storage_manager"),
+        ]
+        for spec, args, key in refused:
+            async with stack.http.post(cap.make_url("/tasks"),
+                                       json={**spec, "args": args}) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["error"].startswith(f"args.{key}:"), body
+            status, body = await stack.call("POST", "/apps", deployment(
+                module=spec["module"], args=args), AUTH)
+            if key != "storage_manager":  # the AM does not know the Beacon's host
+                assert status == 400 and body["error"].startswith(f"args.{key}:"), body
+        assert cap.app[captain.CAPTAIN_KEY].tasks == {}
+        assert (await stack.call("GET", "/apps"))[1] == {"apps": []}
+
+        args = {"name": "--port=1", "work_ms": 0}  # a value, not the option
+        async with stack.http.post(cap.make_url("/tasks"), json={
+                **echo, "memory_mb": 200, "args": args}) as resp:
+            body = await resp.json()
+            assert resp.status == 202, body
+        task = cap.app[captain.CAPTAIN_KEY].tasks["t1"]
+        await await_until(lambda: _task_running(task), timeout=30, what="the task serving")
+        async with stack.http.get(task.url + "/health") as resp:
+            assert (await resp.json())["name"] == "--port=1"
+
+
+def test_task_args_of_a_program_without_declarations() -> None:
+    """A program of a Captain's own allowlist (``--task-module``) declares nothing: any
+    key but the runner's options passes, and any URL value must name the Beacon's host."""
+    from nodes.armada.fields import args_to_argv, task_args_refusal
+
+    assert task_args_refusal("my.task", {"anything": 1, "url": "http://10.0.0.1:80/x"},
+                             "10.0.0.1") is None
+    assert task_args_refusal("my.task", {"po": 1}, "10.0.0.1").startswith("args.po:")
+    assert task_args_refusal("my.task", {"peer": "http://evil.example:80"},
+                             "10.0.0.1").startswith("args.peer: expected an http://host")
+    assert task_args_refusal("my.task", {"peer": "http://evil.example:80"}) is None
+    assert args_to_argv({"a": "-x", "b": -1, "c": True, "d": False, "e": "y"}) == [
+        "--a=-x", "--b=-1", "--c", "--e", "y"]
+
+
+async def _task_running(task: captain.RunningTask) -> bool:
+    assert task.status in ("starting", "running"), task.reason
+    return task.status == "running"
 
 
 async def test_the_beacon_forwards_only_the_routes_it_exposes(tmp_path) -> None:

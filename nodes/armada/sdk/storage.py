@@ -243,7 +243,7 @@ class StorageClient(AsyncClient, _Replicas):
     async def _send(self, replica: Replica, method: str, path: str, body: Any) -> tuple[int, Any]:
         async with self.session.request(method, f"{replica.url}/apps/{self.app}{path}",
                                         json=body, timeout=self.timeout,
-                                        headers=environment_headers()) as resp:
+                                        headers=environment_headers(method)) as resp:
             return resp.status, await resp.json(content_type=None)
 
     async def call(self, method: str, path: str, body: Any = None) -> Answer:
@@ -317,7 +317,7 @@ class SyncStorageClient(SyncClient, _Replicas):
             try:
                 resp = self.http.request(method, f"{replica.url}/apps/{self.app}{path}",
                                          json=body, timeout=self.request_timeout_s,
-                                         headers={**environment_headers(), **(
+                                         headers={**environment_headers(method), **(
                                              {} if self.keep_alive
                                              else {"Connection": "close"})})
                 try:
