@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from testbed.scenario import load_scenario
-from testbed.systems.offloading import claims
+from testbed.systems.offloading import claim_checks, claims
 from testbed.systems.offloading import experiment as offloading
 from testbed.systems.offloading.experiment import (
     SIZES,
@@ -114,35 +114,91 @@ def test_network_offsets_split_delayer_and_http():
 
 
 def test_verdict_rule():
-    assert claims.verdict([True, True]) == "holds"
-    assert claims.verdict([True, False]) == "partly"
-    assert claims.verdict([False]) == "does not hold"
+    sim, emu = "simulation", "emulation"
+    assert claim_checks.verdict([(sim, "load 0.2", True), (emu, "load 0.2", True)]) == "holds"
+    assert claim_checks.verdict([(sim, "load 0.2", False)]) == "fails"
+    assert claim_checks.verdict([]) == "not run"
+    mixed = [(sim, "load 0.2", True), (sim, "load 0.9", False), (emu, "load 0.2", False),
+             (emu, "load 0.9", True), (sim, "load 0.5", True)]
+    assert claim_checks.verdict(mixed) == (
+        "holds only for simulation: load 0.2, load 0.5; emulation: load 0.9")
+
+
+def test_judge_reads_the_interval_of_other_minus_hybrid():
+    assert claim_checks.judge({"value": 0.3, "ci": [0.1, 0.5]}) == "better"
+    assert claim_checks.judge({"value": -0.3, "ci": [-0.5, -0.1]}) == "worse"
+    assert claim_checks.judge({"value": 0.1, "ci": [-0.1, 0.3]}) == "tie"
+    assert claim_checks.judge({"value": 0.1, "ci": None}) == "n/a"
+    assert claim_checks.judge(None) == "n/a"
+
+
+def test_replicated_metrics_pair_each_replication_with_hybrid():
+    per_rep = [{"hybrid": {"mean_s": 1.0, "mape": 0.4}, "jsq": {"mean_s": 1.5, "mape": None}},
+               {"hybrid": {"mean_s": 2.0, "mape": 0.5}, "jsq": {"mean_s": 2.7, "mape": None}},
+               {"hybrid": {"mean_s": 1.5, "mape": 0.3}, "jsq": {"mean_s": 2.1, "mape": None}}]
+    out = offloading.replicated_metrics(per_rep, "jsq")
+    assert out["replicated"]["mean_s"]["value"] == pytest.approx(6.3 / 3)
+    assert out["replicated"]["mean_s"]["n"] == 3
+    diff = out["paired"]["mean_s"]
+    assert diff["value"] == pytest.approx(0.6) and diff["n"] == 3
+    assert diff["ci"][0] < 0.6 < diff["ci"][1] and diff["ci"][0] > 0  # 0.5, 0.7, 0.6
+    assert out["replicated"]["mape"] is None and out["paired"]["mape"] is None
+    assert "mean_s" not in offloading.replicated_metrics(per_rep, "hybrid")["paired"]
+    one = offloading.replicated_metrics(per_rep[:1], "jsq")["paired"]["mean_s"]
+    assert one["ci"] is None and one["n"] == 1
+
+
+def test_strongest_member_of_a_family_is_the_lowest_mean():
+    point = {"policies": {p: {"sim": {"mean_s": v, "replicated": {"mean_s": {"value": v}}}}
+                          for p, v in (("edge-first", 9.0), ("edge-first-spill", 1.2),
+                                       ("random", 3.0), ("random-capacity", 1.1),
+                                       ("jsq", 2.0), ("jsq-s", 1.0), ("hybrid", 1.3))}}
+    assert claim_checks.strongest(point, "static", "sim") == "random-capacity"
+    assert claim_checks.strongest(point, "queue length", "sim") == "jsq-s"
 
 
 def test_small_sim_experiment_end_to_end(tmp_path, monkeypatch):
     """A cut-down size in the simulator: metrics, report with every claim section."""
     tiny = replace(SIZES["small"], name="tiny", duration_s=15.0, burst_duration_s=30.0,
-                   bursts=((10.0, 5.0, 2.5),), pre_s=8.0)
+                   bursts=((10.0, 5.0, 2.5),), pre_s=8.0, replications=3)
     monkeypatch.setitem(SIZES, "tiny", tiny)
     metrics = offloading.run_experiment("tiny", ["sim"], tmp_path / "runs",
                                         progress=lambda _line: None)
     stored = json.loads((tmp_path / "runs" / "metrics.json").read_text())
     assert stored["size"]["name"] == "tiny"
     experiments = {p["experiment"] for p in metrics["points"]}
-    assert experiments == {"load", "edge", "burst"}
+    assert experiments == {"load", "edge", "burst", "poll", "window", "penalty"}
+    expected = {"poll": set(offloading.CONFOUNDER_POLICIES),
+                "window": set(offloading.CONFOUNDER_POLICIES),
+                "penalty": set(offloading.PENALTY_ENTRIES)}
     for point in metrics["points"]:
-        assert set(point["policies"]) == set(offloading.ALL_POLICIES)
+        assert set(point["policies"]) == expected.get(point["experiment"],
+                                                      set(offloading.ALL_POLICIES))
+        reps = 1 if point["experiment"] == "burst" else 3
+        assert point["replications"] == {"sim": reps}
         for policy, per in point["policies"].items():
             m = per["sim"]
             assert m["n"] > 0 and m["mean_s"] > 0
-            estimates = policy in offloading.ESTIMATORS or policy == "oracle"
+            estimates = policy in offloading.ESTIMATORS or policy == "oracle" or \
+                point["experiment"] == "penalty"
             assert (m["mape"] is not None) == estimates
             assert (m["vs_hybrid"] is None) == (policy == "hybrid")
-    assert [r["penalty"] for r in metrics["penalty"]] == list(offloading.PENALTY_SWEEP)
+            assert m["replicated"]["mean_s"]["n"] == reps
+            if policy != "hybrid" and reps > 1:
+                assert m["paired"]["mean_s"]["ci"] is not None
+    polls = sorted(p["x"] for p in metrics["points"] if p["experiment"] == "poll")
+    assert polls == list(tiny.polls_model_s)
+    penalty = next(p for p in metrics["points"] if p["experiment"] == "penalty")
+    assert penalty["x"] == tiny.penalty_load
     report = claims.write_report(metrics, tmp_path / "report", "testbed experiment ...")
     text = report.read_text()
     for n in range(1, 8):
         assert f"## Claim {n}:" in text
+    assert text.count("*Why:*") == 7
+    for section in ("Confounder: the state polling interval",
+                    "Confounder: the arrival-rate window", "Penalty-factor sensitivity"):
+        assert f"## {section}" in text
+    assert "hybrid-p5" in text and "edge-first-spill" in text
     assert "not run" in text  # claim 6 needs both executors
     for name in ("load_sweep.png", "mape.png", "edge_sweep.png", "burst_sim.png",
                  "penalty.png", "decision_time.png"):

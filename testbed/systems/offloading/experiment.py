@@ -12,9 +12,20 @@ identical traces (``docs/experiments.md`` is the reference):
 * **edge-capacity sweep**: the edge's worker count varies at the arrival rate of a fixed
   reference load (the offered load then changes with the capacity).
 
-Plus a penalty-factor sensitivity of ``hybrid`` (``PENALTY_SWEEP``, simulator only) and,
-with the emulation, a calibration of the link-shaping backend (``testbed.calibrate``)
-whose offsets are subtracted from the emulated latencies for claim 6.
+Plus, as studies on the executors the size names: a penalty-factor sensitivity of
+``hybrid`` (``PENALTY_SWEEP`` as policy entries, at a load where the penalty changes
+decisions), and the two confounders of every comparison, the state polling interval and
+the tier servers' arrival-rate window (both in model seconds, so ``time_scale`` does not
+move them), swept at a high load. With the emulation, a calibration of the link-shaping
+backend (``testbed.calibrate``) gives the offsets subtracted from the emulated latencies
+for claim 6.
+
+Every policy is compared with the strong reading of each baseline as well as the weak
+one (``docs/policies.md``): ``edge-first-spill`` and ``random-capacity`` beside
+``edge-first`` and ``random``, ``jsq-s`` (``jsq`` normalised by capacity) beside ``jsq``.
+Each point's metrics carry, besides the pooled values, one value per independent
+replication summarised as a t-interval across them, and the paired difference to
+``hybrid`` per replication with its interval.
 
 The metric functions take per-task trace frames (``docs/traces.md``) and are pure.
 """
@@ -22,10 +33,12 @@ The metric functions take per-task trace frames (``docs/traces.md``) and are pur
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +53,50 @@ from testbed.study.spec import Study, load_study
 
 Progress = Callable[[str], None]
 
-#: Every policy, in the order tables list them.
-ALL_POLICIES = ("edge-first", "random", "jsq", "jsq-s", "model-only", "queue-only", "hybrid",
-                "oracle", "hybrid-global-rate", "hybrid-fixed-beta")
+#: Every policy entry (``docs/policies.md``), by label, in the order tables list them: the
+#: registered policies plus the strong readings of the static baselines.
+POLICY_ENTRIES: dict[str, Any] = {
+    "edge-first": "edge-first",
+    "edge-first-spill": {"name": "edge-first", "label": "edge-first-spill",
+                         "params": {"spill": "queue-threshold"}},
+    "random": "random",
+    "random-capacity": {"name": "random", "label": "random-capacity",
+                        "params": {"weights": "capacity"}},
+    "jsq": "jsq", "jsq-s": "jsq-s", "model-only": "model-only", "queue-only": "queue-only",
+    "hybrid": "hybrid", "oracle": "oracle", "hybrid-global-rate": "hybrid-global-rate",
+    "hybrid-fixed-beta": "hybrid-fixed-beta",
+}
+ALL_POLICIES = tuple(POLICY_ENTRIES)
+#: Baseline families: a claim against a family is judged against its strongest member
+#: (the lowest mean latency at that point and executor).
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "static": ("edge-first", "edge-first-spill", "random", "random-capacity"),
+    "queue length": ("jsq", "jsq-s"),
+}
+#: What the confounder sweeps compare: hybrid, its model-only ablation and the strongest
+#: reading of each baseline family.
+CONFOUNDER_POLICIES = ("hybrid", "model-only", "edge-first-spill", "random-capacity", "jsq",
+                       "jsq-s")
+#: Metrics summarised per replication (t-interval across replications) and paired with
+#: hybrid's in the same replication.
+INTERVAL_KEYS = ("mean_s", "p95_s", "large_p95_s", "mape", "max_wait_s", "decision_p50_us",
+                 "decision_p99_us")
+
+
+def penalty_label(factor: float) -> str:
+    """The label of ``hybrid`` with penalty ``factor`` (its default, 2, is ``hybrid``)."""
+    return "hybrid" if factor == 2.0 else f"hybrid-p{factor:g}"
+
+
+#: ``hybrid`` once per factor of :data:`PENALTY_SWEEP`, as policy entries.
+PENALTY_ENTRIES: dict[str, Any] = {
+    penalty_label(f): "hybrid" if f == 2.0 else
+    {"name": "hybrid", "label": penalty_label(f), "params": {"penalty": f}}
+    for f in PENALTY_SWEEP}
 #: Policies that predict their latency (``estimate_s``), for the MAPE.
 ESTIMATORS = ("model-only", "queue-only", "hybrid", "hybrid-global-rate", "hybrid-fixed-beta")
 #: The static policies the burst claim compares with.
-STATIC = ("edge-first", "random")
+STATIC = FAMILIES["static"]
 #: Fewest tasks a rolling window needs for its p95 to count.
 MIN_WINDOW_TASKS = 20
 #: Relative band around the pre-burst p95 that counts as recovered.
@@ -66,6 +116,10 @@ class Size:
     experiment;
     ``window_s`` is the rolling-p95 window, ``bin_s`` the time bin of tier shares and
     rolling p95, ``pre_s`` how long before a burst the pre-burst p95 is measured.
+    ``penalty_load`` is where the penalty sweep runs (where the penalty changes decisions),
+    ``confounder_load`` where the polling intervals ``polls_model_s`` and the rate windows
+    ``windows_model_s`` are swept; ``study_executors`` are the executors of those two
+    sweeps (the simulator only at ``small``, to keep the test suite short).
     """
 
     name: str
@@ -84,24 +138,30 @@ class Size:
     repetitions: int
     calibrate_probes: int
     replications: int = 1
+    confounder_load: float = 0.9
+    polls_model_s: tuple[float, ...] = (0.1, 0.5, 2.0)
+    windows_model_s: tuple[float, ...] = (20.0, 200.0)
+    study_executors: tuple[str, ...] = ("sim", "emulation")
 
 
 SIZES: dict[str, Size] = {
     "small": Size("small", time_scale=20.0, duration_s=30.0, loads=(0.3, 0.8),
                   edge_workers=(2, 8), edge_load=0.6, burst_duration_s=60.0, burst_load=0.4,
                   bursts=((20.0, 10.0, 2.5),), window_s=5.0, bin_s=2.0, pre_s=15.0,
-                  penalty_load=0.8, repetitions=1, calibrate_probes=20),
+                  penalty_load=0.9, repetitions=1, calibrate_probes=20,
+                  polls_model_s=(0.5, 2.0), study_executors=("sim",)),
     "medium": Size("medium", time_scale=20.0, duration_s=120.0,
                    loads=(0.2, 0.4, 0.6, 0.8, 0.9), edge_workers=(1, 2, 4, 8), edge_load=0.6,
                    burst_duration_s=240.0, burst_load=0.4,
                    bursts=((60.0, 20.0, 2.5), (160.0, 20.0, 2.5)), window_s=10.0, bin_s=4.0,
-                   pre_s=40.0, penalty_load=0.8, repetitions=1, calibrate_probes=100),
+                   pre_s=40.0, penalty_load=0.9, repetitions=1, calibrate_probes=100,
+                   replications=10),
     "full": Size("full", time_scale=10.0, duration_s=300.0,
                  loads=(0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), edge_workers=(1, 2, 4, 8, 16),
                  edge_load=0.6, burst_duration_s=600.0, burst_load=0.4,
                  bursts=((120.0, 30.0, 2.5), (300.0, 30.0, 2.5), (480.0, 30.0, 2.5)),
-                 window_s=10.0, bin_s=4.0, pre_s=60.0, penalty_load=0.8, repetitions=1,
-                 calibrate_probes=200, replications=3),
+                 window_s=10.0, bin_s=4.0, pre_s=60.0, penalty_load=0.9, repetitions=1,
+                 calibrate_probes=200, replications=10),
 }
 
 
@@ -134,7 +194,8 @@ def variant(base: Scenario, name: str, size: Size, *, rate: float, duration: flo
 
     The random burst model of the base is dropped (a load sweep needs a known load);
     ``bursts`` adds a deterministic schedule instead. ``edge_workers`` replaces the worker
-    count of the edge tier's servers. Polls keep :data:`POLL_MODEL_S` of model staleness.
+    count of the edge tier's servers. Polls keep :data:`POLL_MODEL_S` of model staleness
+    (``executor.poll_interval_model_s``).
     """
     data = base.resolved()
     params = {k: v for k, v in data["workload"]["params"].items() if k not in ("burst", "bursts")}
@@ -146,9 +207,9 @@ def variant(base: Scenario, name: str, size: Size, *, rate: float, duration: flo
         for service in data["services"]:
             if service["tier"] == "edge":
                 service["params"]["workers"] = edge_workers
-    data.update(name=name, policies=list(ALL_POLICIES), duration=duration,
+    data.update(name=name, policies=list(POLICY_ENTRIES.values()), duration=duration,
                 time_scale=size.time_scale, repetitions=size.repetitions)
-    data["executor"]["poll_interval_ms"] = 1000.0 * POLL_MODEL_S / size.time_scale
+    data["executor"]["poll_interval_model_s"] = POLL_MODEL_S
     return scenario_from_dict(data, source=f"<{name}>")
 
 
@@ -161,6 +222,7 @@ class Point:
     x: float
     scenario: Scenario
     label: str = ""
+    executors: tuple[str, ...] = ("sim", "emulation")
 
     @property
     def name(self) -> str:
@@ -186,31 +248,77 @@ def sweep_base(size: Size) -> Scenario:
 
 def sweep_studies(size: Size, executors: Sequence[str], scenario_file: Path
                   ) -> list[tuple[str, Study]]:
-    """The load sweep and the edge-capacity sweep as study files beside one scenario
-    file (``load.yaml`` and ``edge.yaml``, which ``testbed study`` runs as they are).
+    """Every sweep as a study file beside one scenario file (``load.yaml``, ``edge.yaml``,
+    ``poll.yaml``, ``window.yaml``, ``penalty.yaml``; ``testbed study`` runs them as they
+    are), ``hybrid`` the baseline and ``size.replications`` independent traces per point.
 
-    The load sweep's grid is the Poisson rate of each of the size's loads; the edge
-    sweep's is the edge's worker count at the reference load's rate. ``hybrid`` is the
-    baseline; ``size.replications`` independent traces per point.
+    * load: the Poisson rate of each of the size's loads, every policy entry;
+    * edge: the edge's worker count at the reference load's rate, every policy entry;
+    * poll: ``executor.poll_interval_model_s`` at the confounder load;
+    * window: every tier server's ``window_model_s`` together, at the confounder load;
+    * penalty: ``hybrid`` under each penalty factor (policy entries) at the penalty load.
+
+    The last three run on the executors of ``executors`` that ``size.study_executors``
+    names, with :data:`CONFOUNDER_POLICIES` (poll, window) or :data:`PENALTY_ENTRIES`.
     """
     base = sweep_base(size)
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(json.dumps(base.resolved(), indent=1))
     reference = load_scenario("continuum")
     common = {"scenario": str(scenario_file), "executors": list(executors),
-              "policies": list(ALL_POLICIES), "baseline": "hybrid",
+              "policies": list(POLICY_ENTRIES.values()), "baseline": "hybrid",
               "replications": size.replications, "seed": base.seed}
+    studies_on = [e for e in executors if e in size.study_executors]
     edge = next(s.name for s in base.task_servers() if s.tier == "edge")
-    load = {"study": "offloading-load", **common, "grid": {
-        "workload.params.rate": [round(rate_for_load(reference, x), 9) for x in size.loads]}}
-    capacity_ = {"study": "offloading-edge", **common, "grid": {
-        f"services.{edge}.params.workers": list(size.edge_workers)}}
+    rate = "workload.params.rate"
+
+    def at_load(load: float) -> list[float]:
+        return [round(rate_for_load(reference, load), 9)]
+
+    docs: dict[str, dict[str, Any]] = {
+        "load": {**common, "grid": {rate: [round(rate_for_load(reference, x), 9)
+                                           for x in size.loads]}},
+        "edge": {**common, "grid": {f"services.{edge}.params.workers":
+                                    list(size.edge_workers)}},
+    }
+    if studies_on:
+        confounders = {**common, "executors": studies_on,
+                       "policies": [POLICY_ENTRIES[p] for p in CONFOUNDER_POLICIES]}
+        docs["poll"] = {**confounders, "grid": {
+            rate: at_load(size.confounder_load),
+            "executor.poll_interval_model_s": list(size.polls_model_s)}}
+        docs["window"] = {**confounders, "grid": {
+            rate: at_load(size.confounder_load),
+            "zip": [{f"services.{svc.name}.params.window_model_s": list(size.windows_model_s)
+                     for svc in base.task_servers()}]}}
+        docs["penalty"] = {**common, "executors": studies_on,
+                           "policies": list(PENALTY_ENTRIES.values()),
+                           "grid": {rate: at_load(size.penalty_load)}}
     out = []
-    for name, doc in (("load", load), ("edge", capacity_)):
+    for name, doc in docs.items():
         file = scenario_file.parent / f"{name}.yaml"
-        file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        file.write_text(yaml.safe_dump({"study": f"offloading-{name}", **doc},
+                                       sort_keys=False))
         out.append((name, load_study(file)))
     return out
+
+
+def _sweep_x(experiment: str, size: Size, point: Any) -> tuple[float, str]:
+    """A study point's x value and the name its runs go by in the metrics."""
+    values = dict(point.values)
+    if experiment == "load":
+        x = size.loads[point.index]
+        return x, f"continuum-load{x:g}"
+    if experiment == "edge":
+        x = int(next(v for k, v in values.items() if k.endswith(".workers")))
+        return x, f"continuum-edge{x}"
+    if experiment == "poll":
+        x = float(values["executor.poll_interval_model_s"])
+        return x, f"continuum-poll{x:g}"
+    if experiment == "window":
+        x = float(next(v for k, v in values.items() if k.endswith(".window_model_s")))
+        return x, f"continuum-window{x:g}"
+    return size.penalty_load, f"continuum-penalty{size.penalty_load:g}"
 
 
 def _edge_workers(scenario: Scenario) -> int:
@@ -310,17 +418,20 @@ def recovery_time(series: pd.Series, pre_value: float, burst_end: float,
     return float(back.index[0] - burst_end) if not back.empty else None
 
 
-def decision_us(df: pd.DataFrame) -> tuple[float, float]:
-    """Mean and p99 of the policy's decision time, microseconds, over every row."""
+def decision_us(df: pd.DataFrame) -> tuple[float, float, float]:
+    """Mean, median and p99 of the policy's decision time, microseconds, over every row
+    (the median is the claim's measure: a pre-empted decision can push the mean above
+    the p99)."""
     values = df["decision_us"].to_numpy(dtype=float)
-    return float(values.mean()), float(np.percentile(values, 99))
+    return (float(values.mean()), float(np.percentile(values, 50)),
+            float(np.percentile(values, 99)))
 
 
 def policy_metrics(df: pd.DataFrame) -> dict[str, Any]:
     """Every scalar metric of one policy's rows."""
     rows = ok_rows(df)
     latency = rows["latency_s"]
-    mean_us, p99_us = decision_us(df)
+    mean_us, p50_us, p99_us = decision_us(df)
     return {
         "n": len(df), "n_failed": int((df["outcome"] != "ok").sum()),
         "mean_s": float(latency.mean()) if not rows.empty else None,
@@ -328,11 +439,53 @@ def policy_metrics(df: pd.DataFrame) -> dict[str, Any]:
         "large_p95_s": large_p95(df), "large_share": large_latency_share(df),
         "large_task_share": float((df["cls"] == "large").mean()),
         "max_wait_s": worst_wait(df), "mape": mape(df),
-        "decision_mean_us": mean_us, "decision_p99_us": p99_us,
+        "decision_mean_us": mean_us, "decision_p50_us": p50_us, "decision_p99_us": p99_us,
+        "state_fetch_s": _mean_column(rows, "state_fetch_s"),
+        "mean_wait_s": _mean_column(rows, "wait_s"),
+        "mean_service_s": _mean_column(rows, "service_s"),
         "mean_network_s": float(rows["network_s"].mean()) if not rows.empty else None,
         "tier_share": {str(k): float(v) for k, v in
                        df["tier"].value_counts(normalize=True).sort_index().items()},
     }
+
+
+def _mean_column(rows: pd.DataFrame, column: str) -> float | None:
+    """Mean of ``column`` over ``rows`` (``None`` when absent or all missing)."""
+    if column not in rows or rows[column].isna().all():
+        return None
+    return float(rows[column].mean())
+
+
+def across_replications(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """One value per independent replication as ``{value, ci, n}``: the mean and its 95 %
+    t-interval across them (``ci`` is ``None`` with fewer than two); missing values are
+    left out, ``None`` when none is left."""
+    from testbed.stats import replication_interval
+
+    kept = [float(v) for v in values if v is not None and not math.isnan(v)]
+    if not kept:
+        return None
+    interval = replication_interval(kept)
+    return {"value": interval.estimate, "ci": interval.bounds, "n": len(kept)}
+
+
+def replicated_metrics(per_rep: Sequence[Mapping[str, Any]], policy: str,
+                       baseline: str = "hybrid") -> dict[str, Any]:
+    """Per :data:`INTERVAL_KEYS` metric: ``policy``'s value across replications
+    (``replicated``) and its paired difference to ``baseline`` in the same replication
+    (``paired``: policy minus baseline). ``per_rep`` holds one ``{policy: metrics}``
+    mapping per replication."""
+    out: dict[str, Any] = {"replicated": {}, "paired": {}}
+    for key in INTERVAL_KEYS:
+        mine = [rep[policy].get(key) for rep in per_rep if policy in rep]
+        out["replicated"][key] = across_replications(mine)
+        if policy == baseline:
+            continue
+        diffs = [rep[policy][key] - rep[baseline][key] for rep in per_rep
+                 if policy in rep and baseline in rep and rep[policy].get(key) is not None
+                 and rep[baseline].get(key) is not None]
+        out["paired"][key] = across_replications(diffs)
+    return out
 
 
 def burst_metrics(df: pd.DataFrame, size: Size) -> dict[str, Any]:
@@ -506,33 +659,6 @@ def run_point(point: Point, executor: str, folder: Path, progress: Progress) -> 
     return read_traces(folder)
 
 
-def penalty_sweep(size: Size, folder: Path, progress: Progress) -> list[dict[str, Any]]:
-    """``hybrid`` with each factor of ``PENALTY_SWEEP`` in simulation at the penalty load."""
-    from testbed.runner import materialise
-    from testbed.sim.tiers_replay import build_model, policy_seed, results_to_rows, simulate
-    from testbed.traces import rows_to_frame
-    from workloads.trace import read_trace
-
-    base = load_scenario("continuum")
-    scenario = variant(base, f"continuum-load{size.penalty_load:g}", size,
-                       rate=rate_for_load(base, size.penalty_load), duration=size.duration_s)
-    tasks, _ = read_trace(materialise(scenario, folder / "trace"))
-    model = build_model(scenario)
-    out = []
-    for factor in PENALTY_SWEEP:
-        rows = []
-        for rep in range(scenario.repetitions):
-            res = simulate(model, tasks, "hybrid", policy_seed(scenario, rep),
-                           network_seed=f"sim-network-{scenario.seed}-{rep}",
-                           policy_params={"penalty": factor})
-            rows += results_to_rows(model, tasks, res, "penalty", "hybrid", rep)
-        metrics = policy_metrics(rows_to_frame(rows))
-        out.append({"penalty": factor, **metrics})
-        progress(f"  penalty {factor:g}: mean {metrics['mean_s']:.3f} s, "
-                 f"p95 {metrics['p95_s']:.3f} s")
-    return out
-
-
 def _calibrate(scenario: Scenario, probes: int, progress: Progress) -> list[dict[str, Any]]:
     """Calibrate the shaping backend at the topology's link delays (no bandwidth cases)."""
     from mininet.log import setLogLevel
@@ -567,8 +693,8 @@ def _fidelity_entry(point: str, replication: int, found: Mapping[str, Any]
 
 def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progress,
                result: dict[str, Any]) -> tuple[list[Point], dict[tuple[str, str], list[Path]]]:
-    """Run the load and edge sweeps as studies under ``out/studies``; returns their points
-    and, per (executor, point name), the run folders of its finished replications.
+    """Run every sweep of :func:`sweep_studies` under ``out/studies``; returns their
+    points and, per (executor, point name), the run folders of its finished replications.
 
     Cells that failed are named under ``result["incomplete"]`` and the experiment goes
     on with what finished (a point with no finished replication has no metrics).
@@ -589,10 +715,9 @@ def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progre
             result.setdefault("incomplete", []).append(str(exc))
         specs = plan_cells(study, folder)
         for point in study.points():
-            value = point.values[0][1]
-            x = size.loads[point.index] if experiment == "load" else int(value)
-            name = f"continuum-load{x:g}" if experiment == "load" else f"continuum-edge{x}"
-            points.append(Point(experiment, x, study.scenario(point, 0), name))
+            x, name = _sweep_x(experiment, size, point)
+            points.append(Point(experiment, x, study.scenario(point, 0), name,
+                                tuple(study.executors)))
             for spec in specs:
                 if spec["point"] != point.index:
                     continue
@@ -610,17 +735,18 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
                    progress: Progress = print) -> dict[str, Any]:
     """Run every experiment at ``size_name`` with ``executors``; returns all metrics.
 
-    The load and edge sweeps are studies (``out/studies/offloading-load/`` and
-    ``offloading-edge/``, their cells on a local Dask cluster); the burst run goes to
-    ``out/<executor>/continuum-burst``. Re-run into the same ``out``, the experiment
-    runs only what an earlier attempt did not finish (the calibration and the penalty
-    sweep, a few seconds, run again). The metrics are also written to
+    The sweeps are studies (``out/studies/offloading-*/``, their cells on a local Dask
+    cluster); the burst run goes to ``out/<executor>/continuum-burst``. Re-run into the
+    same ``out``, the experiment runs only what an earlier attempt did not finish (the
+    calibration, a few seconds, runs again). The metrics are also written to
     ``out/metrics.json`` (what :func:`testbed.systems.offloading.claims.write_report`
-    reads); with several replications a point's metrics pool its replications' tasks
-    and its differences to ``hybrid`` carry t-intervals across replications. Every
-    emulated run's fidelity verdict is listed under ``fidelity``; the metrics keep
-    degraded runs (the experiment is the paper's grid, not a study's table) and the
-    report names them.
+    reads). Per point, executor and policy: pooled metrics over its replications' tasks
+    (descriptive), the differences to ``hybrid`` on mean and p95 (``vs_hybrid``: t across
+    replications, or batch means of one), and every :data:`INTERVAL_KEYS` metric across
+    replications and paired with ``hybrid`` (:func:`replicated_metrics`). Every emulated
+    run's fidelity verdict is listed under ``fidelity``; the metrics keep degraded runs
+    (the experiment is the paper's grid, not a study's table) and the report names them.
+    The machine's load average is recorded at the start and the end (``load_average``).
     """
     from testbed.runner import machine_details
     from testbed.traces import read_traces
@@ -633,7 +759,11 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     size = SIZES[size_name]
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"size": asdict(size), "executors": list(executors),
-                              "policies": list(ALL_POLICIES), "machine": machine_details(),
+                              "policies": list(ALL_POLICIES),
+                              "policy_entries": dict(POLICY_ENTRIES),
+                              "families": {k: list(v) for k, v in FAMILIES.items()},
+                              "machine": machine_details(),
+                              "load_average": {"start": list(os.getloadavg())},
                               "points": [], "runs": {}, "wall_s": {}}
     if "emulation" in executors:
         result["calibration"] = _calibrate(sweep_base(size), size.calibrate_probes, progress)
@@ -657,16 +787,11 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
             verdict = json.loads((folder / "metadata.json").read_text()).get("fidelity") or {}
             result.setdefault("fidelity", []).append(_fidelity_entry(burst.name, 0, verdict))
         result["wall_s"][f"burst {executor}"] = time.time() - began
-    points.append(burst)
+    points.append(replace(burst, executors=tuple(executors)))
     replications = {key: [read_traces(f) for f in found] for key, found in folders.items()}
     for (executor, name), found in folders.items():
         result["runs"].setdefault(name, {})[executor] = {
             **_run_info(found[0]), "replications": len(found)}
-    if "sim" in executors:
-        began = time.time()
-        progress("[sim] penalty-factor sensitivity of hybrid")
-        result["penalty"] = penalty_sweep(size, out / "penalty", progress)
-        result["wall_s"]["penalty"] = time.time() - began
     offsets = None
     if "emulation" in executors:
         low = min((p for p in points if p.experiment == "load"), key=lambda p: p.x)
@@ -674,34 +799,52 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
                                   replications[("emulation", low.name)][0])
         result["offsets"] = {"from": low.name, "per_tier": offsets}
     for point in points:
-        entry: dict[str, Any] = {"experiment": point.experiment, "x": point.x,
-                                 "scenario": point.name,
-                                 "offered_load": offered_load(point.scenario),
-                                 "edge_workers": _edge_workers(point.scenario),
-                                 "replications": {e: len(replications.get((e, point.name), []))
-                                                  for e in executors},
-                                 "policies": {}}
-        if not all(entry["replications"].values()):
-            raise TestbedError(f"{point.name}: no replication finished on "
-                               f"{', '.join(e for e, n in entry['replications'].items() if not n)}"
-                               f"; see {out / 'studies'}")
-        frames = {e: pooled(replications[(e, point.name)]) for e in executors}
-        paired = {e: replicated_vs_hybrid(replications[(e, point.name)]) for e in executors}
-        for policy in ALL_POLICIES:
-            per: dict[str, Any] = {}
-            for executor in executors:
-                df = frames[executor]
-                df = df[df["policy"] == policy]
-                per[executor] = policy_metrics(df)
-                per[executor]["vs_hybrid"] = paired[executor].get(policy)
-                if point.experiment == "burst":
-                    per[executor]["burst"] = burst_metrics(df, size)
-                if executor == "emulation" and offsets is not None:
-                    per["emulation_corrected"] = policy_metrics(corrected(df, offsets))
-            entry["policies"][policy] = per
-        result["points"].append(entry)
+        result["points"].append(point_metrics(point, size, replications, offsets, out))
+    result["load_average"]["end"] = list(os.getloadavg())
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     return result
+
+
+def point_metrics(point: Point, size: Size,
+                  replications: Mapping[tuple[str, str], Sequence[pd.DataFrame]],
+                  offsets: Mapping[str, Mapping[str, float]] | None, out: Path
+                  ) -> dict[str, Any]:
+    """The metrics entry of one point: per policy of its scenario and executor it ran on,
+    the pooled metrics, ``vs_hybrid``, ``replicated`` and ``paired`` (see
+    :func:`run_experiment`), the burst series for the burst point, and the emulation's
+    metrics corrected by the network ``offsets``."""
+    executors = list(point.executors)
+    entry: dict[str, Any] = {"experiment": point.experiment, "x": point.x,
+                             "scenario": point.name,
+                             "offered_load": offered_load(point.scenario),
+                             "edge_workers": _edge_workers(point.scenario),
+                             "executors": executors,
+                             "replications": {e: len(replications.get((e, point.name), []))
+                                              for e in executors},
+                             "policies": {}}
+    if not all(entry["replications"].values()):
+        raise TestbedError(f"{point.name}: no replication finished on "
+                           f"{', '.join(e for e, n in entry['replications'].items() if not n)}"
+                           f"; see {out / 'studies'}")
+    frames = {e: pooled(replications[(e, point.name)]) for e in executors}
+    paired = {e: replicated_vs_hybrid(replications[(e, point.name)]) for e in executors}
+    per_rep = {e: [{policy: policy_metrics(frame[frame["policy"] == policy])
+                    for policy in point.scenario.policies}
+                   for frame in replications[(e, point.name)]] for e in executors}
+    for policy in point.scenario.policies:
+        per: dict[str, Any] = {}
+        for executor in executors:
+            df = frames[executor]
+            df = df[df["policy"] == policy]
+            per[executor] = policy_metrics(df)
+            per[executor]["vs_hybrid"] = paired[executor].get(policy)
+            per[executor].update(replicated_metrics(per_rep[executor], policy))
+            if point.experiment == "burst":
+                per[executor]["burst"] = burst_metrics(df, size)
+            if executor == "emulation" and offsets is not None:
+                per["emulation_corrected"] = policy_metrics(corrected(df, offsets))
+        entry["policies"][policy] = per
+    return entry
 
 
 def run(size: str, out: Path, progress: Progress, executors: Sequence[str]) -> Path:
