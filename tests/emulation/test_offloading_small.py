@@ -23,11 +23,15 @@ def test_small_offloading_experiment_writes_the_claims_report(tmp_path):
                                             progress=lambda _line: None)
     for run in metrics["runs"].values():
         assert run["sim"]["trace_sha256"] == run["emulation"]["trace_sha256"]
-    for point in metrics["points"]:
+    both = [p for p in metrics["points"] if p["executors"] == ["sim", "emulation"]]
+    assert {p["experiment"] for p in both} == {"load", "edge", "burst"}
+    for point in both:
         for per in point["policies"].values():
             assert per["sim"]["n"] == per["emulation"]["n"] > 0
             assert per["emulation"]["mean_s"] is not None
             assert "emulation_corrected" in per
+    # the penalty and confounder studies run on the simulator only at this size
+    assert all(p["executors"] == ["sim"] for p in metrics["points"] if p not in both)
     assert metrics["calibration"] and metrics["offsets"]["per_tier"]
     report = claims.write_report(metrics, tmp_path / "report", "testbed experiment ...")
     text = report.read_text()
@@ -35,5 +39,6 @@ def test_small_offloading_experiment_writes_the_claims_report(tmp_path):
         assert f"## Claim {n}:" in text
     assert "| simulation |" in text and "| emulation |" in text
     assert "## Sim-vs-emulation discrepancy" in text
-    assert "not run" not in text
+    assert "not run" not in text.lower()
+    assert text.count("*Why:*") == 7
     assert (tmp_path / "report" / "burst_emulation.png").exists()
