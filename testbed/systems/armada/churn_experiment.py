@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from testbed.systems.armada.fleet import (
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
+from testbed.systems.armada.verdicts import Conclusion, names, plural, verdict
 
 # ------------------------------------------------------------------ churn
 
@@ -85,6 +86,121 @@ def run_churn(size: str, out: Path, progress: Progress = print,
     return out
 
 
+# ------------------------------------------------------------------ what the churn did
+
+#: Actions that take a node away during a stream, and the one that brings it back.
+DEPARTURES = ("leave", "crash")
+RETURNS = ("join",)
+#: Replica states that occupy a node (a ``pending`` replica has none).
+ON_A_NODE = ("placing", "starting", "running")
+
+
+def _node_actions(applied: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The departures and returns that were applied (no error), in the order applied."""
+    return sorted((a for a in applied if not a.get("error")
+                   and a["action"] in DEPARTURES + RETURNS), key=lambda a: a["offset_s"])
+
+
+def departed_nodes(applied: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Nodes that left or crashed at least once during the stream, in order."""
+    return list(dict.fromkeys(a["target"] for a in _node_actions(applied)
+                              if a["action"] in DEPARTURES))
+
+
+def present_at_end(applied: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
+    """Per node that departed or returned: whether it is there at the end of the
+    stream, which its last departure or return decides (a node that left and rejoined
+    is there; one that rejoined and left again is not)."""
+    state: dict[str, bool] = {}
+    for a in _node_actions(applied):
+        state[a["target"]] = a["action"] in RETURNS
+    return state
+
+
+def gone_at_end(applied: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Nodes that left or crashed and had not rejoined by the end of the stream."""
+    present = present_at_end(applied)
+    return [n for n in departed_nodes(applied) if not present[n]]
+
+
+def rejoined_nodes(applied: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Nodes that left or crashed and were back by the end of the stream."""
+    present = present_at_end(applied)
+    return [n for n in departed_nodes(applied) if present[n]]
+
+
+def _task_key(task_id: str) -> tuple[str, int]:
+    """Order task ids by creation: ``det-9`` before ``det-10``."""
+    stem, _, number = task_id.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (task_id, -1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaChanges:
+    """How a stream changed the replica set, between the views before and after it.
+
+    A replica is *displaced* when it was, before the stream, on a node that left or
+    crashed during it. A *re-placement* is a replica found on another node after the
+    stream than before (same id: ``moved``), or a new replica standing in for one that
+    disappeared with a departed node and that no scale-down removed (``replacing``: one
+    new replica, in creation order, per such loss). A replica is *stranded* when it is,
+    after the stream, on a node gone at the end (departed and not rejoined)."""
+
+    displaced: tuple[str, ...]
+    moved: Mapping[str, tuple[str, str]]
+    lost: tuple[str, ...]
+    replacing: Mapping[str, str]
+    new_other: tuple[str, ...]
+    removed_other: tuple[str, ...]
+    stranded: tuple[str, ...]
+
+    @property
+    def re_placements(self) -> int:
+        """Moves plus new replicas standing in for lost ones."""
+        return len(self.moved) + len(self.replacing)
+
+    @property
+    def unreplaced(self) -> tuple[str, ...]:
+        """Replicas lost with their node that no new replica stands in for."""
+        covered = set(self.replacing.values())
+        return tuple(t for t in self.lost if t not in covered)
+
+    def fate(self, task_id: str) -> str:
+        """What became of a displaced replica: ``stranded`` (on a node gone at the end,
+        even after a move), ``moved``, ``replaced``, ``unreplaced``, ``removed`` (by a
+        scale-down) or ``back`` (on its node again, which had rejoined)."""
+        if task_id in self.stranded:
+            return "stranded"
+        if task_id in self.moved:
+            return "moved"
+        if task_id in self.replacing.values():
+            return "replaced"
+        if task_id in self.lost:
+            return "unreplaced"
+        return "removed" if task_id in self.removed_other else "back"
+
+
+def replica_changes(before: Mapping[str, str], after: Mapping[str, str],
+                    applied: Sequence[Mapping[str, Any]],
+                    scaled_down: Sequence[str] = ()) -> ReplicaChanges:
+    """:class:`ReplicaChanges` from the replica views ``before`` and ``after`` the
+    stream (task id -> node), the applied actions and the replicas the Application
+    Manager removed by scaling down during the stream."""
+    departed, gone = set(departed_nodes(applied)), set(gone_at_end(applied))
+    removed = sorted((t for t in before if t not in after), key=_task_key)
+    lost = tuple(t for t in removed if before[t] in departed and t not in scaled_down)
+    new = sorted((t for t in after if t not in before), key=_task_key)
+    replacing = dict(zip(new, lost, strict=False))
+    return ReplicaChanges(
+        displaced=tuple(sorted((t for t, n in before.items() if n in departed), key=_task_key)),
+        moved={t: (before[t], after[t]) for t in sorted(before, key=_task_key)
+               if t in after and after[t] != before[t]},
+        lost=lost, replacing=replacing,
+        new_other=tuple(t for t in new if t not in replacing),
+        removed_other=tuple(t for t in removed if t not in lost),
+        stranded=tuple(sorted((t for t, n in after.items() if n in gone), key=_task_key)))
+
+
 def churn_result(run: Path) -> dict[str, Any]:
     """Continuity per user and what the control plane did about the churn."""
     fleet = fleet_json(run)
@@ -94,17 +210,20 @@ def churn_result(run: Path) -> dict[str, Any]:
     users = sorted({r["client"] for r in rows})
     per_user = {u: {**latency_stats([r for r in rows if r["client"] == u]),
                     "largest_gap_s": gaps.get(u)} for u in users}
-    left = sorted({a["target"] for a in stream["applied"] if a["action"] == "leave"})
+    applied = stream["applied"]
+    left = departed_nodes(applied)
     before = {r["task_id"]: r["node_id"] for r in fleet["deployment"]["settled"]}
-    after = [r for r in stream["replicas_after"] if r["status"] == "running"]
+    placed = [r for r in stream["replicas_after"] if r["status"] in ON_A_NODE and r["node_id"]]
+    after = {r["task_id"]: r["node_id"] for r in placed}
+    down = [e["task_id"] for e in stream.get("scaling_during", [])
+            if e.get("action") == "down" and e.get("task_id")]
     return {"nodes": fleet["fleet"]["nodes"], "left": left,
             "left_share": len(left) / fleet["fleet"]["nodes"],
-            "applied": stream["applied"], "per_user": per_user, "all": latency_stats(rows),
-            "replicas_before": before,
-            "replicas_after": {r["task_id"]: r["node_id"] for r in after},
-            "replaced": sorted(t for t in {r["task_id"] for r in after} if t not in before),
-            "on_left_nodes_after": sorted(r["task_id"] for r in after
-                                          if r["node_id"] in left),
+            "rejoined": rejoined_nodes(applied), "gone": gone_at_end(applied),
+            "applied": applied, "per_user": per_user, "all": latency_stats(rows),
+            "replicas_before": before, "replicas_after": after,
+            "status_after": {r["task_id"]: r["status"] for r in placed},
+            "changes": replica_changes(before, after, applied, down),
             "scaling": stream["scaling_after"], "host": fleet["host"],
             "duration_s": stream["duration_s"], "fps": fleet["fleet"]["fps"]}
 
@@ -112,12 +231,125 @@ def churn_result(run: Path) -> dict[str, Any]:
 CHURN_CLAIM = ("Armada handles dense, volatile volunteer nodes: when nodes leave, replicas "
                "are re-deployed on the remaining nodes and the client SDK keeps service "
                "continuous.")
+CHURN_RULE = ("replicas re-deployed when no replica is stranded and every replica lost "
+              "with a departed node has a new replica standing in for it, left out when no "
+              "replica was on a departed node; service continuous when no frame is lost")
+FATES = {"moved": "moved to another node, same id",
+         "replaced": "replaced, a new replica standing in",
+         "back": "back on a node that rejoined",
+         "removed": "removed by a scale-down",
+         "stranded": "stranded on a node gone at the end",
+         "unreplaced": "lost without a replacement"}
+
+
+def _fate_detail(changes: ReplicaChanges, task: str) -> str:
+    """``det-3 from e02 to e06``, ``det-1 by det-8`` or the id alone."""
+    if task in changes.moved:
+        return f"{task} from {changes.moved[task][0]} to {changes.moved[task][1]}"
+    by = [new for new, old in changes.replacing.items() if old == task]
+    return f"{task} by {by[0]}" if by else task
+
+
+def _fates_sentence(changes: ReplicaChanges) -> str:
+    """What became of each replica that was on a departed node, counted by fate."""
+    if not changes.displaced:
+        return ("No replica was on a node that left, so the churn did not exercise "
+                "re-placement.")
+    groups: dict[str, list[str]] = {}
+    for task in changes.displaced:
+        groups.setdefault(changes.fate(task), []).append(_fate_detail(changes, task))
+    parts = [f"{len(found)} {FATES[fate]} ({', '.join(found)})"
+             for fate, found in sorted(groups.items(), key=lambda g: list(FATES).index(g[0]))]
+    others = [t for t in changes.moved if t not in changes.displaced]
+    return (f"Of the {plural(len(changes.displaced), 'replica')} on nodes that departed: "
+            + "; ".join(parts) + "."
+            + (f" {len(others)} more moved from nodes that stayed." if others else "")
+            + f" In all {plural(changes.re_placements, 're-placement')}"
+            + (f"; {plural(len(changes.stranded), 'replica')} stranded "
+               f"({names(list(changes.stranded))})" if changes.stranded
+               else "; no replica stranded") + ".")
+
+
+def _gap_sentence(res: Mapping[str, Any]) -> str:
+    """Frames lost and the largest gap between answered frames, against the period."""
+    period = 1.0 / res["fps"]
+    gaps = {u: s["largest_gap_s"] for u, s in res["per_user"].items()
+            if s["largest_gap_s"] is not None}
+    lost = f"{res['all']['lost']} of {res['all']['frames']} frames were lost"
+    if not gaps:
+        return lost + "; no user had two answered frames."
+    worst = max(gaps, key=lambda u: gaps[u])
+    within = sum(g <= 2 * period for g in gaps.values())
+    return (f"{lost}; the largest gap between a user's answered frames was "
+            f"{gaps[worst]:.2f} s ({worst}, {gaps[worst] / period:.1f} frame periods), and "
+            f"{within} of {len(gaps)} users never waited more than two frame periods.")
+
+
+def churn_conclusion(res: Mapping[str, Any]) -> Conclusion:
+    """The churn claim's verdict and sentences, computed from :func:`churn_result`."""
+    changes: ReplicaChanges = res["changes"]
+    checks = {"service continuous (no frame lost)": res["all"]["lost"] == 0}
+    if changes.displaced:
+        checks = {"replicas re-deployed": not changes.stranded and not changes.unreplaced,
+                  **checks}
+    nodes = (f"{len(res['left'])} of {res['nodes']} nodes left or crashed "
+             f"({res['left_share']:.0%}); {len(res['rejoined'])} of them rejoined "
+             f"({names(res['rejoined'])}) and {len(res['gone'])} were gone at the end "
+             f"({names(res['gone'])}).")
+    return Conclusion(verdict(checks), CHURN_RULE,
+                      (nodes, _fates_sentence(changes), _gap_sentence(res)))
+
+
+def _view(replicas: Mapping[str, str], status: Mapping[str, str] | None = None) -> str:
+    """``det-1 on e01, det-3 on e02 (starting)``, in creation order."""
+    status = status or {}
+    return ", ".join(f"{t} on {replicas[t]}"
+                     + (f" ({status[t]})" if status.get(t, "running") != "running" else "")
+                     for t in sorted(replicas, key=_task_key)) or "none"
+
+
+def _replica_lines(res: Mapping[str, Any]) -> list[str]:
+    """The report's replica section: the two views, the nodes' state at the end, the
+    definitions and what became of each displaced replica."""
+    ch: ReplicaChanges = res["changes"]
+    return [
+        "## Replicas", "",
+        (f"Before the stream: {_view(res['replicas_before'])}. After: "
+         f"{_view(res['replicas_after'], res['status_after'])}. Nodes back by the end: "
+         f"{names(res['rejoined'])}; gone at the end: {names(res['gone'])}."), "",
+        ("Definitions (counted between the two views): a replica is *displaced* when it "
+         "was on a node that left or crashed during the stream; a *re-placement* is a "
+         "replica on another node after the stream than before (same id), or a new replica "
+         "standing in for one that disappeared with a departed node without a scale-down "
+         "removing it (one per such loss, in creation order); a replica is *stranded* when "
+         "it is on a node gone at the end (its last leave or crash not followed by a "
+         "join)."), "",
+        _fates_sentence(ch)
+        + (f" New replicas beyond the stand-ins: {', '.join(ch.new_other)}."
+           if ch.new_other else "")
+        + (f" Removed from nodes that stayed or by a scale-down: "
+           f"{', '.join(ch.removed_other)}." if ch.removed_other else ""), ""]
+
+
+def _user_lines(res: Mapping[str, Any]) -> list[str]:
+    """The continuity table, one row per user."""
+    period = 1.0 / res["fps"]
+    lines = ["## Continuity per user", "",
+             f"| user | frames | ok | lost | mean ms | p95 ms | largest gap s (period {period:g}) |",
+             "|---|---|---|---|---|---|---|"]
+    for user, s in res["per_user"].items():
+        gap = "-" if s["largest_gap_s"] is None else f"{s['largest_gap_s']:.2f}"
+        mean = "-" if s["mean_ms"] is None else f"{s['mean_ms']:.0f}"
+        p95 = "-" if s["p95_ms"] is None else f"{s['p95_ms']:.0f}"
+        lines.append(f"| {user} | {s['frames']} | {s['ok']} | {s['lost']} | {mean} | {p95} | "
+                     f"{gap} |")
+    return lines + [""]
 
 
 def write_churn_report(out: Path, report: Path, command: str) -> Path:
     """The Markdown report of a ``run_churn`` folder."""
     res = churn_result(out)
-    period = 1.0 / res["fps"]
+    found = churn_conclusion(res)
     lines = report_header("Armada experiment 4: volunteer churn (`armada-churn`)", command, out,
                     f"{len(res['per_user'])} users stream for {res['duration_s']:g} s at "
                     f"{res['fps']:g} fps through the SDK while volunteer nodes leave "
@@ -128,31 +360,17 @@ def write_churn_report(out: Path, report: Path, command: str) -> Path:
     lines += [f"| {a['offset_s']:g} | {a['action']} | {a['target']} |" for a in res["applied"]]
     lines += ["", (f"{len(res['left'])} of {res['nodes']} nodes left "
                    f"({res['left_share']:.0%})."), "",
-              "## Continuity per user", "",
-              f"| user | frames | ok | lost | mean ms | p95 ms | largest gap s (period {period:g}) |",
-              "|---|---|---|---|---|---|---|"]
-    for user, s in res["per_user"].items():
-        gap = "-" if s["largest_gap_s"] is None else f"{s['largest_gap_s']:.2f}"
-        mean = "-" if s["mean_ms"] is None else f"{s['mean_ms']:.0f}"
-        p95 = "-" if s["p95_ms"] is None else f"{s['p95_ms']:.0f}"
-        lines.append(f"| {user} | {s['frames']} | {s['ok']} | {s['lost']} | {mean} | {p95} | "
-                     f"{gap} |")
-    lines += ["", "## Replicas", "",
-              ("Before the stream: " + ", ".join(f"{t} on {n}" for t, n in
-                                                  sorted(res["replicas_before"].items()))
-               + ". After: " + ", ".join(f"{t} on {n}" for t, n in
-                                         sorted(res["replicas_after"].items()))
-               + f". New replicas placed during the churn: {', '.join(res['replaced']) or 'none'}"
-               f"; running replicas left on nodes that left and did not come back: "
-               f"{', '.join(res['on_left_nodes_after']) or 'none'}."), "",
+              *_user_lines(res), *_replica_lines(res),
               "## Host fidelity", "", host_line({"churn": res["host"]}), "",
               "## The paper's claim beside ours", "",
-              "| paper (seed) | this run |", "|---|---|",
+              "| paper (seed) | this run | verdict |", "|---|---|---|",
               (f"| {CHURN_CLAIM} | {res['all']['lost']} of {res['all']['frames']} frames lost; "
                f"largest gap over all users "
                f"{max((s['largest_gap_s'] or 0) for s in res['per_user'].values()):.2f} s "
-               f"against a {period:g} s frame period; {len(res['replaced'])} replicas placed "
-               "anew |"), ""]
+               f"against a {1.0 / res['fps']:g} s frame period; "
+               f"{plural(res['changes'].re_placements, 'replica')} re-placed, "
+               f"{len(res['changes'].stranded)} stranded | {found.verdict} |"), "",
+              "## Conclusion", "", found.paragraph(), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     return report

@@ -128,7 +128,8 @@ class FrameDriver:
             done = stream(topo, plan, k, self.run, self.frames_dir, self.trace_dir, repetition)
         record = stream_record(topo, plan, done, self.before)
         record.update(repetition=repetition, deployment=len(self.deployments) - 1,
-                      host=_host(monitor))
+                      host=_host(monitor),
+                      host_samples=[[s.wall, s.idle_share] for s in monitor.samples])
         self.streams.append(record)
         mean = "-" if record["mean_ms"] is None else f"{record['mean_ms']:.0f} ms"
         progress(f"  {policy} (repetition {repetition}): {record['ok']}/{record['frames']} "

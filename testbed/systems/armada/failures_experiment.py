@@ -26,6 +26,7 @@ from testbed.systems.armada.fleet import (
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, startup_rows, trace_rows
+from testbed.systems.armada.verdicts import Conclusion, count_of, ms, names, plural, verdict
 
 # ------------------------------------------------------------------ failures
 
@@ -80,15 +81,90 @@ def run_failures(size: str, out: Path, progress: Progress = print,
 
 
 def failure_intervals(run: Path) -> list[dict[str, Any]]:
-    """Per interval (before the first failure, after each): latency and users at edge."""
+    """Per interval (before the first failure, after each): latency, users at the edge
+    and what served them (:func:`phase_details`)."""
     fleet = fleet_json(run)
     stream = fleet["streams"][0]
-    cuts = [a["at"] for a in stream["applied"]]
+    applied = stream["applied"]
+    cuts = [a["at"] for a in applied]
     users = [f"u{j + 1:02d}" for j in range(fleet["fleet"]["users"])]
-    found = intervals(trace_rows(run), cuts, users)
+    rows = trace_rows(run)
+    found = intervals(rows, cuts, users)
+    start = stream.get("start_at", min((r["dispatch_wall"] for r in rows), default=0.0))
+    spans = list(zip([start, *cuts], [*cuts, start + stream["duration_s"]], strict=True))
+    cut = [-math.inf, *cuts, math.inf]  # frames are split as :func:`intervals` splits them
+    ends = [a.get("replicas") for a in applied] + [stream["replicas_after"]]
     for k, entry in enumerate(found):
-        entry["failed"] = [a["target"] for a in stream["applied"][:k]]
+        entry["failed"] = [a["target"] for a in applied[:k]]
+        part = [r for r in rows if cut[k] <= r["dispatch_wall"] < cut[k + 1]]
+        entry.update(phase_details(part, users, *spans[k], ends[k],
+                                   stream.get("host_samples")))
     return found
+
+
+def serving_nodes(rows: Sequence[Mapping[str, Any]],
+                  users: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per node that answered frames: the users it served most of the frames of, its
+    ok frames, and their mean processing and queueing at its replica (ms)."""
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    mostly: dict[str, str] = {}
+    for user in users:
+        mine = [r["target"] for r in ok if r["client"] == user]
+        if mine:
+            mostly[user] = max(sorted(set(mine)), key=mine.count)
+    found = {}
+    for node in sorted({r["target"] for r in ok}):
+        part = [r for r in ok if r["target"] == node]
+        found[node] = {"users": sum(n == node for n in mostly.values()), "frames": len(part),
+                       "service_ms": _mean_ms(part, "service_s"),
+                       "wait_ms": _mean_ms(part, "wait_s")}
+    return found
+
+
+def _mean_ms(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None
+              and not math.isnan(float(r[key]))]
+    return float(np.mean(values) * 1e3) if values else None
+
+
+def latency_parts(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Mean network (with any failover), queueing and processing time of ok frames (ms):
+    the parts a frame's latency splits into (``docs/traces.md``)."""
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    return {f"{part}_ms": _mean_ms(ok, f"{part}_s") for part in ("network", "wait", "service")}
+
+
+def replicas_at_end(view: Sequence[Mapping[str, Any]] | None, start: float,
+                    end: float) -> dict[str, Any]:
+    """From the replica view at an interval's end: replicas not yet running there
+    (``starting``: placing, starting or pending) and those that became ready during the
+    interval; None for both when the run did not record the view."""
+    if view is None:
+        return {"starting": None, "ready_during": None}
+    return {"starting": [{"task_id": r["task_id"], "node_id": r["node_id"],
+                          "status": r["status"]} for r in view
+                         if r["status"] in ("pending", "placing", "starting")],
+            "ready_during": [{"task_id": r["task_id"], "node_id": r["node_id"],
+                              "after_s": r["ready_at"] - start} for r in view
+                             if r.get("ready_at") and start <= r["ready_at"] < end]}
+
+
+def mean_idle(samples: Sequence[Sequence[float]] | None, start: float,
+              end: float) -> float | None:
+    """The host's mean CPU idle share over the samples taken in ``[start, end)``."""
+    inside = [idle for wall, idle in samples or () if start <= wall < end]
+    return float(np.mean(inside)) if inside else None
+
+
+def phase_details(rows: Sequence[Mapping[str, Any]], users: Sequence[str], start: float,
+                  end: float, view: Sequence[Mapping[str, Any]] | None,
+                  host_samples: Sequence[Sequence[float]] | None) -> dict[str, Any]:
+    """What explains one interval's latency: the serving nodes with their users and
+    replica times, the latency's parts, the replicas starting at its end or ready
+    during it, and the host's idle share."""
+    return {"start": start, "end": end, "serving": serving_nodes(rows, users),
+            **latency_parts(rows), **replicas_at_end(view, start, end),
+            "host_idle": mean_idle(host_samples, start, end)}
 
 
 def _plot_failures(result: Mapping[str, Any], png: Path) -> Path:
@@ -119,20 +195,214 @@ def _plot_failures(result: Mapping[str, Any], png: Path) -> Path:
 FAIL_CLAIM = ("As edge nodes fail one by one, Armada keeps most users served at the edge "
               "(labels such as 8/10) with a lower average latency than the Edge-to-Cloud "
               "approach, whose users fall back to the cloud (Fig. 10 (b)).")
+FAIL_RULE = ("each check holds when it holds after every failure: Armada has at least as "
+             "many users served at the edge as Edge-to-Cloud, a lower mean latency than it, "
+             "and more than half of the users at the edge")
+
+
+# ------------------------------------------------------------------ computed text
+
+
+def failing_sentence(order: Sequence[str], edge_nodes: Sequence[str],
+                     interval_s: float) -> str:
+    """How many edge nodes fail out of how many, in which order, and what remains."""
+    left = [n for n in edge_nodes if n not in order]
+    return (f"{len(order)} of {len(edge_nodes)} edge nodes fail, one every {interval_s:g} s "
+            f"in the seeded order {', '.join(order)}, leaving {len(left)} edge node"
+            f"{'' if len(left) == 1 else 's'} ({names(left)}) and the cloud.")
+
+
+def _mean_lower(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether phase ``a``'s mean is below ``b``'s (a phase without answers is worst)."""
+    if a["mean_ms"] is None:
+        return False
+    return b["mean_ms"] is None or a["mean_ms"] < b["mean_ms"]
+
+
+def failures_conclusion(result: Mapping[str, Any], edge_nodes: Sequence[str]) -> Conclusion:
+    """The Fig. 10 (b) claim's verdict and sentences, from the per-interval results."""
+    sdk, base = result["policies"]["armada"], result["policies"]["edge-to-cloud"]
+    users = result["plan"]["users"]
+    after = range(1, len(sdk))
+    edge = [sdk[k]["users_at_edge"] >= base[k]["users_at_edge"] for k in after]
+    lower = [_mean_lower(sdk[k], base[k]) for k in after]
+    most = [2 * sdk[k]["users_at_edge"] > users for k in after]
+    checks = {"at least as many users at the edge": all(edge),
+              "lower mean latency": all(lower), "most users at the edge": all(most)}
+    last_s, last_b = sdk[-1], base[-1]
+    return Conclusion(verdict(checks), FAIL_RULE, (
+        failing_sentence(result["order"], edge_nodes, result["plan"]["interval_s"]),
+        (f"After {count_of(edge)} failures Armada had at least as many users served at the "
+         f"edge as Edge-to-Cloud (after the last: {last_s['users_at_edge']}/{users} against "
+         f"{last_b['users_at_edge']}/{users}); its mean latency was "
+         f"{'lower' if _mean_lower(last_s, last_b) else 'not lower'} after the last failure "
+         f"({ms(last_s['mean_ms'])} against {ms(last_b['mean_ms'])}) and lower after "
+         f"{count_of(lower)} failures; it kept more than half of the users at the edge after "
+         f"{count_of(most)}.")))
+
+
+def _phase_name(phase: Mapping[str, Any]) -> str:
+    """``before any failure`` or ``once e03 had failed (2 down)``."""
+    failed = phase["failed"]
+    if not failed:
+        return "before any failure"
+    return f"once {failed[-1]} had failed ({len(failed)} down)"
+
+
+def _users_per_node(phase: Mapping[str, Any]) -> str:
+    """``e01 4, e05 3``: users served mostly by each node, most first."""
+    serving = phase.get("serving") or {}
+    ranked = sorted((n for n in serving if serving[n]["users"]),
+                    key=lambda n: (-serving[n]["users"], n))
+    return ", ".join(f"{n} {serving[n]['users']}" for n in ranked) or "none"
+
+
+PARTS = {"service_ms": "processing at the replica", "wait_ms": "queueing at the replica",
+         "network_ms": "the network (with any failover)"}
+
+
+def _parts_sentence(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """How each part of the mean latency changed between two phases, and which part
+    changed most."""
+    known = [k for k in PARTS if a.get(k) is not None and b.get(k) is not None]
+    if not known:
+        return "The run did not record the parts of the latency."
+    largest = max(known, key=lambda k: abs(b[k] - a[k]))
+    return ("Per frame, " + ", ".join(f"{PARTS[k]} went from {a[k]:.0f} to {b[k]:.0f} ms"
+                                      for k in known)
+            + f": {PARTS[largest]} changed most ({b[largest] - a[largest]:+.0f} ms).")
+
+
+def _slowest_sentence(phase: Mapping[str, Any]) -> str | None:
+    """The serving node with the longest processing in a phase, against the others."""
+    serving = {n: v for n, v in (phase.get("serving") or {}).items()
+               if v["service_ms"] is not None}
+    if len(serving) < 2:
+        return None
+    node = max(serving, key=lambda n: serving[n]["service_ms"])
+    others = [v for n, v in serving.items() if n != node]
+    rest = sum(v["service_ms"] * v["frames"] for v in others) / sum(v["frames"] for v in others)
+    return (f"In the earlier phase {node} processed its frames slowest: "
+            f"{serving[node]['service_ms']:.0f} ms on average over "
+            f"{serving[node]['frames']} frames ({plural(serving[node]['users'], 'user')}), against "
+            f"{rest:.0f} ms on the other serving nodes.")
+
+
+def _starting_sentence(phase: Mapping[str, Any], nxt: Mapping[str, Any]) -> str | None:
+    """Replicas not yet running at the end of a phase, or ready during it, and whether
+    the next failure took the node of one that was starting."""
+    if phase.get("starting") is None:
+        return "The run did not record the replica set at the earlier phase's end."
+    starting, ready = phase["starting"], phase["ready_during"] or []
+    if not starting and not ready:
+        return "No replica was starting during the earlier phase."
+    parts = []
+    if starting:
+        killed = nxt["failed"][-1] if nxt["failed"] else None
+        hit = [r["task_id"] for r in starting if r["node_id"] == killed]
+        parts.append("At the end of the earlier phase " + ", ".join(
+            f"{r['task_id']} on {r['node_id'] or 'no node'} was {r['status']}"
+            for r in starting)
+            + (f"; the next failure, {killed}, took {', '.join(hit)} with it" if hit else ""))
+    if ready:
+        parts.append("During the earlier phase " + ", ".join(
+            f"{r['task_id']} became ready on {r['node_id']} {r['after_s']:.1f} s in"
+            for r in ready))
+    return ". ".join(parts) + "."
+
+
+def _host_sentence(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    if a.get("host_idle") is None or b.get("host_idle") is None:
+        return None
+    return (f"The host's CPU was {a['host_idle']:.0%} idle in the earlier phase and "
+            f"{b['host_idle']:.0%} in the later one.")
+
+
+def dip_sentences(label: str, phases: Sequence[Mapping[str, Any]]) -> list[str]:
+    """For each failure after which ``label``'s mean latency fell: the fall and what the
+    run measured about it (latency parts, users per serving node, the slowest node,
+    replicas starting, the host); else that the mean never fell."""
+    means = [p["mean_ms"] for p in phases]
+    falls = [k for k in range(1, len(phases)) if means[k] is not None
+             and means[k - 1] is not None and means[k] < means[k - 1]]
+    if not falls:
+        return [f"{label}'s mean latency never fell as nodes failed ("
+                + ", ".join(ms(m) for m in means) + ")."]
+    found = []
+    for k in falls:
+        a, b = phases[k - 1], phases[k]
+        found += [(f"{label}'s mean latency fell from {ms(a['mean_ms'])} {_phase_name(a)} "
+                   f"to {ms(b['mean_ms'])} {_phase_name(b)}, although one more edge node "
+                   "was down."), _parts_sentence(a, b),
+                  (f"Users per serving node (the node that answered most of a user's frames) "
+                   f"went from {_users_per_node(a)} to {_users_per_node(b)}.")]
+        found += [t for t in (_slowest_sentence(a), _starting_sentence(a, b),
+                              _host_sentence(a, b)) if t]
+    return found
+
+
+def _phase_rows(phases: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
+    """One table row per phase of a policy: what served it and why it was as fast."""
+    def replicas(found: list[dict[str, Any]] | None, key: str) -> str:
+        if found is None:
+            return "not recorded"
+        return ", ".join(f"{r['task_id']} on {r['node_id'] or '-'}"
+                         + (f" ({r['status']})" if key == "status" else
+                            f" ({r['after_s']:.1f} s)") for r in found) or "none"
+
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    rows = []
+    for p in phases:
+        idle = "-" if p.get("host_idle") is None else f"{p['host_idle']:.0%}"
+        rows.append(f"| {', '.join(p['failed']) or 'none'} | {nodes - len(p['failed'])} | "
+                    f"{_users_per_node(p)} | {num(p.get('service_ms'))} / "
+                    f"{num(p.get('wait_ms'))} / {num(p.get('network_ms'))} | "
+                    f"{replicas(p.get('starting'), 'status')} | "
+                    f"{replicas(p.get('ready_during'), 'after')} | {idle} |")
+    return rows
+
+
+def _mechanism_lines(result: Mapping[str, Any]) -> list[str]:
+    """The section explaining each phase's latency from the run's own measurements."""
+    lines = ["## What served each phase", "",
+             ("Per phase: the users each node served most of the frames of; the mean "
+              "processing / queueing at the replica / network part of an answered frame; "
+              "replicas not yet running at the phase's end and replicas that became ready "
+              "during it (seconds into the phase), from the replica view the harness took "
+              "just before each failure and after the stream; the host's mean CPU idle "
+              "share."), ""]
+    for policy in FAIL_POLICIES:
+        lines += [f"### {policy}", "",
+                  ("| failed so far | edge nodes up | users per serving node | processing / "
+                   "queueing / network ms | not running at the end | ready during | host "
+                   "idle |"), "|---|---|---|---|---|---|---|",
+                  *_phase_rows(result["policies"][policy], result["plan"]["nodes"]), ""]
+    return lines
+
+
+def _edge_nodes(run: Path) -> list[str]:
+    """The edge nodes of a fleet run, by name."""
+    return sorted(n for n, tier in fleet_json(run)["tiers"].items() if tier == "edge")
 
 
 def write_failures_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a ``run_failures`` folder, with its plot."""
+    """The Markdown report of a ``run_failures`` folder, with its plot. The intervals are
+    recomputed from the run folders, so the report follows the current definitions."""
     result = json.loads((out / "failures.json").read_text())
+    result["policies"] = {p: failure_intervals(out / p) for p in FAIL_POLICIES}
     plan = result["plan"]
+    edge_nodes = _edge_nodes(out / FAIL_POLICIES[0])
+    found = failures_conclusion(result, edge_nodes)
     png = _plot_failures(result, report.with_name("failures.png"))
     lines = report_header("Armada experiment 3, part 2: edge nodes failing one by one "
                     "(`armada-failures`)", command, out / FAIL_POLICIES[0],
                     f"{plan['users']} static users streaming at {plan['fps']:g} fps; "
                     f"{plan['nodes']} edge nodes of 0.12-0.18 cores and a cloud node (0.2 cores, 40 ms one way "
                     f"from the WAN core); every {plan['interval_s']:g} s one more edge node "
-                    f"is crashed (Captain and replica killed), in the seeded order "
-                    f"{', '.join(result['order'])}.")
+                    f"is crashed (Captain and replica killed). "
+                    + failing_sentence(result["order"], edge_nodes, plan["interval_s"]))
     lines += [fleet_setup(out / FAIL_POLICIES[0]), "",
               ("Edge-to-Cloud baseline: each user sends to the replica on its geo-nearest "
                "edge node; when a frame fails there it goes to the cloud replica, and the "
@@ -160,18 +430,22 @@ def write_failures_report(out: Path, report: Path, command: str) -> Path:
               ("A user counts as served at the edge in an interval when most of its frames "
                "sent in that interval were answered by an edge node; intervals are cut at "
                "the instants the harness crashed each node."), "",
+              *_mechanism_lines(result),
               "## Deployment start-up", "", *startup_rows(runs), "",
               "## Host fidelity", "", host_line(hosts), "",
               "## The paper's claim beside ours", "",
-              "| paper (seed, Fig. 10 (b)) | this run |", "|---|---|",
+              "| paper (seed, Fig. 10 (b)) | this run | verdict |", "|---|---|---|",
               (f"| {FAIL_CLAIM} | after the last failure: Armada "
                f"{sdk[-1]['users_at_edge']}/{n_users} users at the edge, mean "
-               f"{sdk[-1]['mean_ms'] or float('nan'):.0f} ms; Edge-to-Cloud "
-               f"{base[-1]['users_at_edge']}/{n_users}, mean "
-               f"{base[-1]['mean_ms'] or float('nan'):.0f} ms |"), "",
+               f"{ms(sdk[-1]['mean_ms'])}; Edge-to-Cloud "
+               f"{base[-1]['users_at_edge']}/{n_users}, mean {ms(base[-1]['mean_ms'])} | "
+               f"{found.verdict} |"), "",
               ("The seed gives no numbers for Fig. 10 (b), so only the qualitative claim is "
                "compared; the absolute values follow from this fleet's delays and CPU "
-               "limits."), ""]
+               "limits."), "",
+              "## Conclusion", "", found.paragraph(), "",
+              " ".join(dip_sentences("Armada", sdk)), "",
+              " ".join(dip_sentences("Edge-to-Cloud", base)), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
     return report

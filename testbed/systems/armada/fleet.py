@@ -31,7 +31,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,9 @@ FRAME_TIMEOUT_S = 5.0  # a frame not answered by then is a timeout row
 REQUEST_TIMEOUT_S = 2.0
 REPROBE_S = (5.0, 7.0)
 USER_TIMEOUT_S = 90.0
+#: How long before an action the harness asks the Beacon for the replica view (a local
+#: request of a few milliseconds), so the action itself is not delayed.
+SNAPSHOT_LEAD_S = 0.2
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.05-core node starts in about a minute
 SETTLE_QUIET_S = 6.0
 SETTLE_TIMEOUT_S = 240.0
@@ -197,8 +200,9 @@ def largest_gaps(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
 
 
 def replica_view(status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What a report keeps of an application's replicas."""
-    return [{k: r.get(k) for k in ("task_id", "node_id", "status", "ready_at")}
+    """What a report keeps of an application's replicas (with the utilisation the
+    Application Manager last measured, which a report uses to explain latency)."""
+    return [{k: r.get(k) for k in ("task_id", "node_id", "status", "ready_at", "utilisation")}
             for r in status.get("replicas", [])]
 
 
@@ -304,18 +308,37 @@ def _serving(rows_file: Path) -> str | None:
     return None if latest is None else latest[1]
 
 
+def _snapshot(replicas: Callable[[], list[dict[str, Any]]] | None) -> dict[str, Any]:
+    """The replica set just before an action (``replicas``: None when not asked for, an
+    ``replicas_error`` when the Beacon did not answer: the action is applied anyway)."""
+    if replicas is None:
+        return {}
+    try:
+        return {"replicas": replicas()}
+    except Exception as exc:  # noqa: BLE001 - a missing view must not stop the stream
+        return {"replicas": None, "replicas_error": f"{type(exc).__name__}: {exc}"}
+
+
 def apply_actions(topo: Any, actions: Sequence[Action], start_at: float,
-                  rows_of: Mapping[str, Path]) -> list[dict[str, Any]]:
+                  rows_of: Mapping[str, Path],
+                  replicas: Callable[[], list[dict[str, Any]]] | None = None
+                  ) -> list[dict[str, Any]]:
     """Apply ``actions`` at their instants after ``start_at`` (see the module docstring).
 
     A target ``serving:USER`` means the node that served USER's latest frame at that
     instant; ``last:ACTION`` the node of the latest applied ACTION (e.g. unload what was
-    loaded). Returns what was applied, with wall instants and errors."""
+    loaded). Returns what was applied, with wall instants and errors, and, when
+    ``replicas`` is given, the replica view it returned ``SNAPSHOT_LEAD_S`` before each
+    action (the set at the end of the interval the action closes: one Beacon request,
+    so a report can say which replicas served and which were still starting)."""
     from testbed.scenario.model import Event
 
     applied: list[dict[str, Any]] = []
     for act in sorted(actions, key=lambda a: a.offset_s):
-        time.sleep(max(0.0, start_at + act.offset_s - time.time()))
+        due = start_at + act.offset_s
+        time.sleep(max(0.0, due - SNAPSHOT_LEAD_S - time.time()))
+        view = _snapshot(replicas)  # taken just ahead, so the action keeps its instant
+        time.sleep(max(0.0, due - time.time()))
         at = time.time()
         target: str | None = act.target
         error = None
@@ -334,7 +357,7 @@ def apply_actions(topo: Any, actions: Sequence[Action], start_at: float,
                 error = f"{type(exc).__name__}: {exc}"
         applied.append({"offset_s": act.offset_s, "action": act.action, "target": target,
                         "asked": act.target, "params": dict(act.params), "at": at,
-                        "error": error})
+                        "error": error, **view})
     return applied
 
 
@@ -354,6 +377,17 @@ def client_mode(policy: str) -> str:
     if policy in SDK_POLICIES:
         return "stream"
     return "reconnect" if policy == RECONNECT else "baseline"
+
+
+def replicas_now(topo: Any) -> list[dict[str, Any]]:
+    """The application's replica view, asked of the Beacon from its own node."""
+    from nodes.armada.sdk.client import app_status
+    from testbed.emulation.probe import in_netns
+
+    beacon = beacon_service(topo.scenario)
+    local = f"http://127.0.0.1:{beacon.port}"
+    return replica_view(in_netns(topo.net.hosts[beacon.node].pid,
+                                 lambda: app_status(local, APP)))
 
 
 def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trace_dir: Path,
@@ -388,7 +422,8 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
                   "mode": client_mode(plan.policy),
                   "probe": "small" if plan.policy == "armada-light" else "frame"}
         pids[user] = start_user(topo, user, config, tag)
-    applied = apply_actions(topo, plan.actions, start_at, rows_of)
+    applied = apply_actions(topo, plan.actions, start_at, rows_of,
+                            lambda: replicas_now(topo))
     wait_users(topo, pids, tag, start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
     failed = [a for a in applied if a["error"]]
     if failed:
@@ -447,7 +482,9 @@ def run_fleet(fleet: Fleet, policies: Sequence[str], out: Path, name: str, size:
 
     ``fleet.json`` holds the fleet and its layout, the (first) deployment with its
     settling measurements, per stream its :func:`stream_record` with the host's CPU idle
-    share during it, and the host's over the whole run; ``metadata.json`` also records
+    share during it (overall, and per 0.5 s sample as ``host_samples``: wall instant,
+    idle share) and the replica view before each applied action, and the host's over
+    the whole run; ``metadata.json`` also records
     the experiment ``name`` and ``size``.
     """
     from testbed.runner import run_scenario

@@ -1,0 +1,79 @@
+"""Computed conclusions for the Armada reports: verdicts and comparison words.
+
+A report's conclusion states numbers and what they show; the words that say what they
+show (lower or higher, k of n, holds or fails) come from the numbers through these
+helpers, never from fixed text, so a rerun whose numbers flip flips the wording too
+(as the offloading claims report does, :mod:`testbed.systems.offloading.claims`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+HOLDS = "holds"
+FAILS = "fails"
+
+
+@dataclasses.dataclass(frozen=True)
+class Conclusion:
+    """A claim's verdict, the rule that gave it, and the sentences that state why."""
+
+    verdict: str
+    rule: str
+    sentences: tuple[str, ...]
+
+    def paragraph(self) -> str:
+        """The sentences as one paragraph, the verdict and its rule after them."""
+        return " ".join((*self.sentences, f"Verdict: **{self.verdict}**. Rule: {self.rule}."))
+
+
+def verdict(checks: Mapping[str, bool]) -> str:
+    """``holds`` when every named check passed, ``fails`` when none did (or there is
+    none), else ``holds only for`` the passed ones, named."""
+    passed = [name for name, ok in checks.items() if ok]
+    if checks and len(passed) == len(checks):
+        return HOLDS
+    if not passed:
+        return FAILS
+    return "holds only for " + ", ".join(passed)
+
+
+def count_of(flags: Sequence[bool]) -> str:
+    """``"k of n"``: how many of ``flags`` are true."""
+    return f"{sum(bool(f) for f in flags)} of {len(flags)}"
+
+
+def lower_or_higher(value: float, other: float, tolerance: float = 0.0,
+                    words: tuple[str, str, str] = ("lower", "higher", "the same")) -> str:
+    """How ``value`` compares with ``other``: ``words`` for below, above and equal
+    (within ``tolerance``, absolute), by default ``lower``, ``higher``, ``the same``."""
+    if abs(value - other) <= tolerance:
+        return words[2]
+    return words[0] if value < other else words[1]
+
+
+def rose_or_fell(start: float, end: float) -> str:
+    """``rose``, ``fell`` or ``stayed`` going from ``start`` to ``end``."""
+    if end == start:
+        return "stayed"
+    return "rose" if end > start else "fell"
+
+
+def names(items: Sequence[str], empty: str = "none") -> str:
+    """``a, b and c``; ``empty`` for none."""
+    if not items:
+        return empty
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 replica``, ``2 replicas`` (``many``: the plural when not ``word + s``)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def ms(value: float | None) -> str:
+    """Milliseconds rounded for a sentence; ``-`` when missing."""
+    return "-" if value is None else f"{value:.0f} ms"
