@@ -22,7 +22,8 @@ def test_small_offloading_experiment_writes_the_claims_report(tmp_path):
         metrics = offloading.run_experiment("small", ["sim", "emulation"], Path(runs),
                                             progress=lambda _line: None)
     for run in metrics["runs"].values():
-        assert run["sim"]["trace_sha256"] == run["emulation"]["trace_sha256"]
+        if "emulation" in run:  # every run on both executors replayed one trace
+            assert run["sim"]["trace_sha256"] == run["emulation"]["trace_sha256"]
     both = [p for p in metrics["points"] if p["executors"] == ["sim", "emulation"]]
     assert {p["experiment"] for p in both} == {"load", "edge", "burst"}
     for point in both:
