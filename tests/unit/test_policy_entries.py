@@ -71,7 +71,7 @@ def test_bad_entries_name_file_field_and_expectation(policies: list[Any], path: 
 
 
 def test_a_system_without_policy_parameters_takes_no_params_and_no_other_label() -> None:
-    data = load_scenario("person-search").resolved()
+    data = load_scenario("armada-selection").resolved()
     name = data["policies"][0]
     for entry, path in (({"name": name, "params": {"x": 1}}, "policies[0].params.x"),
                         ({"name": name, "label": "other"}, "policies[0].label")):
