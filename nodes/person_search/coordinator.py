@@ -31,10 +31,14 @@ allows:
    ``factor = compensation_factor(T_i, T_L)`` (``T_L`` of the search when it chose the
    item), which the edge server multiplies into the analysis's duration (Eq. 7-8 as
    the simulator reads them); ``"plain"`` sends 1.
-5. **Seeds and Tc.** The policy is ``make_search_policy(policy, items, policy_seed,
-   **policy_params)`` with the run's ``tc`` as Eq. 1's Tc (priority), as in the
-   simulator; random streams are per search, so the choices of a search do not depend
-   on how the searches' answers interleave.
+5. **Seeds, Tc and the priority parameters.** The policy is ``make_search_policy(policy,
+   items, policy_seed, **policy_params)`` with the run's ``tc`` as Eq. 1's Tc (priority),
+   as in the simulator; random streams are per search, so the choices of a search do not
+   depend on how the searches' answers interleave. ``policy_params`` carry a scenario's
+   policy entry (the emulation driver sends them): among them the candidate-set rule
+   ``candidates`` (``unanalysed`` or ``after-discovery``, module note 3 of
+   :mod:`testbed.systems.person_search.model`), which the coordinator's searches follow
+   exactly as the simulator's.
 6. **Failures.** Any failed analysis request (not 200, a malformed answer, a timeout, a
    connection error) or a search that runs out of candidates without finding its
    target fails the whole run: everything in flight is cancelled and ``POST /runs``

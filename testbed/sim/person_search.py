@@ -91,6 +91,7 @@ from testbed.systems.person_search.model import (
     PriorityParams,
     Search,
     compensation_factor,
+    reading,
 )
 from testbed.systems.person_search.policies import make_search_policy
 from workloads.person_search import (
@@ -107,6 +108,9 @@ if TYPE_CHECKING:
 SERVER_PREFIX = "edge-"
 DEFAULT_CLIENT = "coordinator"
 _POLICY_DOMAIN = 0x5EA4C4  # mixed into the policy seed's entropy (see policy_seed_for)
+#: The reading of Eq. 7-8 a scenario's runs use on both executors (``run_sim`` and the
+#: emulation driver): durations as the response model gives them
+SCENARIO_ACCOUNTING = "plain"
 
 
 def policy_seed_for(seed: int, repetition: int = 0) -> int:
@@ -230,7 +234,7 @@ def _world_of(world_or_params: SearchWorld | Mapping[str, Any], seed: int
 
 def simulate(world_or_params: SearchWorld | Mapping[str, Any], policy_name: str, seed: int = 0,
              *, tc: float | None = None, sharing: str = "paper", accounting: str = "plain",
-             sequential: bool = True, policy_seed: int | None = None,
+             sequential: bool = True, policy_seed: int | None = None, start: str = "server",
              **policy_params: Any) -> SearchRun:
     """Run every search of the world concurrently under ``policy_name``; see the module notes.
 
@@ -238,7 +242,9 @@ def simulate(world_or_params: SearchWorld | Mapping[str, Any], policy_name: str,
     ``seed``). ``tc`` is the default response time Tc (default: the params' ``tc_s``, 10
     for a world), used by the servers and, for ``priority``, by Eq. 1. ``sharing`` is the
     :class:`AnalysisServer` mode, ``accounting`` ``"plain"`` or ``"compensated"`` (Eq. 7
-    in the durations), ``sequential`` how a batch of simultaneous choices sees the load.
+    in the durations), ``sequential`` how a batch of simultaneous choices sees the load,
+    ``start`` where each search's first ``mu_L`` is (:data:`~testbed.systems.
+    person_search.model.STARTS`: the ``T_0`` server, or the continuous ``mu_0``).
     ``policy_params`` go to the policy (``priority``: :class:`PriorityParams` fields such
     as ``w``, ``alpha``, ``compensation``; ``params=`` a whole :class:`PriorityParams`).
     """
@@ -267,7 +273,7 @@ def simulate(world_or_params: SearchWorld | Mapping[str, Any], policy_name: str,
     item_time = items.time
     holder = world.holder  # the truth: only the answers come from it
     item_slot = item_time.astype(np.int64)
-    searches = [Search.for_target(world, k) for k in range(world.targets)]
+    searches = [Search.for_target(world, k, start) for k in range(world.targets)]
     servers = [AnalysisServer(tc, sharing) for _ in range(n_servers)]
     load = np.zeros(n_servers, dtype=np.int64)
     version = [0] * n_servers
@@ -384,7 +390,13 @@ def simulate(world_or_params: SearchWorld | Mapping[str, Any], policy_name: str,
 
 def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
             progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Replay every policy and repetition of a person-search ``scenario`` in model time.
+    """Replay every policy entry and repetition of a person-search ``scenario`` in model time.
+
+    An entry is a registered policy with its label and parameters (the priority policy's
+    :class:`PriorityParams` fields, e.g. the candidate-set rule ``candidates``, checked
+    by the loader through :func:`~testbed.systems.person_search.policies.
+    check_policy_params`); the trace rows and summaries name it by its label, and each
+    summary records its reading of the paper (:func:`replay_reading`).
 
     The world is the materialised trace's ground truth (``trace_dir``, written by the
     generator's side files and checked against the trace); the servers' ``Tc`` and
@@ -404,21 +416,34 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     seed = scenario.workload.seed
     replays: list[dict[str, Any]] = []
 
-    def replay(policy: str, repetition: int) -> list[dict[str, Any]]:
+    def replay(label: str, repetition: int) -> list[dict[str, Any]]:
+        entry = scenario.policy_entry(label)
         pseed = scenario_policy_seed(scenario, repetition)
-        result = simulate(world, policy, seed, tc=dep.tc, sharing=dep.sharing,
-                          policy_seed=pseed)
-        replays.append({"repetition": repetition, "policy_seed": pseed, **result.summary()})
-        progress(f"  {policy} #{repetition}: total {result.total_response:.0f} model s, "
+        result = simulate(world, entry.name, seed, tc=dep.tc, sharing=dep.sharing,
+                          policy_seed=pseed, **entry.params)
+        replays.append({"repetition": repetition, "policy_seed": pseed, **result.summary(),
+                        **replay_reading(label, entry.name, entry.params, SCENARIO_ACCOUNTING)})
+        progress(f"  {label} #{repetition}: total {result.total_response:.0f} model s, "
                  f"{result.mean_analyses:.1f} analyses per search "
                  f"({result.wall_s:.2f} s wall)")
         return request_rows(result, run, repetition, dep.client, scenario.time_scale,
-                            dep.names)
+                            dep.names, label=label)
 
     rows, failed = replay_each(scenario.repetitions, scenario.policies, replay, progress)
     return {"rows": rows, "failed": failed,
             "driver": {"replays": replays, "tc": dep.tc, "sharing": dep.sharing,
-                       "accounting": "plain"}}
+                       "accounting": SCENARIO_ACCOUNTING}}
+
+
+def replay_reading(label: str, name: str, params: Mapping[str, Any],
+                   accounting: str) -> dict[str, Any]:
+    """What a replay summary records of the policy entry it ran (both executors): its
+    ``label`` (as ``policy``), the registered ``policy_name``, the entry's
+    ``policy_params`` and the ``reading`` of the paper they make
+    (:func:`~testbed.systems.person_search.model.reading`), so every number taken from
+    the summary can say which reading of Eq. 1/7 and which candidate-set rule it is."""
+    return {"policy": label, "policy_name": name, "policy_params": dict(params),
+            "accounting": accounting, "reading": reading(name, accounting, params)}
 
 
 # --- trace rows ----------------------------------------------------------------------------
@@ -437,7 +462,8 @@ def _base_row(run_id: str, policy: str, repetition: int, task_id: int, client: s
 
 def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
                  client: str = DEFAULT_CLIENT, time_scale: float = 1.0,
-                 names: ServerNames = None) -> list[dict[str, Any]]:
+                 names: ServerNames = None, label: str | None = None
+                 ) -> list[dict[str, Any]]:
     """One trace row per request (``docs/traces.md``, kind ``search``).
 
     The whole search is one task served by the edge servers: ``latency_s`` =
@@ -449,7 +475,8 @@ def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
     server. Wall columns are ``model / time_scale`` from a virtual start at 0 (as the
     sim executor fills them); ``state_age_s`` is 0 (the loads are exact);
     ``decision_us`` sums the request's choices. ``names[s]`` is edge server ``s``'s
-    ``target`` (default :func:`server_name`).
+    ``target`` (default :func:`server_name`). ``label`` names the policy entry in the
+    ``policy`` column (default: the policy's name).
     """
     inv_k = 1.0 / time_scale
     first_of = np.empty(run.requests, dtype=np.int64)
@@ -461,7 +488,7 @@ def request_rows(run: SearchRun, run_id: str = "sim", repetition: int = 0,
     rows = []
     for k in range(run.requests):
         item = int(run.found[k])
-        row = _base_row(run_id, run.policy, repetition, k, client,
+        row = _base_row(run_id, label or run.policy, repetition, k, client,
                         int(run.a_server[last_of[k]]), names, run.tc,
                         float(run.decision_us[k]))
         latency = float(run.response[k])

@@ -16,13 +16,16 @@ import pytest
 from testbed.errors import TestbedError
 from testbed.sim.person_search import isolated_analyses, run_stats, simulate
 from testbed.systems.person_search.experiment_sim import (
-    FIG3_POLICIES,
     GRID_READINGS,
+    POLICY_LABELS,
     REPORT_READINGS,
     RESULT_NAME,
+    SIM_SIZES,
     Reading,
     grid_table,
+    policy_spec,
     run_simulation,
+    world_seed,
 )
 from testbed.systems.person_search.paper_reports import write_simulation_report
 from workloads.person_search import Layout, SearchWorld, build_world
@@ -42,8 +45,8 @@ def test_grid_table_shape_and_order() -> None:
         [(m, s * s, label) for m in ("normal", "straight") for s in (2, 3) for label in labels]
     for r in rows:
         assert r["side"] ** 2 == r["servers"]
-        assert set(r["total_response_s"]) == set(FIG3_POLICIES)
-        assert set(r["mean_analyses"]) == set(FIG3_POLICIES)
+        assert set(r["total_response_s"]) == set(POLICY_LABELS)
+        assert set(r["mean_analyses"]) == set(POLICY_LABELS)
         assert 0.0 <= r["end_share"] <= 1.0
     by = {r["reading"]: r for r in rows[:len(labels)]}
     assert (by["grid"]["layout"], by["grid"]["accounting"]) == ("grid", "plain")
@@ -73,11 +76,12 @@ def test_grid_table_runs_are_the_simulator_runs() -> None:
                                                 targets=12, seed=3)}
     grid_world = build_world({"servers": 9, "layout": "grid", "targets": 12}, 3)
     line_world = build_world({"servers": 9, "layout": "line", "targets": 12}, 3)
-    for policy in FIG3_POLICIES:
-        assert rows["grid"]["total_response_s"][policy] == \
-            simulate(grid_world, policy, 3).total_response
-        assert rows["line"]["total_response_s"][policy] == \
-            simulate(line_world, policy, 3).total_response
+    for label in POLICY_LABELS:
+        name, options = policy_spec(label)
+        assert rows["grid"]["total_response_s"][label] == \
+            simulate(grid_world, name, 3, **options).total_response
+        assert rows["line"]["total_response_s"][label] == \
+            simulate(line_world, name, 3, **options).total_response
     assert rows["line-response-time"]["total_response_s"]["priority"] == \
         simulate(line_world, "priority", 3, compensation="response-time").total_response
     # the baselines take no priority options: the same runs as on the plain line
@@ -132,7 +136,7 @@ def test_run_stats_static_target() -> None:
     assert random["factor_one_share"] == 0.0
 
 
-@pytest.mark.parametrize("policy", FIG3_POLICIES)
+@pytest.mark.parametrize("policy", ("priority", "random", "load-balance"))
 def test_run_stats_add_up(policy: str) -> None:
     params = {"servers": 10, "targets": 40, "movement": "straight"}
     world = build_world(params, 6)
@@ -157,20 +161,32 @@ def test_isolated_analyses() -> None:
 
 
 def test_simulation_report_small(tmp_path: Path) -> None:
-    out = run_simulation(tmp_path / "sim", "small", progress=lambda _line: None)
+    seeds = 2  # the size's 10 world seeds take minutes; the report's shape is the same
+    out = run_simulation(tmp_path / "sim", "small", progress=lambda _line: None,
+                         world_seeds=seeds)
     assert out == tmp_path / "sim"
     doc = json.loads((out / RESULT_NAME).read_text())
     params = doc["params"]
     assert doc["size"] == "small" and params["targets"] == 100
+    assert SIM_SIZES["small"].world_seeds >= 10 and SIM_SIZES["full"].world_seeds >= 10
+    assert params["world_seeds"] == seeds
     assert params["servers"] == [10, 50] and params["priority"]["w"] == 0.001
-    assert len(doc["fig3"]) == 2 * 2 * 2 * len(FIG3_POLICIES)  # accountings x movements x N
-    assert len(doc["fig4"]) == 2 * 2 * 2 * len(params["ws"])
-    assert len(doc["grid"]) == 2 * len(params["grid_sides"]) * len(REPORT_READINGS)
+    # accountings x movements x N x labels, per world seed
+    assert len(doc["fig3"]) == 2 * 2 * 2 * len(POLICY_LABELS) * seeds
+    assert len(doc["fig4"]) == 2 * 2 * 2 * 2 * len(params["ws"]) * seeds
+    assert len(doc["grid"]) == 2 * len(params["grid_sides"]) * len(REPORT_READINGS) * seeds
     assert {r["accounting"] for r in doc["fig3"]} == {"plain", "compensated"}
-    assert len(doc["alone"]) == 2 * 2
+    assert len(doc["alone"]) == 2 * 2 * 2 * seeds
+    assert {r["sensitivity"] for r in doc["sensitivity"]} == {"reflect", "continuous-mu0"}
     for r in doc["fig4"]:
         if r["w"] == 0.001:
             assert r["normalised"] == 1.0
+    # world seeds: one per (layout, movement, N) and replication, shared by its policies
+    fig3 = doc["fig3"]
+    for r in fig3:
+        assert r["world_seed"] == world_seed(0, "line", r["movement"], r["servers"],
+                                             r["replication"])
+    assert len({r["world_seed"] for r in fig3}) == 2 * 2 * seeds
 
     report = write_simulation_report(out, tmp_path / "docs" / "simulation.md",
                                      "testbed experiment person-search --size small")
@@ -181,9 +197,19 @@ def test_simulation_report_small(tmp_path: Path) -> None:
     for needle in ("## Fig. 3", "## Fig. 4", "## 2-D grid", "95 %", "6 %", "1.6x", "7.7x",
                    "| 0.3 |", "none was tuned",
                    "`testbed experiment person-search --size small`", "k_i + 1",
-                   "What leaves the candidate set", "two readings"):
+                   "What leaves the candidate set", "two readings",
+                   "## Straight movement at small N", "change with reflect",
+                   f"n = {seeds} world seeds", " ± ", "priority-after-discovery"):
         assert needle in text, needle
     assert "nan" not in text.lower().split()
+    # every table says how many world seeds stand behind its numbers: a column of
+    # its own, or in the header of each column of numbers
+    lines = text.splitlines()
+    headers = [line for k, line in enumerate(lines)
+               if line.startswith("|") and not lines[k - 1].startswith("|")]
+    assert len(headers) >= 8
+    for header in headers:
+        assert "world seeds" in header, header
 
 
 def test_unknown_size(tmp_path: Path) -> None:
@@ -199,7 +225,9 @@ PURE_MODULES = ("testbed.systems.person_search", "testbed.systems.person_search.
                 "testbed.systems.person_search.experiment",
                 "testbed.systems.person_search.experiment_sim",
                 "testbed.systems.person_search.experiment_emulation",
-                "testbed.systems.person_search.paper_reports", "testbed.sim.person_search")
+                "testbed.systems.person_search.paper_reports",
+                "testbed.systems.person_search.sim_report",
+                "testbed.systems.person_search.replicated", "testbed.sim.person_search")
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

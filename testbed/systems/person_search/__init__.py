@@ -9,7 +9,10 @@ here, the pure model (:mod:`.model`: Eq. 1, Algorithm 1, the response model), th
 policies (:mod:`.policies`), what a scenario deploys (:mod:`.deployment`), the scenario
 builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the experiments
 (:mod:`.experiment`, :mod:`.experiment_sim`, :mod:`.experiment_emulation`) and their
-reports (:mod:`.report`); the simulator is :mod:`testbed.sim.person_search`.
+reports (:mod:`.paper_reports`, :mod:`.sim_report`, over many world seeds with
+:mod:`.replicated`); the simulator is :mod:`testbed.sim.person_search`. The policies'
+scenario parameters (the priority policy's candidate-set rule among them) are checked by
+:func:`.policies.check_policy_params`.
 
 Everything is named by import path: importing this package imports nothing heavy.
 """
@@ -30,7 +33,9 @@ SYSTEM = System(
     ),
     generators={"person-search": "workloads.person_search:PersonSearch"},
     policies={
-        "priority": "the item with the smallest P_i = Tc_i (k_i + 1) / (E_i + w V_i) (Eq. 1)",
+        "priority": "the item with the smallest P_i = Tc_i (k_i + 1) / (E_i + w V_i) (Eq. 1); "
+                    "params: candidates (unanalysed | after-discovery), w, alpha, sigma_d, "
+                    "t_s, compensation",
         "random": "a uniformly random unanalysed item at the required time T_R",
         "load-balance": "the unanalysed T_R item on the server running the fewest analyses",
     },
@@ -48,6 +53,7 @@ SYSTEM = System(
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
     policy_seed="testbed.sim.person_search:scenario_policy_seed",
+    policy_params="testbed.systems.person_search.policies:check_policy_params",
     trace_kinds=(
         TraceKind("search", "one analysis step of a person search",
                   (("step", "int"), ("item", "string"))),

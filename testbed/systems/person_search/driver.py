@@ -31,7 +31,8 @@ import numpy as np
 
 from testbed.errors import EmulationError
 from testbed.scenario.model import Scenario
-from testbed.sim.person_search import scenario_policy_seed
+from testbed.sim.person_search import SCENARIO_ACCOUNTING as ACCOUNTING
+from testbed.sim.person_search import replay_reading, scenario_policy_seed
 from testbed.systems.person_search.deployment import Deployment, deployment
 from workloads.person_search import SearchWorld, read_ground_truth
 
@@ -151,6 +152,23 @@ def combined_host(hosts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             "saturated": any(h["saturated"] for h in hosts)}
 
 
+def run_body(urls: Sequence[str], world: SearchWorld, policy: str,
+             params: Mapping[str, Any], policy_seed: int, dep: Deployment) -> dict[str, Any]:
+    """The coordinator's ``POST /runs`` body for every search of ``world`` under the
+    registered ``policy`` with a scenario entry's ``params`` (sent as ``policy_params``
+    when there are any: the priority policy's candidate-set rule, ``w``, ...), the
+    servers' ``Tc`` and time scale, and the scenarios' accounting
+    (:data:`testbed.sim.person_search.SCENARIO_ACCOUNTING`)."""
+    body: dict[str, Any] = {
+        "servers": list(urls), "layout": world.layout.kind, "slots": world.slots,
+        "starts": [int(s) for s in world.holder[:, 0]], "policy": policy,
+        "policy_seed": policy_seed, "tc": dep.tc, "time_scale": dep.time_scale,
+        "accounting": ACCOUNTING}
+    if params:
+        body["policy_params"] = dict(params)
+    return body
+
+
 class SearchDriver:
     """The emulation driver of one person-search scenario (see the module docstring)."""
 
@@ -187,18 +205,17 @@ class SearchDriver:
 
     def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
                progress: Progress) -> list[dict[str, Any]]:
-        """One coordinator run of every search under ``policy``; its trace rows."""
+        """One coordinator run of every search under the policy entry labelled
+        ``policy`` (its registered policy and parameters); its trace rows."""
         from testbed.emulation.probe import http_json, in_netns
         from testbed.host_monitor import HostMonitor
 
         dep, world = self.deployment, self.world
         if world is None:
             raise EmulationError("replay before prepare: no world is loaded")
+        entry = self.scenario.policy_entry(policy)
         pseed = scenario_policy_seed(self.scenario, repetition)
-        body = {"servers": self.urls, "layout": world.layout.kind, "slots": world.slots,
-                "starts": [int(s) for s in world.holder[:, 0]], "policy": policy,
-                "policy_seed": pseed, "tc": dep.tc, "time_scale": dep.time_scale,
-                "accounting": "plain"}
+        body = run_body(self.urls, world, entry.name, entry.params, pseed, dep)
         with HostMonitor(interval_s=0.5) as monitor:
             code, answer = in_netns(topo.net.hosts[dep.client].pid, lambda: http_json(
                 f"{self.coordinator_url}/runs", "POST", body, timeout=RUN_TIMEOUT_S,
@@ -210,7 +227,8 @@ class SearchDriver:
         found = all(int(r["found_item"]) == world.required_item(int(r["search"]))
                     for r in answer["requests"])
         self.replays.append({
-            "policy": policy, "repetition": repetition, "policy_seed": pseed,
+            **replay_reading(policy, entry.name, entry.params, ACCOUNTING),
+            "repetition": repetition, "policy_seed": pseed,
             "targets": len(answer["requests"]), "total_response_s": total,
             "total_analyses": len(answer["analyses"]),
             "model_makespan_s": float(answer["model_makespan_s"]),
@@ -228,7 +246,7 @@ class SearchDriver:
         """Every replay's summary, the servers' model and the host over all replays."""
         dep = self.deployment
         return {"replays": self.replays, "servers": len(dep.edges), "tc": dep.tc,
-                "sharing": dep.sharing, "time_scale": dep.time_scale, "accounting": "plain",
+                "sharing": dep.sharing, "time_scale": dep.time_scale, "accounting": ACCOUNTING,
                 "targets": self.world.targets if self.world is not None else None,
                 "host": combined_host([r["host"] for r in self.replays])}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.systems.person_search.experiment import plan_for
-from testbed.systems.person_search.experiment_sim import FIG3_POLICIES, MOVEMENTS
+from testbed.systems.person_search.experiment_sim import MOVEMENTS, POLICY_LABELS, policy_spec
 
 Progress = Callable[[str], None]
 RESULT_NAME = "person_search.json"
@@ -40,7 +40,8 @@ class SearchSize:
     #: rate the coordinator (one Python process) must sustain in the hundreds per second
     time_scales: tuple[float, ...]
     movements: tuple[str, ...] = MOVEMENTS
-    policies: tuple[str, ...] = FIG3_POLICIES
+    #: the compared policy labels (both candidate-set rules of the priority policy)
+    policies: tuple[str, ...] = POLICY_LABELS
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -63,20 +64,32 @@ def point_name(servers: int, movement: str) -> str:
     return f"n{servers:03d}-{movement}"
 
 
+def policy_entry(label: str) -> str | dict[str, Any]:
+    """The scenario's policy entry of a compared ``label``
+    (:data:`~testbed.systems.person_search.experiment_sim.POLICY_SPECS`): the bare name,
+    or ``{name, label, params}`` (the priority policy with its candidate-set rule)."""
+    name, params = policy_spec(label)
+    if name == label and not params:
+        return name
+    return {"name": name, "label": label, "params": params}
+
+
 def point_document(servers: int, movement: str, plan: SearchSize) -> dict[str, Any]:
-    """The scenario document of one point: the ``person-search`` builder and its params."""
+    """The scenario document of one point: the ``person-search`` builder and its params,
+    and every compared policy as a scenario policy entry (:func:`policy_entry`)."""
     return {"name": "person-search",
             "build": {"builder": "person-search",
                       "params": {"servers": servers, "targets": plan.targets,
                                  "movement": movement, "time_scale": plan.time_scale(servers),
                                  "seed": plan.seed}},
-            "policies": list(plan.policies)}
+            "policies": [policy_entry(label) for label in plan.policies]}
 
 
 def compare(servers: int, movement: str, emulated: Mapping[str, Any],
             simulated: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each policy's emulated replay beside its simulated twin (``metadata.json`` of the
-    two runs of one point): totals, analyses, makespans, discrepancy, overheads."""
+    two runs of one point): totals, analyses, makespans, discrepancy, overheads, and the
+    policy entry and reading of the paper the replay ran under."""
     sims = {(r["policy"], r["repetition"]): r for r in simulated["driver"]["replays"]}
     time_scale = emulated["driver"]["time_scale"]
     out = []
@@ -86,6 +99,7 @@ def compare(servers: int, movement: str, emulated: Mapping[str, Any],
                                       "round_trip_overhead_ms_p95", "timer_lateness_ms_mean",
                                       "decision_us_mean")}
         out.append({"servers": servers, "movement": movement, "policy": e["policy"],
+                    **{k: e[k] for k in ("policy_name", "policy_params", "reading") if k in e},
                     "time_scale": time_scale, "repetition": e["repetition"],
                     "policy_seed": e["policy_seed"], "targets": e["targets"],
                     "emulated_total_s": e["total_response_s"],

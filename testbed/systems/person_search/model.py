@@ -33,10 +33,15 @@ where it applies):
    sigma_D > 0`` always. For ``T_i >= T_L`` this is Eq. 3 exactly.
 3. Algorithm 1 removes an item from ``I`` only when it contains the target; an analysed
    item without the target would stay and could be chosen again forever. Here every
-   dispatched item leaves the candidate set (its answer is known or pending). Option
-   ``candidates="after-discovery"`` also leaves out items at or before ``T_L``: given
-   the discovery at ``T_L`` they say nothing new about ``T_R`` under Markov movement, and
-   the other items of slot ``T_L`` cannot contain the target.
+   dispatched item leaves the candidate set (its answer is known or pending). Which of
+   the others Eq. 1 ranks is the **candidate-set rule** (``candidates``, named in
+   :data:`CANDIDATE_RULES`): ``"unanalysed"`` (default) keeps every item not yet
+   dispatched, those at or before ``T_L`` included; ``"after-discovery"`` keeps only
+   the undispatched items later than ``T_L``: given the discovery at ``T_L`` the older
+   items say nothing new about ``T_R`` under Markov movement, and the other items of
+   slot ``T_L`` cannot contain the target. Random and load-balance choose among ``T_R``
+   items only, which are always later than ``T_L``, so the rule changes the priority
+   policy alone.
 4. Eq. 7-8 define ``Tc'_i = Tc_i l_i``, ``l_i = 2 (T_i - T_L) - 1``, in the description
    of the one-dimensional simulator, as the response time that stands for a search area
    growing in two dimensions. Read literally it is the response-time accounting of the
@@ -55,7 +60,9 @@ where it applies):
    a search whose remaining candidates are all +inf takes its lowest candidate id.
 8. The last discovery point moves only for a discovery later than ``T_L`` (a target
    found at an older time says less about ``T_R``). It starts at the target's ``T_0``
-   server (``workloads.person_search``).
+   server (``workloads.person_search``); the paper says "the simulator used the mu_0 as
+   initial mu_L", the target's continuous position, which the simulator can use instead
+   (:data:`STARTS`) to measure the difference.
 9. Total response time of a run is the sum over requests of each request's response
    time: from its arrival (0) to the end of the analysis that found its ``T_R`` item.
    Servers enter only through how long each analysis took on them.
@@ -65,7 +72,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,8 +84,18 @@ if TYPE_CHECKING:
     from testbed.systems.person_search.policies import SearchPolicy
 
 COMPENSATIONS = ("none", "response-time")
+#: The candidate-set rules (module note 3): which undispatched items Eq. 1 ranks
 CANDIDATE_RULES = ("unanalysed", "after-discovery")
+#: What each candidate-set rule keeps, in words (reports and documentation)
+CANDIDATE_RULE_TEXT = {
+    "unanalysed": "every item not yet analysed, those at or before T_L included",
+    "after-discovery": "only the items not yet analysed that are later than T_L",
+}
 SHARING_MODES = ("paper", "processor-sharing")
+#: Where a search's first ``mu_L`` is: its target's ``T_0`` server (``server``, what both
+#: executors run: the coordinator knows servers only) or the continuous ``mu_0`` the paper
+#: names (``continuous``, a simulator-only reading to measure what the choice changes)
+STARTS = ("server", "continuous")
 #: How an analysis's duration accounts Eq. 7-8: ``plain`` (as the response model gives
 #: it) or ``compensated`` (times ``compensation_factor(T_i, T_L)``, the paper's 1-D reading)
 ACCOUNTINGS = ("plain", "compensated")
@@ -128,6 +145,28 @@ class PriorityParams:
 
 
 DEFAULT_PRIORITY = PriorityParams()
+
+
+def reading(policy: str, accounting: str = "plain",
+            params: Mapping[str, Any] | None = None) -> str:
+    """The reading of the paper one run used, in a line for reports.
+
+    Which reading of Eq. 7-8 sets the durations (``accounting``) and, for ``priority``
+    (whose ``params`` are :class:`PriorityParams` fields), which reading of Eq. 1 ranks
+    (``Tc`` as written or ``Tc l_i``), any parameter set away from the paper's, and the
+    candidate-set rule. Random and load-balance use no Eq. 1 and only ``T_R`` items,
+    which no candidate-set rule touches. Printed beside every reported number, so a
+    reader knows what produced it.
+    """
+    given = dict(params or {})
+    head = f"{accounting} accounting"
+    if policy != "priority":
+        return f"{head}, T_R items only"
+    chosen = PriorityParams(**{**given, "tc": given.get("tc", DEFAULT_PRIORITY.tc)})
+    eq1 = "Eq. 1 with Tc l_i" if chosen.compensation == "response-time" else "Eq. 1 with Tc"
+    tuned = [f"{name} = {given[name]:g}" for name in ("alpha", "sigma_d", "w", "t_s")
+             if given.get(name) is not None and given[name] != getattr(DEFAULT_PRIORITY, name)]
+    return ", ".join([head, eq1, *tuned, f"candidates {chosen.candidates}"])
 
 
 def slot_span(items: Items) -> float:
@@ -364,9 +403,16 @@ class Search:
         self.found: int | None = None
 
     @classmethod
-    def for_target(cls, world: SearchWorld, target: int) -> Search:
-        """The search for ``target`` of ``world``: ``mu_L`` its ``T_0`` server, ``T_L = 0``."""
-        return cls(target, world.items, world.start_point(target), 0.0, float(world.slots))
+    def for_target(cls, world: SearchWorld, target: int, start: str = "server") -> Search:
+        """The search for ``target`` of ``world`` from ``T_L = 0``: ``mu_L`` its ``T_0``
+        server's position (``start="server"``, module note 8) or its continuous ``T_0``
+        position ``mu_0`` (``start="continuous"``, the paper's own words; see
+        :data:`STARTS`)."""
+        if start not in STARTS:
+            raise ValueError(f"start: expected one of {', '.join(STARTS)}, found {start!r}")
+        mu = world.start_point(target) if start == "server" else \
+            (float(world.start[target, 0]), float(world.start[target, 1]))
+        return cls(target, world.items, mu, 0.0, float(world.slots))
 
     @property
     def done(self) -> bool:

@@ -15,12 +15,15 @@ Pure (numpy only).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from testbed.checks import is_number
 from testbed.systems.person_search.model import (
+    CANDIDATE_RULES,
+    COMPENSATIONS,
     PriorityParams,
     effective_candidates,
     priority_matrix,
@@ -210,3 +213,53 @@ def make_search_policy(name: str, items: Items, seed: int = 0, **options: Any) -
     if options and cls is not PriorityPolicy:
         raise ValueError(f"search policy {name!r} takes no options, found {sorted(options)}")
     return cls(items, seed, **options)
+
+
+#: The priority parameters a scenario's policy entry may set, with the choices of the
+#: textual ones (``None``: a finite number; ``t_s`` may also be null). ``tc`` is not
+#: among them: Eq. 1's Tc is the edge servers' (the scenario's ``tc``).
+PRIORITY_OPTIONS: dict[str, tuple[str, ...] | None] = {
+    "alpha": None, "sigma_d": None, "w": None, "t_s": None,
+    "compensation": COMPENSATIONS, "candidates": CANDIDATE_RULES,
+}
+
+
+def _check_option(key: str, value: Any) -> None:
+    """Refuse a value of the wrong JSON kind for priority option ``key``."""
+    choices = PRIORITY_OPTIONS[key]
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(f"params.{key}: expected one of {', '.join(choices)}, "
+                             f"found {value!r}")
+        return
+    if not (is_number(value, finite=True) or (key == "t_s" and value is None)):
+        kind = "a finite number or null" if key == "t_s" else "a finite number"
+        raise ValueError(f"params.{key}: expected {kind}, found {value!r}")
+
+
+def check_policy_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario loader's check of a person-search policy entry's ``params`` (the
+    system's ``policy_params`` hook): returns them as given, or raises
+    ``ValueError("params.<field>: expected ..., found ...")``, which the loader reports
+    at ``policies[i].params.<field>`` of the file.
+
+    ``priority`` takes :data:`PRIORITY_OPTIONS` (the candidate-set rule ``candidates``
+    among them); ``random`` and ``load-balance`` take none. Both executors pass the
+    parameters to :func:`make_search_policy` (the simulator directly, the emulation
+    through the coordinator's ``policy_params``).
+    """
+    if name != "priority":
+        if params:
+            raise ValueError(f"params.{next(iter(params))}: expected no parameters (policy "
+                             f"{name} takes none), found a parameter")
+        return {}
+    for key, value in params.items():
+        if key not in PRIORITY_OPTIONS:
+            raise ValueError(f"params.{key}: expected one of the priority parameters "
+                             f"({', '.join(PRIORITY_OPTIONS)}), found an unknown key")
+        _check_option(key, value)
+    try:
+        PriorityParams(**params)
+    except ValueError as exc:  # a value out of range: "field: expected ..., found ..."
+        raise ValueError(f"params.{exc}") from None
+    return dict(params)
