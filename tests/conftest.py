@@ -11,13 +11,56 @@ import pytest
 #: can push a single measurement past its tolerance. A test passes when one of its fresh
 #: measurements holds; a real error (a wrong delay, a lost rate cap) fails every attempt.
 TIMING_RERUNS = 2
+#: Seconds between those attempts, so that one disturbance does not spoil all three.
+TIMING_RERUN_DELAY_S = 5
+#: Before the first ``timing`` test the host must be this idle (share of all CPU time)
+#: over :data:`QUIET_WINDOW_S`: right after the rest of the suite, engines, containers
+#: and helpers it started may still be winding down for a minute.
+QUIET_IDLE_SHARE = 0.85
+QUIET_WINDOW_S = 2.0
+#: Longest wait for that quiet host; past it the timing tests run anyway, and say so.
+QUIET_TIMEOUT_S = 180.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Give every ``timing`` test :data:`TIMING_RERUNS` fresh attempts (pytest-rerunfailures)."""
     for item in items:
         if item.get_closest_marker("timing") is not None:
-            item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS, reruns_delay=1))
+            item.add_marker(pytest.mark.flaky(reruns=TIMING_RERUNS,
+                                              reruns_delay=TIMING_RERUN_DELAY_S))
+
+
+def _quiet_window() -> float:
+    """The host's CPU idle share over the next :data:`QUIET_WINDOW_S` seconds."""
+    import time
+
+    from testbed.host_monitor import PROC_STAT, idle_share, parse_cpu_times
+
+    before = parse_cpu_times(PROC_STAT.read_text())
+    time.sleep(QUIET_WINDOW_S)  # the measurement window itself
+    return idle_share(before, parse_cpu_times(PROC_STAT.read_text()))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quiet_host_for_timing(request: pytest.FixtureRequest) -> None:
+    """When the session holds ``timing`` tests, wait (bounded) until the host is quiet
+    before the first: their measurements judge the code, not what ran before them."""
+    if not any(item.get_closest_marker("timing") for item in request.session.items):
+        return
+    from testbed.errors import TestbedError
+    from testbed.poll import wait_until
+
+    seen: list[float] = []
+
+    def quiet() -> bool:
+        seen.append(_quiet_window())
+        return seen[-1] >= QUIET_IDLE_SHARE
+
+    try:
+        wait_until(quiet, timeout=QUIET_TIMEOUT_S, what="a quiet host", interval=0.0)
+    except TestbedError:
+        print(f"\ntiming tests: the host stayed busy for {QUIET_TIMEOUT_S:g} s "
+              f"(idle share {seen[-1]:.2f} < {QUIET_IDLE_SHARE}); running them anyway")
 
 
 @pytest.fixture
