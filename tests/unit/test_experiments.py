@@ -203,3 +203,33 @@ def test_small_sim_experiment_end_to_end(tmp_path, monkeypatch):
     for name in ("load_sweep.png", "mape.png", "edge_sweep.png", "burst_sim.png",
                  "penalty.png", "decision_time.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+
+
+def test_emulation_replays_a_subset_of_loads_on_the_same_traces(tmp_path):
+    """At ``medium`` the emulator replays two loads and the penalty sweep; the other loads
+    are a simulator-only study whose cells keep the seeds one study of all loads gives."""
+    size = SIZES["medium"]
+    both = offloading.sweep_studies(size, ["sim", "emulation"], tmp_path / "a" / "s.yaml")
+    alone = offloading.sweep_studies(size, ["sim"], tmp_path / "b" / "s.yaml")
+    on = {s.name: s.executors for _, s in both}
+    assert on["offloading-load"] == ("sim", "emulation")
+    assert on["offloading-load-sim"] == ("sim",)
+    assert on["offloading-penalty"] == ("sim", "emulation")
+    assert on["offloading-edge"] == on["offloading-poll"] == ("sim",)
+
+    def seeds(studies):
+        out = {}
+        for experiment, study in studies:
+            if experiment == "load":
+                for point in study.points():
+                    name = offloading._sweep_x(experiment, size, point)[1]
+                    out[name] = [study.replication_seed(point, r) for r in range(3)]
+        return out
+
+    split, whole = seeds(both), seeds(alone)
+    assert sorted(split) == sorted(whole) == sorted(f"continuum-load{x:g}"
+                                                    for x in size.loads)
+    assert split == whole
+    emulated = {offloading._sweep_x("load", size, p)[1]
+                for e, s in both if s.name == "offloading-load" for p in s.points()}
+    assert emulated == {f"continuum-load{x:g}" for x in size.emulation_loads}

@@ -118,8 +118,10 @@ class Size:
     rolling p95, ``pre_s`` how long before a burst the pre-burst p95 is measured.
     ``penalty_load`` is where the penalty sweep runs (where the penalty changes decisions),
     ``confounder_load`` where the polling intervals ``polls_model_s`` and the rate windows
-    ``windows_model_s`` are swept; ``study_executors`` are the executors of those two
-    sweeps (the simulator only at ``small``, to keep the test suite short).
+    ``windows_model_s`` are swept. ``emulated_sweeps`` names the sweeps that also run on
+    the emulator when the experiment has it (the others run on the simulator only: the
+    emulator replays in wall time, so its share of a size is what bounds the size's wall
+    time), and ``emulation_loads`` the loads of the load sweep it replays (``None``: all).
     """
 
     name: str
@@ -141,7 +143,14 @@ class Size:
     confounder_load: float = 0.9
     polls_model_s: tuple[float, ...] = (0.1, 0.5, 2.0)
     windows_model_s: tuple[float, ...] = (20.0, 200.0)
-    study_executors: tuple[str, ...] = ("sim", "emulation")
+    emulated_sweeps: tuple[str, ...] = ("load", "edge", "poll", "window", "penalty")
+    emulation_loads: tuple[float, ...] | None = None
+
+    def emulated_loads(self) -> tuple[float, ...]:
+        """The loads of the load sweep the emulator replays."""
+        if self.emulation_loads is None:
+            return self.loads
+        return tuple(x for x in self.loads if x in self.emulation_loads)
 
 
 SIZES: dict[str, Size] = {
@@ -149,13 +158,14 @@ SIZES: dict[str, Size] = {
                   edge_workers=(2, 8), edge_load=0.6, burst_duration_s=60.0, burst_load=0.4,
                   bursts=((20.0, 10.0, 2.5),), window_s=5.0, bin_s=2.0, pre_s=15.0,
                   penalty_load=0.9, repetitions=1, calibrate_probes=20,
-                  polls_model_s=(0.5, 2.0), study_executors=("sim",)),
+                  polls_model_s=(0.5, 2.0), emulated_sweeps=("load", "edge")),
     "medium": Size("medium", time_scale=20.0, duration_s=120.0,
                    loads=(0.2, 0.4, 0.6, 0.8, 0.9), edge_workers=(1, 2, 4, 8), edge_load=0.6,
                    burst_duration_s=240.0, burst_load=0.4,
                    bursts=((60.0, 20.0, 2.5), (160.0, 20.0, 2.5)), window_s=10.0, bin_s=4.0,
                    pre_s=40.0, penalty_load=0.9, repetitions=1, calibrate_probes=100,
-                   replications=10),
+                   replications=10, emulated_sweeps=("load", "penalty"),
+                   emulation_loads=(0.2, 0.9)),
     "full": Size("full", time_scale=10.0, duration_s=300.0,
                  loads=(0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), edge_workers=(1, 2, 4, 8, 16),
                  edge_load=0.6, burst_duration_s=600.0, burst_load=0.4,
@@ -254,52 +264,66 @@ def sweep_studies(size: Size, executors: Sequence[str], scenario_file: Path
 
     * load: the Poisson rate of each of the size's loads, every policy entry;
     * edge: the edge's worker count at the reference load's rate, every policy entry;
-    * poll: ``executor.poll_interval_model_s`` at the confounder load;
-    * window: every tier server's ``window_model_s`` together, at the confounder load;
-    * penalty: ``hybrid`` under each penalty factor (policy entries) at the penalty load.
+    * poll: ``executor.poll_interval_model_s`` at the confounder load, with
+      :data:`CONFOUNDER_POLICIES`;
+    * window: every tier server's ``window_model_s`` together, at the confounder load,
+      with :data:`CONFOUNDER_POLICIES`;
+    * penalty: ``hybrid`` under each penalty factor (:data:`PENALTY_ENTRIES`) at the
+      penalty load.
 
-    The last three run on the executors of ``executors`` that ``size.study_executors``
-    names, with :data:`CONFOUNDER_POLICIES` (poll, window) or :data:`PENALTY_ENTRIES`.
+    A sweep runs on every executor of ``executors`` if ``size.emulated_sweeps`` names it,
+    else on the simulator only. When the emulator replays only some loads
+    (``size.emulation_loads``), the others are a second study, ``load-sim.yaml``, on the
+    simulator only; both share the study seed, and a cell's seed hashes its grid values,
+    not its position, so every load keeps the traces it would have in one study.
     """
     base = sweep_base(size)
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(json.dumps(base.resolved(), indent=1))
     reference = load_scenario("continuum")
+    sim_only = [e for e in executors if e == "sim"]
     common = {"scenario": str(scenario_file), "executors": list(executors),
               "policies": list(POLICY_ENTRIES.values()), "baseline": "hybrid",
               "replications": size.replications, "seed": base.seed}
-    studies_on = [e for e in executors if e in size.study_executors]
     edge = next(s.name for s in base.task_servers() if s.tier == "edge")
     rate = "workload.params.rate"
 
-    def at_load(load: float) -> list[float]:
-        return [round(rate_for_load(reference, load), 9)]
+    def on(sweep: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` on the executors ``sweep`` runs on."""
+        return doc if sweep in size.emulated_sweeps else {**doc, "executors": sim_only}
 
-    docs: dict[str, dict[str, Any]] = {
-        "load": {**common, "grid": {rate: [round(rate_for_load(reference, x), 9)
-                                           for x in size.loads]}},
-        "edge": {**common, "grid": {f"services.{edge}.params.workers":
-                                    list(size.edge_workers)}},
-    }
-    if studies_on:
-        confounders = {**common, "executors": studies_on,
-                       "policies": [POLICY_ENTRIES[p] for p in CONFOUNDER_POLICIES]}
-        docs["poll"] = {**confounders, "grid": {
-            rate: at_load(size.confounder_load),
-            "executor.poll_interval_model_s": list(size.polls_model_s)}}
-        docs["window"] = {**confounders, "grid": {
-            rate: at_load(size.confounder_load),
-            "zip": [{f"services.{svc.name}.params.window_model_s": list(size.windows_model_s)
-                     for svc in base.task_servers()}]}}
-        docs["penalty"] = {**common, "executors": studies_on,
-                           "policies": list(PENALTY_ENTRIES.values()),
-                           "grid": {rate: at_load(size.penalty_load)}}
+    def rates(loads: Sequence[float]) -> list[float]:
+        return [round(rate_for_load(reference, x), 9) for x in loads]
+
+    emulated = size.emulated_loads() if "emulation" in executors else size.loads
+    rest = [x for x in size.loads if x not in emulated]
+    docs: list[tuple[str, str, dict[str, Any]]] = []
+    if emulated:
+        docs.append(("load", "load", on("load", {**common, "grid": {rate: rates(emulated)}})))
+    if rest and sim_only:
+        docs.append(("load", "load-sim", {**common, "executors": sim_only,
+                                          "grid": {rate: rates(rest)}}))
+    docs.append(("edge", "edge", on("edge", {**common, "grid": {
+        f"services.{edge}.params.workers": list(size.edge_workers)}})))
+    confounders = {**common, "policies": [POLICY_ENTRIES[p] for p in CONFOUNDER_POLICIES]}
+    docs.append(("poll", "poll", on("poll", {**confounders, "grid": {
+        rate: rates([size.confounder_load]),
+        "executor.poll_interval_model_s": list(size.polls_model_s)}})))
+    docs.append(("window", "window", on("window", {**confounders, "grid": {
+        rate: rates([size.confounder_load]),
+        "zip": [{f"services.{svc.name}.params.window_model_s": list(size.windows_model_s)
+                 for svc in base.task_servers()}]}})))
+    docs.append(("penalty", "penalty", on("penalty", {
+        **common, "policies": list(PENALTY_ENTRIES.values()),
+        "grid": {rate: rates([size.penalty_load])}})))
     out = []
-    for name, doc in docs.items():
+    for experiment, name, doc in docs:
+        if not doc["executors"]:
+            continue
         file = scenario_file.parent / f"{name}.yaml"
         file.write_text(yaml.safe_dump({"study": f"offloading-{name}", **doc},
                                        sort_keys=False))
-        out.append((name, load_study(file)))
+        out.append((experiment, load_study(file)))
     return out
 
 
@@ -307,7 +331,10 @@ def _sweep_x(experiment: str, size: Size, point: Any) -> tuple[float, str]:
     """A study point's x value and the name its runs go by in the metrics."""
     values = dict(point.values)
     if experiment == "load":
-        x = size.loads[point.index]
+        reference = load_scenario("continuum")
+        found = float(values["workload.params.rate"])
+        x = next(x for x in size.loads
+                 if round(rate_for_load(reference, x), 9) == round(found, 9))
         return x, f"continuum-load{x:g}"
     if experiment == "edge":
         x = int(next(v for k, v in values.items() if k.endswith(".workers")))
@@ -728,6 +755,8 @@ def run_sweeps(size: Size, executors: Sequence[str], out: Path, progress: Progre
                     if spec["executor"] == "emulation":
                         result.setdefault("fidelity", []).append(_fidelity_entry(
                             name, spec["replication"], record))
+    order = {e: i for i, e in reversed(list(enumerate(p.experiment for p in points)))}
+    points.sort(key=lambda p: (order[p.experiment], p.x))
     return points, runs
 
 
@@ -794,7 +823,8 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
             **_run_info(found[0]), "replications": len(found)}
     offsets = None
     if "emulation" in executors:
-        low = min((p for p in points if p.experiment == "load"), key=lambda p: p.x)
+        low = min((p for p in points if p.experiment == "load"
+                   and "emulation" in p.executors), key=lambda p: p.x)
         offsets = network_offsets(low.scenario, result["calibration"],
                                   replications[("emulation", low.name)][0])
         result["offsets"] = {"from": low.name, "per_tier": offsets}
