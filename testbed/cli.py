@@ -220,6 +220,13 @@ def _cmd_clean(_args: argparse.Namespace) -> int:
     return 1 if any(report.values()) else 0
 
 
+def _cmd_claims_index(args: argparse.Namespace) -> int:
+    from testbed.claims_index import write_index
+
+    print(f"wrote {write_index(Path(args.root))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -296,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="folder of the generated report (default: the experiment's, "
                           "under docs/results/)")
     exp.set_defaults(fn=_cmd_experiment)
+
+    idx = sub.add_parser("claims-index", help="write FOLDER/README.md: every claim the "
+                                              "reports under FOLDER judged, with its "
+                                              "verdict, command and evidence")
+    idx.add_argument("root", nargs="?", default="docs/results", metavar="FOLDER")
+    idx.set_defaults(fn=_cmd_claims_index)
 
     sub.add_parser("clean", help="remove what crashed runs left, from their ledgers") \
         .set_defaults(fn=_cmd_clean)

@@ -127,7 +127,8 @@ def unshaped_rtt(pair: Pair) -> float:
 def test_delay_gives_twice_the_one_way_delay_as_rtt(pair: Pair, delay_ms: float) -> None:
     delayed_rtts(pair, delay_ms, 200, unshaped_rtt(pair))
     stats = pair.delayer.stats("tbt-l1")
-    for side in ("a_to_b", "b_to_a"):
+    for side in ("a_to_b", "b_to_a"):  # every echo crossed the link both ways, delayed
+        assert stats[side]["forwarded"] >= 200, stats
         assert 0 <= stats[side]["late_p99_us"] <= stats[side]["late_max_us"], stats
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from testbed.claims_index import claims_path, read_claims
 from testbed.systems.armada import churn_experiment
 
 APPLIED = [{"offset_s": o, "action": a, "target": t, "at": 1000.0 + o, "error": None}
@@ -115,6 +116,11 @@ def test_churn_report_strands_only_on_gone_nodes_and_counts_moves(churn_run: Pat
     assert "det-2 from e02 to e05" in text and "det-3 by det-5" in text
     assert "1 back on a node that rejoined (det-1)" in text
     assert "did not come back" not in text and "placed anew" not in text
+    recorded = read_claims(claims_path(tmp_path / "r" / "churn.md"))
+    assert recorded["paper"].startswith("000") and recorded["command"] == "test"
+    [claim] = recorded["claims"]
+    assert claim["key"] == "A5" and claim["section"] == "Conclusion"
+    assert f"Verdict: **{claim['verdict']}**" in text  # the report's own verdict
 
 
 def test_churn_verdict_follows_the_counts(churn_run: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from testbed.claims_index import claims_path, read_claims
 from testbed.systems.armada import failures_experiment as fx
 from testbed.systems.armada.failover_experiment import failover_conclusion
 from testbed.systems.armada.load_experiment import load_conclusion
@@ -232,6 +233,8 @@ def test_failures_report_explains_the_dip_from_its_measurements(failures_run: Pa
     assert ("Armada's mean latency fell from 70 ms once e03 had failed (1 down) to 40 ms "
             "once e02 had failed (2 down), although one more edge node was down.") in text
     assert "processing at the replica changed most (-30 ms)" in text
+    [claim] = read_claims(claims_path(tmp_path / "r" / "failures.md"))["claims"]
+    assert claim["key"] == "A4" and f"Verdict: **{claim['verdict']}**" in text
     assert "went from e01 2, e02 2 to e01 4" in text
     assert ("In the earlier phase e02 processed its frames slowest: 90 ms on average over "
             "20 frames (2 users), against 20 ms on the other serving nodes.") in text

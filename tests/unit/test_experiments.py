@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from testbed.claims_index import claims_path, read_claims
 from testbed.scenario import load_scenario
 from testbed.systems.offloading import claim_checks, claims
 from testbed.systems.offloading import experiment as offloading
@@ -200,6 +201,11 @@ def test_small_sim_experiment_end_to_end(tmp_path, monkeypatch):
         assert f"## {section}" in text
     assert "hybrid-p5" in text and "edge-first-spill" in text
     assert "not run" in text  # claim 6 needs both executors
+    assert "- **Executors**: simulation: load 0.3, 0.8; edge" in text
+    recorded = read_claims(claims_path(report))
+    assert [c["key"] for c in recorded["claims"]] == [str(n) for n in range(1, 8)]
+    assert recorded["claims"][5]["verdict"] == "not run"
+    assert all(f"## {c['section']}" in text for c in recorded["claims"])
     for name in ("load_sweep.png", "mape.png", "edge_sweep.png", "burst_sim.png",
                  "penalty.png", "decision_time.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testbed.claims_index import claims_path, read_claims
 from testbed.errors import TestbedError
 from testbed.sim.person_search import isolated_analyses, run_stats, simulate
 from testbed.systems.person_search.experiment_sim import (
@@ -22,6 +23,8 @@ from testbed.systems.person_search.experiment_sim import (
     RESULT_NAME,
     SIM_SIZES,
     Reading,
+    SimSize,
+    _replications,
     grid_table,
     policy_spec,
     run_simulation,
@@ -160,6 +163,23 @@ def test_isolated_analyses() -> None:
 # --- the report ------------------------------------------------------------------------------
 
 
+def test_replications_in_worker_processes_equal_the_serial_ones() -> None:
+    """World seeds computed two at a time in worker processes give the tables, rows and
+    order one process gives."""
+    plan = SimSize(targets=20, servers=(10,), ws=(0.001, 0.1), grid_sides=(3,),
+                   world_seeds=2)
+    lines: list[str] = []
+    def timeless(found):  # every row but its own compute time
+        return [(key, [{k: v for k, v in row.items() if k != "wall_s"} for row in rows])
+                for key, rows in found]
+
+    serial = timeless(_replications(plan, 5, lambda _line: None, jobs=1))
+    parallel = timeless(_replications(plan, 5, lines.append, jobs=2))
+    assert parallel == serial
+    assert {r["replication"] for key, rows in serial if key == "fig3" for r in rows} == {0, 1}
+    assert any("2 worker processes" in line for line in lines)
+
+
 def test_simulation_report_small(tmp_path: Path) -> None:
     seeds = 2  # the size's 10 world seeds take minutes; the report's shape is the same
     out = run_simulation(tmp_path / "sim", "small", progress=lambda _line: None,
@@ -191,6 +211,10 @@ def test_simulation_report_small(tmp_path: Path) -> None:
     report = write_simulation_report(out, tmp_path / "docs" / "simulation.md",
                                      "testbed experiment person-search --size small")
     text = report.read_text()
+    recorded = read_claims(claims_path(report))
+    assert [c["key"] for c in recorded["claims"]] == ["P1", "P2", "P3", "P4", "P5", "P6"]
+    assert all(f"### {c['section']}" in text and c["verdict"] for c in recorded["claims"])
+    assert "## Verdicts" in text
     for png in ("simulation-fig3.png", "simulation-fig4.png", "simulation-grid.png"):
         assert (report.parent / png).stat().st_size > 1000
         assert f"]({png})" in text

@@ -27,7 +27,7 @@ from testbed.systems.armada.fleet import (
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, names, plural, verdict
+from testbed.systems.armada.verdicts import Conclusion, names, plural, record_claims, verdict
 
 # ------------------------------------------------------------------ churn
 
@@ -373,4 +373,9 @@ def write_churn_report(out: Path, report: Path, command: str) -> Path:
               "## Conclusion", "", found.paragraph(), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        ("A5",
+         ("under volunteer churn the replicas are re-deployed and the service "
+         "continues"),
+         found)])
     return report

@@ -47,7 +47,7 @@ from testbed.systems.armada.control import (
     wait,
     wait_users,
 )
-from testbed.systems.armada.verdicts import Conclusion, rose_or_fell, verdict
+from testbed.systems.armada.verdicts import Conclusion, record_claims, rose_or_fell, verdict
 
 SCENARIO = "armada-failover"
 REGISTER_TIMEOUT_S = 60.0
@@ -476,4 +476,9 @@ def write_failover_report(run: Path, report: Path, command: str) -> Path:
         "## Conclusion", "", found.paragraph(), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        ("A3",
+         ("a failing edge node costs the SDK user no downtime (it switches to a "
+         "backup)"),
+         found)])
     return report

@@ -26,7 +26,15 @@ from testbed.systems.armada.fleet import (
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, startup_rows, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, count_of, ms, names, plural, verdict
+from testbed.systems.armada.verdicts import (
+    Conclusion,
+    count_of,
+    ms,
+    names,
+    plural,
+    record_claims,
+    verdict,
+)
 
 # ------------------------------------------------------------------ failures
 
@@ -448,4 +456,9 @@ def write_failures_report(out: Path, report: Path, command: str) -> Path:
               " ".join(dip_sentences("Edge-to-Cloud", base)), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        ("A4",
+         ("as edge nodes fail one by one, users stay served at the edge with "
+         "lower latency than Edge-to-Cloud"),
+         found)])
     return report

@@ -25,7 +25,7 @@ from testbed.systems.armada.fleet import (
     run_fleet,
 )
 from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, count_of, plural, verdict
+from testbed.systems.armada.verdicts import Conclusion, count_of, plural, record_claims, verdict
 
 # ------------------------------------------------------------------ background load
 
@@ -193,4 +193,9 @@ def write_load_report(out: Path, report: Path, command: str) -> Path:
               "## Conclusion", "", conclusion.paragraph(), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        ("A6",
+         ("under background load on the serving node the SDK moves the user to "
+         "a faster node"),
+         conclusion)])
     return report

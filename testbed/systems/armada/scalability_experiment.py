@@ -35,6 +35,7 @@ from testbed.systems.armada.verdicts import (
     lower_or_higher,
     names,
     plural,
+    record_claims,
     rose_or_fell,
     verdict,
 )
@@ -529,4 +530,9 @@ def write_scalability_report(out: Path, report: Path, command: str) -> Path:
               *_scaling_sentence(points)]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        (f"A2 ({k})",
+         (f"`{k}` keeps a lower mean latency than the baselines as users and "
+         "nodes grow"),
+         found[k]) for k in SDK])
     return report

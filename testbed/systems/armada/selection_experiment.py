@@ -46,7 +46,7 @@ from testbed.systems.armada.control import (
     start_user,
     wait_users,
 )
-from testbed.systems.armada.verdicts import Conclusion, count_of, verdict
+from testbed.systems.armada.verdicts import Conclusion, count_of, record_claims, verdict
 
 SCENARIO = "armada-selection"
 USER_TIMEOUT_S = 120.0
@@ -377,4 +377,8 @@ def write_selection_report(run: Path, report: Path, command: str) -> Path:
         "## Conclusion", "", found.paragraph(), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    record_claims(report, command, [
+        ("A1",
+         "every user selects its best-performing node, not the nearest",
+         found)])
     return report

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 HOLDS = "holds"
 FAILS = "fails"
@@ -77,3 +78,17 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 def ms(value: float | None) -> str:
     """Milliseconds rounded for a sentence; ``-`` when missing."""
     return "-" if value is None else f"{value:.0f} ms"
+
+
+#: How the claims index names the paper.
+PAPER_NAME = "000: Armada, an edge cloud over volunteer nodes"
+
+
+def record_claims(report: Path, command: str,
+                  judged: Sequence[tuple[str, str, Conclusion]]) -> Path:
+    """Write ``report``'s claims file for the claims index: ``(key, claim, conclusion)``
+    each, the evidence in the report's ``Conclusion`` section."""
+    from testbed.claims_index import Claim, write_claims
+
+    return write_claims(report, PAPER_NAME, command, [
+        Claim(key, claim, found.verdict, "Conclusion") for key, claim, found in judged])

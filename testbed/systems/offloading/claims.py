@@ -20,6 +20,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from testbed.claims_index import Claim, write_claims
 from testbed.systems.offloading.claim_checks import (
     CLAIMS,
     EXECUTOR_TITLES,
@@ -42,6 +43,9 @@ from testbed.systems.offloading.experiment import (
 )
 
 Metrics = Mapping[str, Any]
+
+#: How the claims index names the paper.
+PAPER_NAME = "002: queue-aware offloading across the continuum (Allen-Cunneen + queue observation)"
 
 PAPER = {
     1: "The proposed method significantly reduces mean latency with respect to the static "
@@ -89,15 +93,17 @@ def _sweep_plot(metrics: Metrics, folder: Path, experiment: str, keys: Sequence[
                 log_y: bool = True) -> str:
     """One panel per (metric key, executor): the key against the experiment's x."""
     found = points(metrics, experiment)
-    executors = metrics["executors"]
+    on = {e: [p for p in found if e in point_executors(metrics, p)]
+          for e in metrics["executors"]}
+    executors = [e for e in metrics["executors"] if on[e]]
     figure = Figure(figsize=(5.5 * len(executors), 3.6 * len(keys)))
     for i, key in enumerate(keys):
         for j, executor in enumerate(executors):
             ax = figure.add_subplot(len(keys), len(executors), i * len(executors) + j + 1)
             for policy in policies:
-                ys = [m(p, policy, executor)[key] for p in found]
-                ax.plot([p["x"] for p in found], [math.nan if y is None else y for y in ys],
-                        marker="o", label=policy)
+                ys = [m(p, policy, executor)[key] for p in on[executor]]
+                ax.plot([p["x"] for p in on[executor]],
+                        [math.nan if y is None else y for y in ys], marker="o", label=policy)
             ax.set_title(f"{key} ({EXECUTOR_TITLES[executor]})")
             ax.set_xlabel(xlabel)
             if log_y:
@@ -163,9 +169,14 @@ def _penalty_plot(metrics: Metrics, folder: Path) -> str:
 # --- tables of the experiments -----------------------------------------------------------
 
 
+def _ran_on(metrics: Metrics, experiment: str, executor: str) -> list[Mapping[str, Any]]:
+    """The points of ``experiment`` that ``executor`` replayed."""
+    return [p for p in points(metrics, experiment) if executor in point_executors(metrics, p)]
+
+
 def _experiment_table(metrics: Metrics, experiment: str, executor: str, xname: str) -> str:
     rows = []
-    for p in points(metrics, experiment):
+    for p in _ran_on(metrics, experiment, executor):
         for policy in ALL_POLICIES:
             row = m(p, policy, executor)
             shares = ", ".join(f"{t} {v:.2f}" for t, v in row["tier_share"].items())
@@ -216,6 +227,26 @@ def _poll_model_s(scenario: Mapping[str, Any], size: Mapping[str, Any]) -> float
     return executor["poll_interval_ms"] * size["time_scale"] / 1000.0
 
 
+def _coverage_line(metrics: Metrics) -> str:
+    """Which points each executor replayed, from the points themselves."""
+    names = {"sim": "simulation", "emulation": "emulation"}
+    parts = []
+    for executor in metrics["executors"]:
+        by_sweep: dict[str, list[str]] = {}
+        for p in metrics["points"]:
+            if executor in (p.get("executors") or metrics["executors"]):
+                by_sweep.setdefault(p["experiment"], []).append(f"{p['x']:g}")
+        parts.append(f"{names.get(executor, executor)}: " + "; ".join(
+            f"{sweep} {', '.join(xs) if sweep != 'burst' else ''}".rstrip()
+            for sweep, xs in by_sweep.items()))
+    text = "- **Executors**: " + " | ".join(parts) + "."
+    if len(metrics["executors"]) > 1:
+        text += (" The emulator replays in wall time, so a size emulates a subset of its "
+                 "points (`emulated_sweeps`, `emulation_loads` of the size); every "
+                 "emulated point replays the traces its simulated twin replays.")
+    return text
+
+
 def _setup(metrics: Metrics, command: str) -> str:
     size = metrics["size"]
     runs = metrics["runs"]
@@ -239,6 +270,7 @@ def _setup(metrics: Metrics, command: str) -> str:
         f"{', '.join(f'{x:g}' for x in size['loads'])}; edge workers "
         f"{', '.join(str(x) for x in size['edge_workers'])} at the arrival rate of load "
         f"{size['edge_load']:g}; bursts at load {size['burst_load']:g}: {bursts}."),
+        _coverage_line(metrics),
         ("- **Scenario family** `continuum` (`testbed/scenarios/continuum.yaml`, "
         "`continuum-burst.yaml`): two clients with a local tier each (1 worker, speed 1), "
         "an edge (4 workers, speed 2, RTT 6 ms) and a cloud (16 workers, speed 1.5, RTT "
@@ -338,10 +370,11 @@ def write_report(metrics: Metrics, folder: Path, command: str) -> Path:
     if "penalty" in plots:
         parts.append(f"![penalty]({plots['penalty']})")
     for executor in executors:
-        parts += [f"## Load sweep, {EXECUTOR_TITLES[executor]}",
-                  _experiment_table(metrics, "load", executor, "load"),
-                  f"## Edge-capacity sweep, {EXECUTOR_TITLES[executor]}",
-                  _experiment_table(metrics, "edge", executor, "edge workers")]
+        for experiment, title, xname in (("load", "Load sweep", "load"),
+                                         ("edge", "Edge-capacity sweep", "edge workers")):
+            if _ran_on(metrics, experiment, executor):
+                parts += [f"## {title}, {EXECUTOR_TITLES[executor]}",
+                          _experiment_table(metrics, experiment, executor, xname)]
     parts.append(f"![edge sweep]({plots['edge']})")
     if "sim" in executors and "emulation" in executors:
         parts += ["## Sim-vs-emulation discrepancy",
@@ -350,4 +383,7 @@ def write_report(metrics: Metrics, folder: Path, command: str) -> Path:
                   _gap_table(metrics)]
     path = folder / "README.md"
     path.write_text("\n\n".join(parts) + "\n")
+    write_claims(path, PAPER_NAME, command, [
+        Claim(str(n), TITLES[n], verdict(check.conditions), f"Claim {n}: {TITLES[n]}")
+        for n, check in results.items()])
     return path

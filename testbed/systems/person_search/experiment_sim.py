@@ -24,11 +24,14 @@ Pure: numpy only, no Mininet, aiohttp, docker or matplotlib.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import multiprocessing
+import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -514,8 +517,36 @@ def _replication(plan: SimSize, seed: int, r: int, progress: Progress) -> dict[s
     return out
 
 
+def _quiet_replication(plan: SimSize, seed: int, r: int) -> dict[str, list]:
+    """:func:`_replication` without progress lines (what a worker process runs)."""
+    return _replication(plan, seed, r, lambda _line: None)
+
+
+def _replications(plan: SimSize, seed: int, progress: Progress, jobs: int | None
+                  ) -> Iterator[tuple[str, list]]:
+    """Every replication's ``(table, rows)``, in replication order whatever finishes
+    first, so the result does not depend on ``jobs``. The replications are independent
+    worlds, so up to ``jobs`` (default: the CPU count) run at once in worker processes;
+    one job runs them here."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, plan.world_seeds))
+    if jobs == 1:
+        for r in range(plan.world_seeds):
+            yield from _replication(plan, seed, r, progress).items()
+        return
+    progress(f"== {plan.world_seeds} world seeds on {jobs} worker processes")
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = [pool.submit(_quiet_replication, plan, seed, r)
+                   for r in range(plan.world_seeds)]
+        for r, future in enumerate(futures):
+            tables = future.result()
+            progress(f"== world seed {r + 1}/{plan.world_seeds} done")
+            yield from tables.items()
+
+
 def run_simulation(out: Path, size: str = "full", seed: int = 0,
-                   progress: Progress = print, world_seeds: int | None = None) -> Path:
+                   progress: Progress = print, world_seeds: int | None = None,
+                   jobs: int | None = None) -> Path:
     """Compute every table of ``size`` and write ``out/simulation.json``; return ``out``.
 
     Every table runs once per replication ``r`` in ``range(world_seeds)`` (default: the
@@ -527,7 +558,9 @@ def run_simulation(out: Path, size: str = "full", seed: int = 0,
     :data:`VARIANTS` on the Fig. 3 worlds, its reduction taken against that world's
     random run; ``alone``: each priority label's analyses per search with each search
     alone on idle servers (:func:`isolated_analyses`); ``sensitivity``:
-    :func:`sensitivity_table` on the straight Fig. 3 worlds.
+    :func:`sensitivity_table` on the straight Fig. 3 worlds. Up to ``jobs`` world seeds
+    (default: the CPU count) compute at once in worker processes; the tables are the same
+    for any ``jobs``.
     """
     plan = plan_for(size, SIM_SIZES)
     if world_seeds is not None:
@@ -539,9 +572,8 @@ def run_simulation(out: Path, size: str = "full", seed: int = 0,
     began = time.perf_counter()
     tables: dict[str, list[dict[str, Any]]] = {k: [] for k in (
         "fig3", "fig4", "grid", "variants", "alone", "sensitivity")}
-    for r in range(plan.world_seeds):
-        for key, rows in _replication(plan, seed, r, progress).items():
-            tables[key] += rows
+    for key, rows in _replications(plan, seed, progress, jobs):
+        tables[key] += rows
     doc = {
         "format": FORMAT, "experiment": "person-search-sim", "size": size, "seed": seed,
         "params": {
