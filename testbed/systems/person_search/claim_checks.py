@@ -169,16 +169,24 @@ class _Judge:
                       "change of priority's reduction vs random has its 95 % interval above "
                       "zero", passed, why)
 
+    def above_at_each_n(self, gap_of: Callable[[int, int], float],
+                        text: Callable[[int, Interval], str]) -> tuple[bool, str]:
+        """Whether ``gap_of(n, seed)``'s interval across seeds lies above zero at every
+        N, and the sentence listing ``text(n, interval)`` per N and the misses."""
+        misses, parts = [], []
+        for n in self.data.servers:
+            gap = self.data.per_seed(lambda r, n=n: gap_of(n, r))
+            parts.append(text(n, gap))
+            if not _above(gap):
+                misses.append(f"N = {n}")
+        return not misses, f"{'; '.join(parts)} (not larger: {_listing(misses)})"
+
     def movement(self) -> Judged:
         def one(acc: str, label: str) -> tuple[bool, str]:
-            misses, gaps = [], []
-            for n in self.data.servers:
-                gap = self.data.per_seed(lambda r, n=n: self.red(acc, "normal", n, label, r)
-                                         - self.red(acc, "straight", n, label, r))
-                gaps.append(f"N = {n}: {points(gap)}")
-                if not _above(gap):
-                    misses.append(f"N = {n}")
-            return not misses, f"{'; '.join(gaps)} (not larger: {_listing(misses)})"
+            return self.above_at_each_n(
+                lambda n, r: self.red(acc, "normal", n, label, r)
+                - self.red(acc, "straight", n, label, r),
+                lambda n, gap: f"N = {n}: {points(gap)}")
         passed, why = self.each(one)
         return Judged("P4", "priority's reduction is larger under normal than straight "
                             "movement at every N",
@@ -190,16 +198,12 @@ class _Judge:
 
     def sensitivity(self) -> Judged:
         def one(acc: str, label: str) -> tuple[bool, str]:
-            misses, gaps = [], []
-            for n in self.data.servers:
-                gap = self.data.per_seed(lambda r, n=n: self.variation(
-                    acc, "straight", n, label, r) - self.variation(acc, "normal", n, label, r))
-                normal = self.data.variation(acc, "normal", n, label)
-                straight = self.data.variation(acc, "straight", n, label)
-                gaps.append(f"N = {n}: {pm(normal, 2)}x normal, {pm(straight, 2)}x straight")
-                if not _above(gap):
-                    misses.append(f"N = {n}")
-            return not misses, f"{'; '.join(gaps)} (not larger: {_listing(misses)})"
+            return self.above_at_each_n(
+                lambda n, r: self.variation(acc, "straight", n, label, r)
+                - self.variation(acc, "normal", n, label, r),
+                lambda n, _gap: (f"N = {n}: {pm(self.data.variation(acc, 'normal', n, label), 2)}x "
+                                 f"normal, {pm(self.data.variation(acc, 'straight', n, label), 2)}x "
+                                 "straight"))
         passed, why = self.each(one)
         return Judged("P5", "w moves the total more under straight movement (7.7x) than "
                             "under normal movement (1.6x)",
