@@ -49,6 +49,9 @@ class _Stub:
             return [1.0, 1.2, 1.6 + 0.01 * r, 1.3]
         return [1.0, 3.0, 7.7 + 0.01 * r, 5.0] if r != 0 else [1.0, 7.9, 7.7, 5.0]
 
+    def peak(self, acc: str, mv: str, n: int, policy: str) -> str:
+        return "0.3 (3 of 4)"
+
     def variation(self, acc: str, mv: str, n: int, policy: str):
         return self.per_seed(lambda r: max(self.seed_curve(acc, mv, n, policy, r))
                              / min(self.seed_curve(acc, mv, n, policy, r)))

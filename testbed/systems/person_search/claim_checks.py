@@ -113,7 +113,8 @@ class _Judge:
                 gap = self.data.per_seed(lambda r, mv=mv, n=n: self.total(acc, mv, n, label, r)
                                          - min(self.total(acc, mv, n, b, r) for b in BASELINES))
                 if not _below(gap):
-                    misses.append(f"{mv} N = {n} ({pm(gap, 2, 1e-6)} x 10^6 s)")
+                    misses.append(f"{mv} N = {n} (priority minus the better baseline: "
+                                  f"{pm(gap, 2, 1e-6)} x 10^6 s)")
             won = len(self.conds) - len(misses)
             return not misses, (f"lower in {won} of {len(self.conds)} conditions; not lower "
                                 f"in: {_listing(misses)}")
@@ -224,7 +225,8 @@ class _Judge:
             for n in self.data.servers:
                 at = sum(self.data.ws[int(np.argmax(self.data.seed_curve(
                     acc, "straight", n, label, r)))] == PEAK_W for r in self.data.reps)
-                counts.append(f"N = {n}: {at} of {self.data.n}")
+                counts.append(f"N = {n}: {at} of {self.data.n} (most often at w = "
+                              f"{self.data.peak(acc, 'straight', n, label)})")
                 if 2 * at <= self.data.n:
                     misses.append(f"N = {n}")
             return not misses, (f"world seeds peaking at w = {PEAK_W:g}: {'; '.join(counts)} "
