@@ -105,7 +105,7 @@ def test_servers_keep_the_papers_response_rule(searched: Path) -> None:
 def test_traces_have_one_row_per_search_and_the_report_compares(searched: Path,
                                                                  tmp_path: Path) -> None:
     for movement in PLAN.movements:
-        point = searched / point_name(PLAN.servers[0], movement)
+        point = searched / point_name(PLAN.servers[0], movement) / "w00"  # world seed 0
         for executor in ("emulation", "sim"):
             df = read_traces(point / executor)
             assert len(df) == PLAN.targets * len(PLAN.policies)
@@ -121,3 +121,14 @@ def test_traces_have_one_row_per_search_and_the_report_compares(searched: Path,
     assert "| 10 | normal | priority |" in text and "| 10 | straight | random |" in text
     assert "Where emulation and simulation differ" in text
     assert (tmp_path / "emulation.png").stat().st_size > 0
+
+
+def test_rows_name_their_world_and_a_rerun_keeps_every_finished_run(searched: Path) -> None:
+    before = (searched / RESULT_NAME).read_text()
+    for r in _results(searched):
+        assert r["replication"] in range(PLAN.world_seeds) and r["world_seed"] == PLAN.seed
+    lines: list[str] = []
+    run_emulation("small", searched, progress=lines.append)
+    kept = [line for line in lines if "finished before, kept" in line]
+    assert len(kept) == 2 * len(PLAN.movements) * PLAN.world_seeds  # both executors
+    assert (searched / RESULT_NAME).read_text() == before

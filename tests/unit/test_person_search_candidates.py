@@ -277,3 +277,34 @@ def test_emulation_report_prints_the_reading_beside_every_number(tmp_path: Path,
         "unanalysed)" in text
     assert "off the simulated ones (over every row of the table; readings: priority: plain " \
         "accounting, Eq. 1 with Tc, candidates unanalysed" in text
+
+
+def test_emulation_report_over_world_seeds_pairs_within_each_world(tmp_path: Path) -> None:
+    """Two worlds of one point: every number is a mean over them with its interval, and a
+    reduction is taken against random of the same world before averaging."""
+    folder = emulation_folder(tmp_path / "out", with_reading=True)
+    table = json.loads((folder / "person_search.json").read_text())
+    rows = table["points"][0]["results"]
+    second = []
+    for row in rows:
+        twin = {**row, "replication": 1, "world_seed": 99}
+        scale = 2.0 if row["policy"] == "random" else 1.0  # random twice as slow there
+        twin["emulated_total_s"] = row["emulated_total_s"] * scale
+        twin["simulated_total_s"] = row["simulated_total_s"] * scale
+        twin["discrepancy"] = twin["emulated_total_s"] / twin["simulated_total_s"] - 1.0
+        second.append(twin)
+    table["points"][0]["results"] = [{**r, "replication": 0, "world_seed": 7} for r in rows] \
+        + second
+    table["points"][0]["runs"] = {"normal": [
+        {"replication": 0, "world_seed": 7, "emulation": "n010-normal/emulation"},
+        {"replication": 1, "world_seed": 99, "emulation": "n010-normal/emulation"}]}
+    (folder / "person_search.json").write_text(json.dumps(table))
+    text = write_emulation_report(folder, tmp_path / "emulation.md", "test").read_text()
+    assert "each of 2 independent worlds (n = 2 world seeds per point" in text
+    priority = next(line for line in text.splitlines()
+                    if line.startswith("| 10 | normal | priority |"))
+    cells = priority.split(" | ")
+    assert cells[4] == "2" and cells[5].startswith("110 ± 0")
+    # reductions 1 - 110/52 and 1 - 110/104, averaged: -0.5096; not 1 - 110/78
+    mean = ((1 - 110.0 / 52.0) + (1 - 110.0 / 104.0)) / 2
+    assert cells[9].startswith(f"{mean:+.1%} ± ")

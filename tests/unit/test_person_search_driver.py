@@ -94,10 +94,14 @@ def test_reductions_are_relative_to_random_of_the_same_point() -> None:
     results = [{"servers": 10, "movement": "normal", "policy": p, "total": t}
                for p, t in (("random", 100.0), ("priority", 40.0), ("load-balance", 95.0))]
     results.append({"servers": 50, "movement": "normal", "policy": "random", "total": 7.0})
+    # another world of the first point: compared with its own random run
+    results += [{"servers": 10, "movement": "normal", "policy": p, "total": t,
+                 "replication": 1} for p, t in (("random", 50.0), ("priority", 40.0))]
     red = reductions(results, "total")
-    assert red[(10, "normal")]["priority"] == pytest.approx(0.6)
-    assert red[(10, "normal")]["load-balance"] == pytest.approx(0.05)
-    assert red[(50, "normal")] == {"random": 0.0}
+    assert red[(10, "normal", 0)]["priority"] == pytest.approx(0.6)
+    assert red[(10, "normal", 0)]["load-balance"] == pytest.approx(0.05)
+    assert red[(10, "normal", 1)]["priority"] == pytest.approx(0.2)
+    assert red[(50, "normal", 0)] == {"random": 0.0}
 
 
 def test_sizes_cover_the_issue() -> None:

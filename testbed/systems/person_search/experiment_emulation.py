@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from testbed.systems.person_search.experiment import plan_for
-from testbed.systems.person_search.experiment_sim import MOVEMENTS, POLICY_LABELS, policy_spec
+from testbed.systems.person_search.experiment_sim import (
+    MOVEMENTS,
+    POLICY_LABELS,
+    policy_spec,
+    world_seed,
+)
 
 Progress = Callable[[str], None]
 RESULT_NAME = "person_search.json"
@@ -43,6 +49,10 @@ class SearchSize:
     #: the compared policy labels (both candidate-set rules of the priority policy)
     policies: tuple[str, ...] = POLICY_LABELS
     seed: int = 0
+    #: independent worlds per (N, movement) point, seeded as the simulator's report
+    #: seeds its replications (:func:`~testbed.systems.person_search.experiment_sim.
+    #: world_seed` of ``seed``), so replication r here is replication r's world there
+    world_seeds: int = 1
 
     def __post_init__(self) -> None:
         """Refuse a plan without one time scale per server count."""
@@ -56,7 +66,8 @@ class SearchSize:
 
 
 SIZES = {"small": SearchSize(servers=(10,), targets=100, time_scales=(200.0,)),
-         "full": SearchSize(servers=(10, 50), targets=1000, time_scales=(500.0, 100.0))}
+         "full": SearchSize(servers=(10, 50), targets=1000, time_scales=(500.0, 100.0),
+                            world_seeds=10)}
 
 
 def point_name(servers: int, movement: str) -> str:
@@ -74,19 +85,31 @@ def policy_entry(label: str) -> str | dict[str, Any]:
     return {"name": name, "label": label, "params": params}
 
 
-def point_document(servers: int, movement: str, plan: SearchSize) -> dict[str, Any]:
-    """The scenario document of one point: the ``person-search`` builder and its params,
-    and every compared policy as a scenario policy entry (:func:`policy_entry`)."""
+def replication_seed(plan: SearchSize, servers: int, movement: str, replication: int) -> int:
+    """The world seed of one replication of a point: ``plan.seed`` itself for a plan of
+    one world (the worlds of results written before replications), else the simulator
+    report's seed of that replication's world."""
+    if plan.world_seeds == 1:
+        return plan.seed
+    return world_seed(plan.seed, "line", movement, servers, replication)
+
+
+def point_document(servers: int, movement: str, plan: SearchSize,
+                   seed: int | None = None) -> dict[str, Any]:
+    """The scenario document of one point: the ``person-search`` builder and its params
+    (the world seeded by ``seed``, default ``plan.seed``), and every compared policy as a
+    scenario policy entry (:func:`policy_entry`)."""
     return {"name": "person-search",
             "build": {"builder": "person-search",
                       "params": {"servers": servers, "targets": plan.targets,
                                  "movement": movement, "time_scale": plan.time_scale(servers),
-                                 "seed": plan.seed}},
+                                 "seed": plan.seed if seed is None else seed}},
             "policies": [policy_entry(label) for label in plan.policies]}
 
 
 def compare(servers: int, movement: str, emulated: Mapping[str, Any],
-            simulated: Mapping[str, Any]) -> list[dict[str, Any]]:
+            simulated: Mapping[str, Any], replication: int = 0,
+            seed: int | None = None) -> list[dict[str, Any]]:
     """Each policy's emulated replay beside its simulated twin (``metadata.json`` of the
     two runs of one point): totals, analyses, makespans, discrepancy, overheads, and the
     policy entry and reading of the paper the replay ran under."""
@@ -99,6 +122,7 @@ def compare(servers: int, movement: str, emulated: Mapping[str, Any],
                                       "round_trip_overhead_ms_p95", "timer_lateness_ms_mean",
                                       "decision_us_mean")}
         out.append({"servers": servers, "movement": movement, "policy": e["policy"],
+                    "replication": replication, "world_seed": seed,
                     **{k: e[k] for k in ("policy_name", "policy_params", "reading") if k in e},
                     "time_scale": time_scale, "repetition": e["repetition"],
                     "policy_seed": e["policy_seed"], "targets": e["targets"],
@@ -113,12 +137,28 @@ def compare(servers: int, movement: str, emulated: Mapping[str, Any],
     return out
 
 
+def _run_once(scenario: Any, folder: Path, executor: str, progress: Progress,
+              ledger_root: Path | None) -> Path:
+    """``scenario`` run into ``folder`` by ``executor``, unless an earlier attempt
+    finished it there (its ``metadata.json`` written last); what a stopped attempt left
+    is removed first."""
+    from testbed.runner import run_scenario
+
+    if (folder / "metadata.json").is_file():
+        progress(f"  {folder}: finished before, kept")
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    return run_scenario(scenario, folder, executor, progress, ledger_root)
+
+
 def run_emulation(size: str, out: Path, progress: Progress = print,
                   ledger_root: Path | None = None) -> Path:
-    """Every (N, movement) point of ``size`` in emulation and in the simulator
-    (``out/<point>/emulation`` and ``out/<point>/sim``, standard results folders); the
-    comparison table in ``out/person_search.json``."""
-    from testbed.runner import run_scenario
+    """Every (N, movement) point of ``size``, once per world seed, in emulation and in
+    the simulator (``out/<point>/w<rr>/emulation`` and ``.../sim``, standard results
+    folders); the comparison table in ``out/person_search.json``, a row per point,
+    world seed and policy. Re-run into the same ``out``, it keeps every run an earlier
+    attempt finished."""
     from testbed.scenario.loader import scenario_from_dict
     from testbed.systems.person_search.driver import combined_host
 
@@ -129,24 +169,32 @@ def run_emulation(size: str, out: Path, progress: Progress = print,
         progress(f"== {n} edge servers, {plan.targets} searches")
         results: list[dict[str, Any]] = []
         hosts: list[dict[str, Any]] = []
-        runs: dict[str, dict[str, str]] = {}
+        runs: dict[str, list[dict[str, Any]]] = {}
         for movement in plan.movements:
             name = point_name(n, movement)
-            scenario = scenario_from_dict(point_document(n, movement, plan),
-                                          source=f"<person-search N={n} {movement}>")
-            folders = {executor: run_scenario(scenario, out / name / executor, executor,
-                                              progress, ledger_root)
-                       for executor in ("emulation", "sim")}
-            meta = {e: json.loads((f / "metadata.json").read_text())
-                    for e, f in folders.items()}
-            point = compare(n, movement, meta["emulation"], meta["sim"])
-            results += point
-            hosts += [r["host"] for r in meta["emulation"]["driver"]["replays"]]
-            runs[movement] = {e: str(f.relative_to(out)) for e, f in folders.items()}
-            for r in point:
-                progress(f"  {movement}/{r['policy']}: total {r['emulated_total_s']:.0f} s "
-                         f"emulated, {r['simulated_total_s']:.0f} s simulated "
-                         f"({r['discrepancy']:+.1%}), {r['wall_s']:.1f} s wall")
+            runs[movement] = []
+            for r in range(plan.world_seeds):
+                seed = replication_seed(plan, n, movement, r)
+                folder = out / name / f"w{r:02d}"
+                scenario = scenario_from_dict(
+                    point_document(n, movement, plan, seed),
+                    source=f"<person-search N={n} {movement} world seed {seed}>")
+                folders = {executor: _run_once(scenario, folder / executor, executor,
+                                               progress, ledger_root)
+                           for executor in ("emulation", "sim")}
+                meta = {e: json.loads((f / "metadata.json").read_text())
+                        for e, f in folders.items()}
+                point = compare(n, movement, meta["emulation"], meta["sim"], r, seed)
+                results += point
+                hosts += [x["host"] for x in meta["emulation"]["driver"]["replays"]]
+                runs[movement].append({"replication": r, "world_seed": seed,
+                                       **{e: str(f.relative_to(out))
+                                          for e, f in folders.items()}})
+                for row in point:
+                    progress(f"  {movement} world {r + 1}/{plan.world_seeds}/{row['policy']}: "
+                             f"total {row['emulated_total_s']:.0f} s emulated, "
+                             f"{row['simulated_total_s']:.0f} s simulated "
+                             f"({row['discrepancy']:+.1%}), {row['wall_s']:.1f} s wall")
         host = combined_host(hosts)
         if host is not None:
             progress(f"host CPU idle {host['idle_share']:.0%}"

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.experiments.emulated import host_line, report_header, save_figure
+from testbed.stats import Interval, replication_interval
 from testbed.systems.person_search.builders import DEFAULTS as BUILDER_DEFAULTS
 from testbed.systems.person_search.experiment_emulation import RESULT_NAME as EMULATION_RESULT
 from testbed.systems.person_search.model import reading
+from testbed.systems.person_search.replicated import half, pm
 from testbed.systems.person_search.sim_report import write_simulation_report
 
 __all__ = ["reductions", "row_reading", "write_emulation_report", "write_simulation_report"]
@@ -38,16 +40,56 @@ LEGACY_ACCOUNTING = "plain"
 # ------------------------------------------------------------------ the emulated comparison
 
 
-def reductions(results: Sequence[Mapping[str, Any]], key: str) -> dict[tuple[int, str], dict[str, float]]:
-    """Per (servers, movement): each policy's reduction of ``key`` against random,
-    ``1 - total / random's total`` (negative: longer than random)."""
-    out: dict[tuple[int, str], dict[str, float]] = {}
+def reductions(results: Sequence[Mapping[str, Any]], key: str
+               ) -> dict[tuple[int, str, int], dict[str, float]]:
+    """Per (servers, movement, replication): each policy's reduction of ``key`` against
+    random on the same world, ``1 - total / random's total`` (negative: longer than
+    random). Rows without a replication are replication 0."""
+    def where(r: Mapping[str, Any]) -> tuple[int, str, int]:
+        return (r["servers"], r["movement"], int(r.get("replication", 0)))
+
+    base = {where(r): r[key] for r in results if r["policy"] == "random"}
+    out: dict[tuple[int, str, int], dict[str, float]] = {}
     for r in results:
-        base = next((b[key] for b in results if b["servers"] == r["servers"]
-                     and b["movement"] == r["movement"] and b["policy"] == "random"), None)
-        if base:
-            out.setdefault((r["servers"], r["movement"]), {})[r["policy"]] = 1.0 - r[key] / base
+        if base.get(where(r)):
+            out.setdefault(where(r), {})[r["policy"]] = 1.0 - r[key] / base[where(r)]
     return out
+
+
+def _groups(results: Sequence[Mapping[str, Any]]
+            ) -> dict[tuple[int, str, str], list[Mapping[str, Any]]]:
+    """The rows of each (servers, movement, policy), one per world seed, in table order."""
+    out: dict[tuple[int, str, str], list[Mapping[str, Any]]] = {}
+    for r in results:
+        out.setdefault((r["servers"], r["movement"], r["policy"]), []).append(r)
+    return out
+
+
+def _over_seeds(rows: Sequence[Mapping[str, Any]], value: Any) -> Interval:
+    """Mean and 95 % t-interval across the world seeds of ``value(row)`` (a key or a
+    function of the row)."""
+    get = value if callable(value) else (lambda r: r[value])
+    return replication_interval([float(get(r)) for r in rows])
+
+
+def _reduction_of(results: Sequence[Mapping[str, Any]], key: str,
+                  group: tuple[int, str, str]) -> Interval | None:
+    """A group's reduction against random across world seeds (None for random)."""
+    n, movement, policy = group
+    if policy == "random":
+        return None
+    red = reductions(results, key)
+    values = [v[policy] for (s, m, _r), v in sorted(red.items())
+              if s == n and m == movement and policy in v]
+    return replication_interval(values) if values else None
+
+
+def _share(interval: Interval | None) -> str:
+    """A signed share, ``+4.1%`` or ``+4.1% ± 0.3%`` with an interval."""
+    if interval is None or interval.estimate is None:
+        return "-"
+    h = half(interval)
+    return f"{interval.estimate:+.1%}" + ("" if h is None else f" ± {h:.1%}")
 
 
 # ------------------------------------------------------------------ report
@@ -64,24 +106,27 @@ def _plot_emulation(results: Sequence[Mapping[str, Any]], png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["servers"], r["movement"]) for r in results})
-    policies = list(dict.fromkeys(r["policy"] for r in results))
-    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(groups)), 4))
+    groups = _groups(results)
+    points = sorted({(n, m) for n, m, _ in groups})
+    policies = list(dict.fromkeys(p for _, _, p in groups))
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(points)), 4))
     width = 0.8 / (2 * len(policies))
     for i, policy in enumerate(policies):
         for j, (key, hatch) in enumerate((("emulated_total_s", ""),
                                           ("simulated_total_s", "//"))):
-            xs, ys = [], []
-            for g, (n, movement) in enumerate(groups):
-                r = next((r for r in results if r["servers"] == n
-                          and r["movement"] == movement and r["policy"] == policy), None)
-                if r is not None:
+            xs, ys, errs = [], [], []
+            for g, (n, movement) in enumerate(points):
+                rows = groups.get((n, movement, policy))
+                if rows:
+                    found = _over_seeds(rows, key)
                     xs.append(g + (2 * i + j - len(policies) + 0.5) * width)
-                    ys.append(r[key])
-            ax.bar(xs, ys, width, color=f"C{i}", hatch=hatch, edgecolor="black",
-                   linewidth=0.4, label=f"{policy} ({'emulated' if j == 0 else 'simulated'})")
-    ax.set_xticks(range(len(groups)), [f"N={n}\n{m}" for n, m in groups])
-    ax.set_ylabel("total response time (model s)")
+                    ys.append(found.estimate)
+                    errs.append(half(found) or 0.0)
+            ax.bar(xs, ys, width, yerr=errs, color=f"C{i}", hatch=hatch, edgecolor="black",
+                   linewidth=0.4, capsize=2,
+                   label=f"{policy} ({'emulated' if j == 0 else 'simulated'})")
+    ax.set_xticks(range(len(points)), [f"N={n}\n{m}" for n, m in points])
+    ax.set_ylabel("total response time (model s), mean over world seeds")
     ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, png)
 
@@ -99,22 +144,24 @@ def row_reading(result: Mapping[str, Any]) -> str:
 
 
 def _emulation_rows(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The table of emulated totals beside simulated ones, each row with its reading."""
-    emu_red = reductions(results, "emulated_total_s")
-    sim_red = reductions(results, "simulated_total_s")
-    lines = [("| N | movement | policy | reading (Eq. 7-8, Eq. 1, candidate set) | emulated "
-              "| simulated | emulated / simulated - 1 | analyses (emu / sim) | reduction "
-              "(emu) | reduction (sim) |"), "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        key = (r["servers"], r["movement"])
-        e = emu_red.get(key, {}).get(r["policy"])
-        s = sim_red.get(key, {}).get(r["policy"])
+    """The table of emulated totals beside simulated ones, a row per (N, movement,
+    policy) with its reading and its number of world seeds; every number the mean over
+    those seeds (± the half-width of its 95 % t-interval when there are several)."""
+    lines = [("| N | movement | policy | reading (Eq. 7-8, Eq. 1, candidate set) | world "
+              "seeds | emulated | simulated | emulated / simulated - 1 | analyses (emu / "
+              "sim) | reduction (emu) | reduction (sim) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for group, rows in _groups(results).items():
+        n, movement, policy = group
         lines.append(
-            f"| {r['servers']} | {r['movement']} | {r['policy']} | {row_reading(r)} | "
-            f"{r['emulated_total_s']:.0f} | {r['simulated_total_s']:.0f} | "
-            f"{r['discrepancy']:+.1%} | {r['emulated_analyses']} / {r['simulated_analyses']} | "
-            + ("-" if r["policy"] == "random" or e is None else f"{e:+.1%}") + " | "
-            + ("-" if r["policy"] == "random" or s is None else f"{s:+.1%}") + " |")
+            f"| {n} | {movement} | {policy} | {row_reading(rows[0])} | {len(rows)} | "
+            f"{pm(_over_seeds(rows, 'emulated_total_s'), 0)} | "
+            f"{pm(_over_seeds(rows, 'simulated_total_s'), 0)} | "
+            f"{_share(_over_seeds(rows, 'discrepancy'))} | "
+            f"{pm(_over_seeds(rows, 'emulated_analyses'), 0)} / "
+            f"{pm(_over_seeds(rows, 'simulated_analyses'), 0)} | "
+            f"{_share(_reduction_of(results, 'emulated_total_s', group))} | "
+            f"{_share(_reduction_of(results, 'simulated_total_s', group))} |")
     return lines
 
 
@@ -129,13 +176,24 @@ def _readings_line(results: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _paper_cell(results: Sequence[Mapping[str, Any]]) -> str:
-    """This run's emulated reductions, each with its reading."""
-    emu_red = reductions(results, "emulated_total_s")
+    """This run's emulated reductions (means over world seeds), each with its reading."""
     read = {r["policy"]: row_reading(r) for r in results}
-    return "; ".join(
-        f"N = {n} {m}: " + ", ".join(f"{p} {v:+.1%} ({read[p]})"
-                                     for p, v in emu_red[(n, m)].items() if p != "random")
-        + " reduction against random (emulated)" for n, m in sorted(emu_red))
+    by_point: dict[tuple[int, str], list[str]] = {}
+    for group in _groups(results):
+        found = _reduction_of(results, "emulated_total_s", group)
+        if found is not None:
+            by_point.setdefault(group[:2], []).append(
+                f"{group[2]} {_share(found)} ({read[group[2]]})")
+    return "; ".join(f"N = {n} {m}: " + ", ".join(items)
+                     + " reduction against random (emulated)"
+                     for (n, m), items in sorted(by_point.items()))
+
+
+def _first_run(point: Mapping[str, Any], movement: str) -> str:
+    """The first emulated run folder of a point's movement (``runs`` lists one entry per
+    world seed; results written before that hold one mapping)."""
+    runs = point["runs"][movement]
+    return (runs[0] if isinstance(runs, list) else runs)["emulation"]
 
 
 def write_emulation_report(out: Path, report: Path, command: str) -> Path:
@@ -147,7 +205,8 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
     plan = table["plan"]
     points = table["points"]
     results = [r for p in points for r in p["results"]]
-    first = points[0]["runs"][plan["movements"][0]]["emulation"]
+    first = _first_run(points[0], plan["movements"][0])
+    worlds = len({int(r.get("replication", 0)) for r in results})
     png = _plot_emulation(results, report.with_name("emulation.png"))
     scales = "; ".join(f"N = {p['servers']}: time_scale {p['time_scale']:g}, Tc = "
                        f"{10.0 / p['time_scale'] * 1e3:g} ms of wall time" for p in points)
@@ -159,8 +218,15 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
             f"{plan['targets']} searches per run, N = {', '.join(map(str, plan['servers']))}; "
             "every point is two `testbed run` results folders of the `person-search` "
             "scenario, one per executor (listed under `runs` in `person_search.json`), on "
-            f"one world (workload seed {plan.get('seed', 0)}; n = 1 world seed: the "
-            "simulator's intervals over many world seeds are in `simulation.md`).",
+            + (f"one world (workload seed {plan.get('seed', 0)}; n = 1 world seed: the "
+               "simulator's intervals over many world seeds are in `simulation.md`)."
+               if worlds == 1 else
+               f"each of {worlds} independent worlds (n = {worlds} world seeds per point, "
+               "the worlds of the simulator report's replications 0 to "
+               f"{worlds - 1}); every number is the mean over the world seeds ± the "
+               "half-width of its 95 % t-interval across them, and every difference "
+               "(emulated / simulated, reductions against random) is taken within a "
+               "world first."),
             size=table["size"]),
         (f"**Readings.** Every number below was produced under the reading of the paper "
          f"named beside it; the policies ran under: {readings}. Accounting is the reading "
@@ -196,7 +262,7 @@ def _emulation_text(results: Sequence[Mapping[str, Any]],
                     points: Sequence[Mapping[str, Any]], readings: str) -> list[str]:
     """The report's text after its table: the paper beside ours, why they differ, host."""
     found = all(r["all_found"] for r in results)
-    disc = [r["discrepancy"] for r in results]
+    disc = [_over_seeds(rows, "discrepancy").estimate for rows in _groups(results).values()]
     trips = [r["round_trip_overhead_ms_mean"] for r in results
              if r["round_trip_overhead_ms_mean"] is not None]
     served = [r["analysis_ms_mean"] for r in results if r.get("analysis_ms_mean") is not None]
