@@ -81,7 +81,7 @@ def read_claims(path: Path) -> dict[str, Any]:
 
 def render_index(root: Path) -> str:
     """The index of every claims file under ``root``, grouped by paper (in name order),
-    each paper's reports in path order."""
+    each paper's claims in key order and its reports' commands in path order."""
     files = sorted(root.rglob("*" + SUFFIX))
     if not files:
         raise TestbedError(f"{root}: no *{SUFFIX} file under it (a report writes one "
@@ -97,16 +97,35 @@ def render_index(root: Path) -> str:
              "conditions named. Follow a link for the numbers, the rule and why."), ""]
     for paper in sorted(by_paper):
         lines += [f"## {paper}", "", "| claim | verdict | evidence |", "|---|---|---|"]
-        commands = []
+        commands, rows = [], []
         for path, doc in by_paper[paper]:
             report = path.with_name(doc["report"]).relative_to(root).as_posix()
             commands.append(f"- [{report}]({report}): `{doc['command']}`")
             for c in doc["claims"]:
                 link = f"[{report}]({report}#{anchor(c['section'])})"
-                lines.append(f"| {c['key']}. {_cell(c['claim'])} | {_cell(c['verdict'])} "
-                             f"| {link} |")
+                rows.append((c["key"], (f"| {c['key']}. {_cell(c['claim'])} | "
+                                       f"{_cell(c['verdict'])} | {link} |")))
+        lines += [row for _key, row in sorted(rows)]
         lines += ["", "Commands:", "", *commands, ""]
+    judged = {path.with_name(read_claims(path)["report"]) for path in files}
+    others = [md for md in sorted(root.rglob("*.md"))
+              if md not in judged and md != root / INDEX_NAME]
+    if others:
+        lines += ["## Reports that judge no claim", "",
+                  ("Measurements without a claims file: a report written before its writer "
+                   "recorded verdicts, or one whose paper states no claim for it (its text "
+                   "says which)."), "",
+                  *(f"- [{md.relative_to(root).as_posix()}]({md.relative_to(root).as_posix()}):"
+                    f" {_title(md)}" for md in others), ""]
     return "\n".join(lines)
+
+
+def _title(report: Path) -> str:
+    """The first heading of a Markdown report."""
+    for line in report.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return report.stem
 
 
 def _cell(text: str) -> str:

@@ -43,6 +43,19 @@ def test_index_groups_claims_by_paper_with_links_and_commands(tmp_path: Path) ->
     assert "| 2. z \\| w | holds only for sim |" in text  # a pipe stays inside its cell
     assert "- [b/README.md](b/README.md): `testbed experiment two`" in text
     assert write_index(tmp_path).read_text() == text
+    assert "Reports that judge no claim" not in text
+
+
+def test_reports_without_claims_are_listed_apart(tmp_path: Path) -> None:
+    _two_papers(tmp_path)
+    (tmp_path / "a" / "one.md").write_text("# One\n")
+    (tmp_path / "a" / "storage.md").write_text("intro\n# Storage layer\n")
+    text = render_index(tmp_path)
+    assert "## Reports that judge no claim" in text
+    assert "- [a/storage.md](a/storage.md): Storage layer" in text
+    assert "- [a/one.md]" not in text.split("judge no claim")[1]  # it has claims
+    write_index(tmp_path)
+    assert "README.md" not in render_index(tmp_path).split("judge no claim")[1]
 
 
 def test_anchor_follows_the_renderers_rule() -> None:
