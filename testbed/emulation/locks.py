@@ -50,13 +50,42 @@ def _write_holder(fd: int, run: str) -> None:
                    + "\n").encode(), 0)
 
 
-def holder(path: Path) -> str:
-    """Who holds (or last held) the lock ``path``: ``run R (pid N)``, or ``unknown``."""
+#: How long :func:`holder` waits for a new holder to write its line.
+HOLDER_WAIT_S = 1.0
+
+
+def _holder_line(path: Path) -> tuple[str, int] | None:
+    """The (run, pid) the lock file's first line names, if it names one."""
     try:
         info = json.loads(Path(path).read_text().splitlines()[0])
-        return f"run {info['run']} (pid {info['pid']})"
+        return str(info["run"]), int(info["pid"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return "unknown"
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder(path: Path, wait_s: float = HOLDER_WAIT_S) -> str:
+    """Who holds (or last held) the lock ``path``: ``run R (pid N)``, or ``unknown``.
+
+    A holder writes its line just after it takes the lock, so a run that meets the lock
+    in between finds the file empty or still naming an ended holder: it waits (up to
+    ``wait_s``) for a line naming a live process before settling for what it found.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = _holder_line(path)
+        if (found is not None and _alive(found[1])) or time.monotonic() >= deadline:
+            return "unknown" if found is None else f"run {found[0]} (pid {found[1]})"
+        time.sleep(0.01)
 
 
 def say(line: str) -> None:

@@ -5,6 +5,7 @@ Real ``flock`` locks between real processes, on temporary files; no root needed.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,23 @@ def test_created_lock_file_is_locked_and_exclusive(tmp_path: Path) -> None:
     probe = locks.lock_if_free(path)
     assert probe is not None
     os.close(probe)
+
+
+def test_holder_waits_for_the_line_of_a_holder_that_just_took_the_lock(tmp_path: Path) -> None:
+    """Between a holder's flock and its line the file is empty, or names an ended
+    holder: the busy message must still name the live one once it has written."""
+    import threading
+
+    from testbed.emulation import locks
+
+    path = tmp_path / "thing.lock"
+    path.write_text('{"run": "ended-run", "pid": 999999999, "since": 0}\n')  # stale line
+    writer = threading.Timer(0.2, lambda: path.write_text(
+        json.dumps({"run": "live-run", "pid": os.getpid(), "since": 1}) + "\n"))
+    writer.start()
+    try:
+        assert locks.holder(path) == f"run live-run (pid {os.getpid()})"
+    finally:
+        writer.join()
+    path.write_text("")
+    assert locks.holder(path, wait_s=0.05) == "unknown"  # nobody ever wrote: bounded wait
