@@ -14,15 +14,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testbed.errors import TestbedError
 
 FORMAT = 1
 SUFFIX = ".claims.json"
 INDEX_NAME = "README.md"
+HOLDS = "holds"
+FAILS = "fails"
+NOT_RUN = "not run"
+HOLDS_ONLY_FOR = "holds only for "
+
+Check = TypeVar("Check")
+
+
+def verdict(checks: Iterable[tuple[Check, bool]], *, empty: str = NOT_RUN,
+            name: Callable[[list[Check]], str] = ", ".join) -> str:  # type: ignore[assignment]
+    """The one verdict rule every report applies to a claim's checks (name, passed):
+    ``holds`` when all passed, ``fails`` when none did, else ``holds only for`` the
+    passed ones as ``name`` writes them; ``empty`` when there is no check at all.
+
+    One rule for all reports keeps the index's verdicts comparable across papers."""
+    checks = list(checks)
+    if not checks:
+        return empty
+    passed = [what for what, ok in checks if ok]
+    if len(passed) == len(checks):
+        return HOLDS
+    if not passed:
+        return FAILS
+    return HOLDS_ONLY_FOR + name(passed)
 
 
 @dataclasses.dataclass(frozen=True)

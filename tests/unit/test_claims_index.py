@@ -105,3 +105,22 @@ def test_the_committed_index_is_what_its_claims_files_give() -> None:
                        for line in text.splitlines() if line.startswith("#")), \
                 (report, claim["section"])
             assert claim["verdict"].split(" ")[0] in ("holds", "fails", "not")
+
+
+def test_one_verdict_rule_for_every_report() -> None:
+    """The shared rule: all passed holds, none fails, some names them; no check is
+    ``empty``; each system's wrapper gives the same words."""
+    from testbed.claims_index import verdict
+    from testbed.systems.armada.verdicts import verdict as armada_verdict
+    from testbed.systems.offloading.claim_checks import verdict as offloading_verdict
+
+    assert verdict([("a", True), ("b", True)]) == "holds"
+    assert verdict([("a", False), ("b", False)]) == "fails"
+    assert verdict([("a", True), ("b", False), ("c", True)]) == "holds only for a, c"
+    assert verdict([]) == "not run"
+    assert verdict([], empty="fails") == "fails"
+    assert armada_verdict({}) == "fails"
+    assert armada_verdict({"x": True, "y": False}) == "holds only for x"
+    assert offloading_verdict([("sim", "0.4", True), ("sim", "0.9", True),
+                               ("emulation", "0.9", True), ("emulation", "0.2", False)]) \
+        == "holds only for sim: 0.4, 0.9; emulation: 0.9"

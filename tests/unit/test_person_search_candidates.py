@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from testbed.claims_index import claims_path, read_claims
 from testbed.errors import ScenarioError
 from testbed.runner import run_scenario
 from testbed.scenario.loader import scenario_from_dict
 from testbed.sim.person_search import simulate
 from testbed.systems.person_search.deployment import deployment as scenario_deployment
 from testbed.systems.person_search.driver import run_body
+from testbed.systems.person_search.emulation_claims import judge_emulated
 from testbed.systems.person_search.experiment_emulation import SIZES, point_document
 from testbed.systems.person_search.model import CANDIDATE_RULES, Search, reading
 from testbed.systems.person_search.paper_reports import row_reading, write_emulation_report
@@ -308,3 +310,52 @@ def test_emulation_report_over_world_seeds_pairs_within_each_world(tmp_path: Pat
     # reductions 1 - 110/52 and 1 - 110/104, averaged: -0.5096; not 1 - 110/78
     mean = ((1 - 110.0 / 52.0) + (1 - 110.0 / 104.0)) / 2
     assert cells[9].startswith(f"{mean:+.1%} ± ")
+
+
+def _worlds(totals: dict[tuple[int, str], list[float]]) -> list[dict[str, Any]]:
+    """Result rows of normal movement: per (servers, policy) one total per world."""
+    return [{"servers": n, "movement": "normal", "policy": policy, "replication": r,
+             "reading": f"reading of {policy}", "emulated_total_s": total}
+            for (n, policy), values in totals.items() for r, total in enumerate(values)]
+
+
+def test_emulated_claims_judge_p1_and_p3_within_each_world() -> None:
+    """P1 passes only where priority beats the better baseline in every world's pairing;
+    P3 needs the reduction against random to grow from N = 10 to N = 50 in each world."""
+    results = _worlds({
+        (10, "random"): [100.0, 200.0, 150.0], (10, "load-balance"): [90.0, 180.0, 140.0],
+        (10, "priority"): [80.0, 160.0, 120.0], (10, "after"): [95.0, 150.0, 160.0],
+        (50, "random"): [100.0, 200.0, 150.0], (50, "load-balance"): [90.0, 180.0, 140.0],
+        (50, "priority"): [50.0, 100.0, 70.0], (50, "after"): [80.0, 160.0, 120.0]})
+    judged = {j.key: j for j in judge_emulated(results, lambda r: r["reading"])}
+    assert judged["P1"].passed == {"priority (reading of priority)": True,
+                                   "after (reading of after)": False}
+    assert judged["P1"].verdict == "holds only for priority (reading of priority)"
+    assert "lower in 1 of 2 conditions; not lower in: normal N = 10" in judged["P1"].why[1]
+    # priority: 20 % in each world at N = 10 to 50 %, 50 %, 53 % at N = 50: grows
+    assert judged["P3"].passed["priority (reading of priority)"] is True
+    assert judged["P3"].passed["after (reading of after)"] is False
+    one_world = [r for r in results if r["replication"] == 0]
+    assert judge_emulated(one_world, lambda r: r["reading"]) == []
+
+
+def test_emulation_report_judges_claims_only_over_several_worlds(tmp_path: Path) -> None:
+    """One world: no verdict and no claims file (a stale one is removed); two worlds:
+    the verdict table, its subsections and a claims file that the index can read."""
+    folder = emulation_folder(tmp_path / "out", with_reading=True)
+    report = tmp_path / "emulation.md"
+    claims_path(report).write_text("stale")
+    text = write_emulation_report(folder, report, "test").read_text()
+    assert "None: the paper's claims are judged on intervals across worlds, and this run " \
+        "has 1." in text
+    assert not claims_path(report).exists()
+    table = json.loads((folder / "person_search.json").read_text())
+    rows = table["points"][0]["results"]
+    table["points"][0]["results"] = [{**r, "replication": w} for w in (0, 1) for r in rows]
+    (folder / "person_search.json").write_text(json.dumps(table))
+    text = write_emulation_report(folder, report, "test").read_text()
+    assert "### Claim P1: priority has the shortest total in every emulated condition" in text
+    doc = read_claims(claims_path(report))
+    assert [c["key"] for c in doc["claims"]] == ["P1"]
+    # priority 110 against random's 52 in both worlds: not lower
+    assert doc["claims"][0]["verdict"] == "fails"

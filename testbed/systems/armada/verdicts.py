@@ -12,8 +12,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HOLDS = "holds"
-FAILS = "fails"
+from testbed import claims_index
+
+HOLDS = claims_index.HOLDS
+FAILS = claims_index.FAILS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,13 +33,8 @@ class Conclusion:
 
 def verdict(checks: Mapping[str, bool]) -> str:
     """``holds`` when every named check passed, ``fails`` when none did (or there is
-    none), else ``holds only for`` the passed ones, named."""
-    passed = [name for name, ok in checks.items() if ok]
-    if checks and len(passed) == len(checks):
-        return HOLDS
-    if not passed:
-        return FAILS
-    return "holds only for " + ", ".join(passed)
+    none), else ``holds only for`` the passed ones, named (the ledger's shared rule)."""
+    return claims_index.verdict(checks.items(), empty=FAILS)
 
 
 def count_of(flags: Sequence[bool]) -> str:

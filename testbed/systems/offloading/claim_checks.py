@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from testbed import claims_index
 from testbed.systems.offloading.experiment import (
     ESTIMATORS,
     FAMILIES,
@@ -65,18 +66,15 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def verdict(conditions: Sequence[tuple[str, str, bool]]) -> str:
     """``holds`` when every condition passed, ``fails`` when none did, else ``holds only
-    for`` the ones that passed, grouped by executor; ``not run`` without conditions."""
-    if not conditions:
-        return "not run"
-    if all(ok for _, _, ok in conditions):
-        return "holds"
-    if not any(ok for _, _, ok in conditions):
-        return "fails"
-    grouped: dict[str, list[str]] = {}
-    for executor, what, ok in conditions:
-        if ok:
+    for`` the ones that passed, grouped by executor; ``not run`` without conditions (the
+    ledger's shared rule)."""
+    def by_executor(passed: list[tuple[str, str]]) -> str:
+        grouped: dict[str, list[str]] = {}
+        for executor, what in passed:
             grouped.setdefault(executor, []).append(what)
-    return "holds only for " + "; ".join(f"{e}: {', '.join(w)}" for e, w in grouped.items())
+        return "; ".join(f"{e}: {', '.join(w)}" for e, w in grouped.items())
+
+    return claims_index.verdict((((e, w), ok) for e, w, ok in conditions), name=by_executor)
 
 
 def points(metrics: Metrics, experiment: str) -> list[Mapping[str, Any]]:

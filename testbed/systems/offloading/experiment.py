@@ -32,6 +32,7 @@ The metric functions take per-task trace frames (``docs/traces.md``) and are pur
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -327,14 +328,19 @@ def sweep_studies(size: Size, executors: Sequence[str], scenario_file: Path
     return out
 
 
+@functools.cache
+def _load_of_rate(loads: tuple[float, ...]) -> dict[float, float]:
+    """Each load of ``loads`` by its arrival rate on the continuum scenario (rounded to
+    9 places): one scenario read for all the points of a load sweep."""
+    reference = load_scenario("continuum")
+    return {round(rate_for_load(reference, x), 9): x for x in loads}
+
+
 def _sweep_x(experiment: str, size: Size, point: Any) -> tuple[float, str]:
     """A study point's x value and the name its runs go by in the metrics."""
     values = dict(point.values)
     if experiment == "load":
-        reference = load_scenario("continuum")
-        found = float(values["workload.params.rate"])
-        x = next(x for x in size.loads
-                 if round(rate_for_load(reference, x), 9) == round(found, 9))
+        x = _load_of_rate(tuple(size.loads))[round(float(values["workload.params.rate"]), 9)]
         return x, f"continuum-load{x:g}"
     if experiment == "edge":
         x = int(next(v for k, v in values.items() if k.endswith(".workers")))

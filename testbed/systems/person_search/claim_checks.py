@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from testbed import claims_index
 from testbed.stats import Interval
 from testbed.systems.person_search.replicated import pct, pm, points
 
@@ -27,6 +29,8 @@ BASELINES = ("random", "load-balance")
 #: count as reproducing it: the interval must reach within this band.
 REDUCTION_BAND = 0.05
 #: The paper's figures the quantitative claims name.
+#: How the claims index names the paper.
+PAPER_NAME = "001: context-based person search on edge servers (priority Eq. 1)"
 PAPER_PRIORITY_REDUCTION = 0.95
 PAPER_BALANCE_REDUCTION = 0.06
 PEAK_W = 0.3
@@ -45,23 +49,17 @@ class Judged:
 
     @property
     def verdict(self) -> str:
-        """``holds``, ``fails`` or ``holds only for`` the readings that passed."""
-        good = [name for name, ok in self.passed.items() if ok]
-        if not self.passed:
-            return "not run"
-        if len(good) == len(self.passed):
-            return "holds"
-        if not good:
-            return "fails"
-        return "holds only for " + "; ".join(good)
+        """``holds``, ``fails`` or ``holds only for`` the readings that passed (the
+        ledger's shared rule)."""
+        return claims_index.verdict(self.passed.items(), name="; ".join)
 
 
-def _below(interval: Interval) -> bool:
+def below_zero(interval: Interval) -> bool:
     """The interval lies below zero."""
     return interval.high is not None and interval.high < 0.0
 
 
-def _above(interval: Interval) -> bool:
+def above_zero(interval: Interval) -> bool:
     """The interval lies above zero."""
     return interval.low is not None and interval.low > 0.0
 
@@ -112,7 +110,7 @@ class _Judge:
             for mv, n in self.conds:
                 gap = self.data.per_seed(lambda r, mv=mv, n=n: self.total(acc, mv, n, label, r)
                                          - min(self.total(acc, mv, n, b, r) for b in BASELINES))
-                if not _below(gap):
+                if not below_zero(gap):
                     misses.append(f"{mv} N = {n} (priority minus the better baseline: "
                                   f"{pm(gap, 2, 1e-6)} x 10^6 s)")
             won = len(self.conds) - len(misses)
@@ -159,7 +157,7 @@ class _Judge:
                     step = self.data.per_seed(lambda r, mv=mv, a=a, b=b: self.red(
                         acc, mv, b, label, r) - self.red(acc, mv, a, label, r))
                     steps.append(f"{mv} {a} to {b}: {points(step)}")
-                    if not _above(step):
+                    if not above_zero(step):
                         misses.append(f"{mv} {a} to {b}")
             return not misses, (f"{'; '.join(steps)} (does not grow: {_listing(misses)})")
         passed, why = self.each(one)
@@ -178,7 +176,7 @@ class _Judge:
         for n in self.data.servers:
             gap = self.data.per_seed(lambda r, n=n: gap_of(n, r))
             parts.append(text(n, gap))
-            if not _above(gap):
+            if not above_zero(gap):
                 misses.append(f"N = {n}")
         return not misses, f"{'; '.join(parts)} (not larger: {_listing(misses)})"
 
@@ -263,3 +261,11 @@ def section(judged: Sequence[Judged], seeds: str) -> list[str]:
         lines += [*(f"- {w}" for w in c.why), "",
                   f"**Verdict: {c.verdict}.** Rule: {c.rule}.", ""]
     return lines
+
+
+def write_judged(report: Path, command: str, judged: Sequence[Judged]) -> Path:
+    """The claims file of ``report`` (for the claims index): each judged claim with its
+    verdict, linked to the report's subsection that gives the evidence."""
+    return claims_index.write_claims(report, PAPER_NAME, command, [
+        claims_index.Claim(c.key, c.title, c.verdict, f"Claim {c.key}: {c.title}")
+        for c in judged])

@@ -19,9 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.claims_index import claims_path
 from testbed.experiments.emulated import host_line, report_header, save_figure
 from testbed.stats import Interval, replication_interval
 from testbed.systems.person_search.builders import DEFAULTS as BUILDER_DEFAULTS
+from testbed.systems.person_search.claim_checks import section, write_judged
+from testbed.systems.person_search.emulation_claims import judge_emulated
 from testbed.systems.person_search.experiment_emulation import RESULT_NAME as EMULATION_RESULT
 from testbed.systems.person_search.model import reading
 from testbed.systems.person_search.replicated import half, pm
@@ -72,16 +75,16 @@ def _over_seeds(rows: Sequence[Mapping[str, Any]], value: Any) -> Interval:
     return replication_interval([float(get(r)) for r in rows])
 
 
-def _reduction_of(results: Sequence[Mapping[str, Any]], key: str,
-                  group: tuple[int, str, str]) -> Interval | None:
-    """A group's reduction against random across world seeds (None for random)."""
-    n, movement, policy = group
-    if policy == "random":
-        return None
-    red = reductions(results, key)
-    values = [v[policy] for (s, m, _r), v in sorted(red.items())
-              if s == n and m == movement and policy in v]
-    return replication_interval(values) if values else None
+def _group_reductions(results: Sequence[Mapping[str, Any]], key: str
+                      ) -> dict[tuple[int, str, str], Interval]:
+    """Every (servers, movement, policy) group's reduction of ``key`` against random
+    across world seeds (random itself has none)."""
+    values: dict[tuple[int, str, str], list[float]] = {}
+    for (n, movement, _r), by_policy in sorted(reductions(results, key).items()):
+        for policy, value in by_policy.items():
+            if policy != "random":
+                values.setdefault((n, movement, policy), []).append(value)
+    return {group: replication_interval(v) for group, v in values.items()}
 
 
 def _share(interval: Interval | None) -> str:
@@ -151,6 +154,8 @@ def _emulation_rows(results: Sequence[Mapping[str, Any]]) -> list[str]:
               "seeds | emulated | simulated | emulated / simulated - 1 | analyses (emu / "
               "sim) | reduction (emu) | reduction (sim) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    emulated = _group_reductions(results, "emulated_total_s")
+    simulated = _group_reductions(results, "simulated_total_s")
     for group, rows in _groups(results).items():
         n, movement, policy = group
         lines.append(
@@ -160,8 +165,7 @@ def _emulation_rows(results: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{_share(_over_seeds(rows, 'discrepancy'))} | "
             f"{pm(_over_seeds(rows, 'emulated_analyses'), 0)} / "
             f"{pm(_over_seeds(rows, 'simulated_analyses'), 0)} | "
-            f"{_share(_reduction_of(results, 'emulated_total_s', group))} | "
-            f"{_share(_reduction_of(results, 'simulated_total_s', group))} |")
+            f"{_share(emulated.get(group))} | {_share(simulated.get(group))} |")
     return lines
 
 
@@ -179,11 +183,9 @@ def _paper_cell(results: Sequence[Mapping[str, Any]]) -> str:
     """This run's emulated reductions (means over world seeds), each with its reading."""
     read = {r["policy"]: row_reading(r) for r in results}
     by_point: dict[tuple[int, str], list[str]] = {}
-    for group in _groups(results):
-        found = _reduction_of(results, "emulated_total_s", group)
-        if found is not None:
-            by_point.setdefault(group[:2], []).append(
-                f"{group[2]} {_share(found)} ({read[group[2]]})")
+    for group, found in _group_reductions(results, "emulated_total_s").items():
+        by_point.setdefault(group[:2], []).append(
+            f"{group[2]} {_share(found)} ({read[group[2]]})")
     return "; ".join(f"N = {n} {m}: " + ", ".join(items)
                      + " reduction against random (emulated)"
                      for (n, m), items in sorted(by_point.items()))
@@ -252,9 +254,20 @@ def write_emulation_report(out: Path, report: Path, command: str) -> Path:
         ("Reduction: 1 - total / random's total on the same world (negative: longer than "
          "random), from the emulated and from the simulated totals."), "",
         *_emulation_rows(results)]
+    judged = judge_emulated(results, row_reading)
     lines += _emulation_text(results, points, readings)
+    if judged:
+        lines += section(judged, f"{worlds} world seeds")
+    else:
+        lines += ["## Verdicts", "", (f"None: the paper's claims are judged on intervals "
+                                      f"across worlds, and this run has {worlds}."), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
+    stale = claims_path(report)
+    if judged:
+        write_judged(report, command, judged)
+    elif stale.exists():
+        stale.unlink()
     return report
 
 

@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from testbed.claims_index import Claim, write_claims
 from testbed.experiments.emulated import save_figure
 from testbed.stats import Interval
-from testbed.systems.person_search.claim_checks import BASELINES, judge, section
+from testbed.systems.person_search.claim_checks import BASELINES, judge, section, write_judged
 from testbed.systems.person_search.experiment_sim import (
     MOVEMENTS,
     PRIORITY_LABELS,
@@ -48,8 +47,6 @@ from testbed.systems.person_search.replicated import (
     seeds,
 )
 
-#: How the claims index names the paper.
-PAPER_NAME = "001: context-based person search on edge servers (priority Eq. 1)"
 GRID_PLOT_FLOOR = -150.0
 PRIORITY, AFTER = PRIORITY_LABELS
 #: Two sensitivities differ by more than this many points: "moves the reduction a lot"
@@ -1005,6 +1002,5 @@ def write_simulation_report(out: Path, report: Path, command: str) -> Path:
         "## Reproduce", "", f"`{command}`", ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
-    write_claims(report, PAPER_NAME, command, [
-        Claim(c.key, c.title, c.verdict, f"Claim {c.key}: {c.title}") for c in judged])
+    write_judged(report, command, judged)
     return report
