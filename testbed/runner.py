@@ -150,6 +150,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
 
     system = get_system(scenario.system)
     check_executor(system, executor, "--executor")
+    if system.run_check is not None:
+        resolve(system.run_check)(scenario, executor)  # refused before anything is written
     if driver is not None and executor != "emulation":
         raise TestbedError(f"--executor {executor}: this run brings its own emulation "
                            "driver and runs in emulation only")

@@ -45,13 +45,12 @@ from nodes.armada.fields import (
     tags_field,
     task_args_refusal,
 )
-from nodes.armada.geo import block, encode
+from nodes.armada.scaling import ReplicaState, ScalingPolicy, plan_scaling
 from nodes.armada.selection import (
     DEFAULT_OVERLOAD,
-    DEFAULT_PRECISION,
     TOPN,
-    Replica,
-    select_candidates,
+    answer_candidates,
+    replica_location,
 )
 from nodes.common import (
     PUBLIC,
@@ -93,101 +92,6 @@ QUERY_FIELDS = {
 }
 ACTIVE = ("pending", "placing", "starting", "running")  # replica states that count
 ENDED = ("failed", "exited")
-
-
-# ------------------------------------------------------------------ auto-scaling
-
-
-@dataclass(frozen=True)
-class ScalingPolicy:
-    """Thresholds of :func:`plan_scaling` (see ``docs/armada.md``)."""
-
-    precision: int = DEFAULT_PRECISION
-    users_per_replica: int = 4
-    scale_up_util: float = 0.75
-    scale_down_util: float = 0.25
-    min_replicas: int = MIN_REPLICAS
-    max_replicas: int = 12
-
-
-@dataclass(frozen=True)
-class ReplicaState:
-    """What scaling needs to know about one active replica."""
-
-    task_id: str
-    lat: float
-    lon: float
-    running: bool
-    utilisation: float | None
-    order: int  # creation order: larger is newer
-
-
-@dataclass(frozen=True)
-class ScalingAction:
-    """One decision: add a replica near ``(lat, lon)`` or remove ``task_id``."""
-
-    action: str  # "up" or "down"
-    reason: str  # "users", "load" or "demand"
-    lat: float
-    lon: float
-    task_id: str | None = None
-
-
-def plan_scaling(
-    replicas: Sequence[ReplicaState],
-    users: Sequence[tuple[float, float]],
-    policy: ScalingPolicy,
-    locations: Sequence[tuple[float, float]] = (),
-) -> ScalingAction | None:
-    """At most one scaling action for an application. Pure.
-
-    Users are grouped by GeoHash cell at ``policy.precision``; the demand of a cell is
-    ``ceil(users in its 3x3 block / users_per_replica)`` replicas in that block (blocks,
-    not cells, so users on both sides of a cell edge add up). Each expected deployment
-    location demands one replica in its block, so the deployer's locations keep a
-    presence. In order:
-
-    * up, ``users``: the most crowded cell whose demand exceeds its replicas gets one at
-      its users' centroid;
-    * up, ``load``: mean utilisation above ``scale_up_util``: one near the busiest;
-    * down, ``demand``: above the minimum, with mean utilisation below
-      ``scale_down_util``, the replica serving the fewest users (the newest on ties)
-      whose removal leaves every demand met.
-    """
-    p = policy.precision
-    cell_of = {r.task_id: encode(r.lat, r.lon, p) for r in replicas}
-    user_cells = [encode(lat, lon, p) for lat, lon in users]
-    wants: list[tuple[set[str], int, list[tuple[float, float]]]] = []  # serving, demand, users
-    for cell in sorted(set(user_cells)):
-        area = block(*users[user_cells.index(cell)], p)
-        near = [u for u, c in zip(users, user_cells, strict=True) if c in area]
-        serving = {t for t, c in cell_of.items() if c in area}
-        wants.append((serving, math.ceil(len(near) / policy.users_per_replica), near))
-    can_grow = len(replicas) < policy.max_replicas
-    short = [w for w in wants if w[1] > len(w[0])]
-    if short and can_grow:
-        _, _, near = max(short, key=lambda w: len(w[2]))
-        return ScalingAction("up", "users", sum(u[0] for u in near) / len(near),
-                             sum(u[1] for u in near) / len(near))
-    measured = [r for r in replicas if r.running and r.utilisation is not None]
-    mean = sum(r.utilisation for r in measured) / len(measured) if measured else 0.0
-    if mean > policy.scale_up_util and can_grow:
-        busiest = max(measured, key=lambda r: r.utilisation)
-        return ScalingAction("up", "load", busiest.lat, busiest.lon)
-    if len(replicas) <= policy.min_replicas or mean >= policy.scale_down_util:
-        return None
-    for lat, lon in locations:
-        area = block(lat, lon, p)
-        wants.append(({t for t, c in cell_of.items() if c in area}, 1, []))
-
-    def users_served(replica: ReplicaState) -> int:
-        area = block(replica.lat, replica.lon, p)
-        return sum(c in area for c in user_cells)
-
-    for replica in sorted(replicas, key=lambda r: (users_served(r), -r.order)):
-        if all(len(serving - {replica.task_id}) >= demand for serving, demand, _ in wants):
-            return ScalingAction("down", "demand", replica.lat, replica.lon, replica.task_id)
-    return None
 
 
 # --------------------------------------------------------------------- the service
@@ -232,13 +136,6 @@ class Application:
     def first_running_at(self) -> float | None:
         ready = [r["ready_at"] for r in self.replicas.values() if r.get("ready_at")]
         return min(ready) if ready else None
-
-
-def replica_location(task: dict[str, Any]) -> tuple[float, float]:
-    """Where a replica is: its node, or where it is wanted while pending."""
-    if task.get("node_lat") is not None:
-        return task["node_lat"], task["node_lon"]
-    return task["lat"], task["lon"]
 
 
 class AppManager:
@@ -503,30 +400,11 @@ class AppManager:
         app = self._app(body["app"])
         user = body.get("user") or f"addr:{request.remote}"
         app.users[user] = (body["lat"], body["lon"], time.time())
-        replicas = []
-        for task in app.running():
-            lat, lon = replica_location(task)
-            replicas.append(Replica(task["task_id"], lat, lon, task.get("utilisation"),
-                                    frozenset(task.get("node_tags", []))))
-        candidates = select_candidates(
-            replicas, body["lat"], body["lon"], body.get("tags", []),
-            precision=self.policy.precision, overload=self.overload, topn=self.topn,
-        )
-        return web.json_response({
-            "app": app.name, "precision": self.policy.precision, "topn": self.topn,
-            "candidates": [
-                {
-                    "task_id": c.replica.task_id,
-                    "node_id": app.replicas[c.replica.task_id].get("node_id"),
-                    "url": app.replicas[c.replica.task_id].get("url"),
-                    "lat": c.replica.lat, "lon": c.replica.lon,
-                    "distance_km": round(c.distance_km, 3),
-                    "utilisation": c.replica.utilisation,
-                    "tags": sorted(c.replica.tags), "reason": c.reason,
-                }
-                for c in candidates
-            ],
-        })
+        candidates = answer_candidates(
+            app.running(), body["lat"], body["lon"], body.get("tags", []),
+            precision=self.policy.precision, overload=self.overload, topn=self.topn)
+        return web.json_response({"app": app.name, "precision": self.policy.precision,
+                                  "topn": self.topn, "candidates": candidates})
 
     async def handle_health(self, request: web.Request) -> web.Response:
         """``GET /health``."""

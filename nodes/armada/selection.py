@@ -16,8 +16,9 @@ Pure: no I/O. The contract (reasons, defaults) is ``docs/armada.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from nodes.armada.geo import block, encode, haversine_km
 
@@ -108,3 +109,37 @@ def select_candidates(
     for replica in overloaded[: topn - len(chosen)]:
         chosen.append(Candidate(replica, distance[replica.task_id], "overloaded"))
     return chosen
+
+
+def replica_location(task: Mapping[str, Any]) -> tuple[float, float]:
+    """Where a replica is (a Spinner task view): its node, or where it is wanted while
+    it has none yet."""
+    if task.get("node_lat") is not None:
+        return task["node_lat"], task["node_lon"]
+    return task["lat"], task["lon"]
+
+
+def answer_candidates(
+    running: Iterable[Mapping[str, Any]],
+    lat: float,
+    lon: float,
+    tags: Iterable[str] = (),
+    *,
+    precision: int = DEFAULT_PRECISION,
+    overload: float = DEFAULT_OVERLOAD,
+    topn: int = TOPN,
+) -> list[dict[str, Any]]:
+    """The ``candidates`` of a query's answer: :func:`select_candidates` over the running
+    replicas' Spinner task views (``task_id``, ``node_id``, ``url``, location,
+    ``utilisation``, ``node_tags``), each entry as ``docs/armada.md`` documents it."""
+    tasks = {t["task_id"]: t for t in running}
+    replicas = [Replica(t["task_id"], *replica_location(t), t.get("utilisation"),
+                        frozenset(t.get("node_tags", []))) for t in tasks.values()]
+    chosen = select_candidates(replicas, lat, lon, tags, precision=precision,
+                               overload=overload, topn=topn)
+    return [{"task_id": c.replica.task_id, "node_id": tasks[c.replica.task_id].get("node_id"),
+             "url": tasks[c.replica.task_id].get("url"), "lat": c.replica.lat,
+             "lon": c.replica.lon, "distance_km": round(c.distance_km, 3),
+             "utilisation": c.replica.utilisation, "tags": sorted(c.replica.tags),
+             "reason": c.reason}
+            for c in chosen]

@@ -11,7 +11,7 @@ network: ``python -m nodes.armada.user CONFIG.json``. The config
   ``{"user", "samples": {node: [{"latency_ms", "processing_ms", "queue_ms"}]}}`` to ``out``.
 * ``stream``: at ``probe_at`` (wall epoch) start the SDK (probing with the first frame,
   or with a small JPEG when ``probe`` is ``small``; rows labelled ``policy``, default
-  ``armada``) (query through the Beacon, probe
+  ``armada``; ``near_equal`` is the SDK's, default 0) (query through the Beacon, probe
   every candidate), record what it picked, then stream this user's frames of the trace
   (``trace``) from ``start_at`` through the SDK's sender, one row per frame appended to
   ``rows``. Writes ``{"user", "pick", "probe_ms", "candidates", "events"}`` to ``out``.
@@ -36,21 +36,15 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
 
-from nodes.armada.baselines import (
-    baseline_choice,
-    check_baseline,
-    fails_over_to_cloud,
-    reconnect_order,
-)
-from nodes.armada.geo import haversine_km
-from nodes.armada.sdk.client import ArmadaClient, Candidate, frame_sender
+from nodes.armada.baselines import reconnect_order
+from nodes.armada.sdk.choice import BaselineSelection, Candidate
+from nodes.armada.sdk.client import ArmadaClient, frame_sender
 from nodes.armada.sdk.streaming import Delivery, Frame, SendError, StreamConfig, stream_frames
 from nodes.common import sleep_until
 from workloads.trace import read_trace
@@ -111,7 +105,7 @@ async def select_and_stream(config: dict[str, Any], frames: list[bytes],
     common = {"probe_payload": probe_payload(config, frames), "user": config["user"],
               "content_type": "image/jpeg", "reprobe_s": tuple(config["reprobe_s"]),
               "request_timeout_s": config.get("request_timeout_s", config["timeout_s"]),
-              "seed": config["seed"]}
+              "seed": config["seed"], "near_equal": float(config.get("near_equal", 0.0))}
     where = (config["beacon"], config["app"], config["lat"], config["lon"])
     if config["mode"] == "baseline":
         client: ArmadaClient = BaselineClient(*where, policy=config["policy"],
@@ -283,26 +277,18 @@ async def reconnect_and_stream(config: dict[str, Any], frames: list[bytes],
     return result
 
 
-class BaselineClient(ArmadaClient):
+class BaselineClient(BaselineSelection, ArmadaClient):
     """A user that selects without probing: the baselines the Armada SDK is compared with.
 
     Every round (at start and every ``reprobe_s``, like the SDK) it still queries the
     Beacon, so the Application Manager sees the user and scales alike, then lists every
     running replica of the application (``GET /apps/{app}``) and chooses by ``policy``
-    (``geo-nearest``, ``random`` or ``edge-to-cloud``: the rules of
-    :mod:`nodes.armada.baselines`; ``random`` draws again at every round).
+    (:class:`~nodes.armada.sdk.choice.BaselineSelection`: the rules of
+    :mod:`nodes.armada.baselines`).
 
     No probe frames are sent. A failed frame goes at once to the policy's next choice,
     so the baselines differ from the SDK only in how they choose.
     """
-
-    def __init__(self, *args: Any, policy: str, cloud_nodes: Sequence[str] = (),
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.policy = check_baseline(policy)
-        self.cloud_nodes = frozenset(cloud_nodes)
-        self.distance_km: dict[str, float] = {}
-        self.edge_failed = False
 
     async def reprobe(self) -> None:
         """Query (to be counted as a user), list the running replicas, choose."""
@@ -316,37 +302,8 @@ class BaselineClient(ArmadaClient):
                         during="query")
             self.choose("probe")
             return
-        running = [r for r in body.get("replicas", []) if r.get("status") == "running"
-                   and r.get("url")] if isinstance(body, dict) else []
-        lat, lon = self.query_body["lat"], self.query_body["lon"]
-        self.distance_km = {r["task_id"]: haversine_km(lat, lon, r["lat"], r["lon"])
-                            for r in running}
-        self.candidates = [Candidate(r["task_id"], r["url"].rstrip("/"), r.get("node_id"),
-                                     "listed") for r in running]
-        self.record("query", candidates=[c.task_id for c in self.candidates])
-        if self.policy == "random":
-            self.current = None  # drawn again every round
-        self.choose("probe")
-
-    def choose(self, reason: str) -> Candidate | None:
-        """The policy's choice among the working candidates; logs a switch on change."""
-        before = self.current
-        best = baseline_choice(self.policy, [c for c in self.candidates if not c.failed],
-                               before.task_id if before is not None else None,
-                               self.distance_km, self.cloud_nodes, self.edge_failed, self.rng)
-        if best is not None and (before is None or best.task_id != before.task_id):
-            self.record("switch", source=before.task_id if before else None,
-                        target=best.task_id, url=best.url, reason=reason)
-        self.current = best
-        return best
-
-    def failed(self, candidate: Candidate, error: str) -> Candidate | None:
-        """A frame failed on ``candidate``; edge-to-cloud moves to the cloud for good."""
-        if fails_over_to_cloud(self.policy, candidate.node_id, self.cloud_nodes):
-            self.edge_failed = True
-        if self.policy == "random" and self.current is candidate:
-            self.current = None
-        return super().failed(candidate, error)
+        self.listed([r for r in body.get("replicas", []) if r.get("status") == "running"]
+                    if isinstance(body, dict) else [])
 
 
 def main(argv: list[str] | None = None) -> int:

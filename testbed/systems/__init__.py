@@ -16,7 +16,10 @@ What a system registers:
 - ``builders``: named scenario builders a YAML file can call with parameters;
 - ``emulate`` / ``simulate``: how ``testbed run`` replays a scenario's policies on each
   executor (``simulate`` is ``None`` for a system without a simulator, which then
-  refuses ``--executor sim`` with a one-line error);
+  refuses ``--executor sim`` with a one-line error); ``run_check``:
+  ``function(scenario, executor)``, which raises a :class:`~testbed.errors.TestbedError`
+  saying why that executor cannot run the scenario, called before anything is written
+  (an executor that covers only some of the system's scenarios, or sizes);
 - ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports;
 - ``policy_seed``: ``function(scenario, repetition) -> int``, the seed its policies get
   in a repetition (recorded in every run's metadata), if they take one;
@@ -132,6 +135,7 @@ class System:
     builders: Mapping[str, str] = field(default_factory=dict)
     emulate: str | None = None
     simulate: str | None = None
+    run_check: str | None = None
     experiments: tuple[Experiment, ...] = ()
     preload: tuple[str, ...] = ()
     policy_seed: str | None = None

@@ -20,7 +20,7 @@ from nodes.armada.baselines import (
     fails_over_to_cloud,
     reconnect_order,
 )
-from nodes.armada.sdk.client import Candidate
+from nodes.armada.sdk.choice import Candidate
 from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.systems import get_system, resolve
@@ -39,10 +39,9 @@ from testbed.systems.armada.fleet import (
     StreamPlan,
     fleet_of,
     fleet_scenario,
-    replay_seed,
-    user_seed,
 )
 from testbed.systems.armada.load_experiment import LOAD_SIZES, load_schedule
+from testbed.systems.armada.model import replay_seed, user_seed
 
 BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-load",
             "armada-storage", "armada-selection", "armada-failover")
@@ -125,9 +124,9 @@ def test_the_file_overrides_the_builders_keys() -> None:
 
 
 @pytest.mark.parametrize("params,message", [
-    ({"users": 2}, r"params\.nodes: expected an integer in \[1, 99\], found nothing"),
+    ({"users": 2}, r"params\.nodes: expected an integer in \[1, 9999\], found nothing"),
     ({"nodes": 3.5, "users": 2}, r"params\.nodes: expected an integer"),
-    ({"nodes": 3, "users": 0}, r"params\.users: expected an integer in \[1, 99\], found 0"),
+    ({"nodes": 3, "users": 0}, r"params\.users: expected an integer in \[1, 9999\], found 0"),
     ({"nodes": 3, "users": 2, "cloud": "yes"}, r"params\.cloud: expected true or false"),
     ({"nodes": 3, "users": 2, "fps": 0}, r"params\.fps: expected a finite number > 0"),
     ({"nodes": 3, "users": 2, "frame": [240]}, r"params\.frame: expected 2 integers"),
@@ -237,3 +236,23 @@ def test_reconnect_skips_failed_servers_in_the_managers_order() -> None:
     listed = [{"url": "http://a"}, {"url": "http://b"}, {"url": "http://c"}]
     assert reconnect_order(listed, {"http://a"}) == listed[1:]
     assert reconnect_order(listed, {"http://a", "http://b", "http://c"}) == []
+
+
+def test_a_simulator_only_fleet_lifts_the_host_bound_and_emulation_refuses_it() -> None:
+    from testbed.errors import TestbedError
+    from testbed.systems.armada.run_checks import check_run
+
+    big = {"nodes": 120, "users": 150, "node_cores": [1.0, 2.0]}
+    with pytest.raises(ValueError, match="params.node_cores: expected at most 1.5 cores .* "
+                                         "host_cores: null"):
+        armada_fleet(big)
+    doc = armada_fleet({**big, "host_cores": None})
+    names = [n["name"] for n in doc["topology"]["nodes"]]
+    assert {"e001", "e120", "u001", "u150"} <= set(names)  # names widen past 99
+    scenario = scenario_from_dict({"name": "paper", "policies": ["armada"],
+                                   "build": {"builder": "armada-fleet",
+                                             "params": {**big, "host_cores": None}}})
+    check_run(scenario, "sim")  # the simulator takes it
+    with pytest.raises(TestbedError, match="at most 1.5 cores over every node for emulation"):
+        check_run(scenario, "emulation")
+    assert Fleet.from_params({"nodes": 3, "users": 2}).edge_names == ["e01", "e02", "e03"]

@@ -71,7 +71,7 @@ def test_builtin_armada_selection_loads_and_the_simulator_is_refused(tmp_path: P
         {"ea", "eb", "ec", "cloud"}
     cores = sum(n.cpu for n in scenario.topology.nodes if n.cpu is not None) * 2
     assert cores <= 1.5
-    with pytest.raises(TestbedError, match="the armada system has no simulator"):
+    with pytest.raises(TestbedError, match="replays scenarios built by armada-fleet only"):
         run_scenario(scenario, out=tmp_path / "run", executor="sim")
     assert not (tmp_path / "run").exists()  # refused before anything was written
 

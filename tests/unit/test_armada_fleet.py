@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodes.armada.geo import haversine_km
-from nodes.armada.sdk.client import Candidate
+from nodes.armada.sdk.choice import Candidate
 from nodes.armada.user import BaselineClient
 from testbed.errors import TestbedError
 from testbed.systems.armada.churn_experiment import churn_schedule

@@ -18,11 +18,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from nodes.armada.sdk.client import (
-    ArmadaClient,
-    ArmadaUnavailable,
-    SyncArmadaClient,
-)
+from nodes.armada.sdk.choice import ArmadaUnavailable
+from nodes.armada.sdk.client import ArmadaClient, SyncArmadaClient
 from testbed.poll import await_until
 from tests.secured import secured
 

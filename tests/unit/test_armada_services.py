@@ -19,9 +19,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from nodes.armada import app_manager, beacon, captain, spinner
-from nodes.armada.app_manager import ReplicaState, ScalingPolicy, plan_scaling
 from nodes.armada.auth import load_tokens
 from nodes.armada.captain import CaptainConfig, free_port
+from nodes.armada.scaling import ReplicaState, ScalingPolicy, plan_scaling
 from testbed.poll import await_until
 from tests.secured import AUTH, bare_call, secured
 

@@ -2,7 +2,7 @@
 
 - Every pure module (scenario model and loader, the system registry and registrations,
   policies, simulators, workload generators, systems' models and policies, service
-  parameter declarations) imports in a fresh interpreter without loading Mininet,
+  parameter declarations, the services' decision rules) imports in a fresh interpreter without loading Mininet,
   aiohttp, Docker or requests; so does loading every built-in scenario.
 - No module under ``nodes/`` imports harness code above the services: it may import
   only ``testbed.errors``, ``testbed.latency``, ``testbed.policies`` and systems'
@@ -28,6 +28,10 @@ from testbed.systems import systems
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("mininet", "aiohttp", "docker", "requests")
+#: Services' decision rules kept apart from their HTTP code, so a simulator can run them
+NODE_RULES = ["nodes.armada.geo", "nodes.armada.selection", "nodes.armada.scheduler",
+              "nodes.armada.baselines", "nodes.armada.scaling", "nodes.armada.sdk.choice",
+              "nodes.armada.sdk.failover"]
 
 
 def _package_modules(package: str) -> list[str]:
@@ -45,7 +49,7 @@ def _pure_modules() -> list[str]:
                "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity",
                "testbed.study.spec", "testbed.limits", "testbed.machine"]
     modules += _package_modules("testbed.policies") + _package_modules("testbed.sim")
-    modules += _package_modules("workloads")
+    modules += _package_modules("workloads") + NODE_RULES
     for name in systems():
         package = f"testbed.systems.{name.replace('-', '_')}"
         modules.append(package)

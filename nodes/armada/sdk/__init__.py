@@ -3,7 +3,9 @@
 ``client`` (discovery, probing, selection and failover for compute: ``ArmadaClient``,
 ``SyncArmadaClient``, ``deploy``, ``app_status``), ``storage`` (the Cargo client
 ``StorageClient``), ``streaming`` (the frame-streaming client every Armada user runs) and
-``transport`` (what the SDKs share: the event log, failover loop, session handling). It
+``transport`` (the sessions both SDKs send through), and, pure, ``choice`` (how a user
+picks and leaves its replica) and ``failover`` (the event log and failover loop both SDKs
+share). It
 lives under ``nodes/`` because it runs inside emulated hosts (users, tasks); it imports
 nothing from the harness's upper layers. The HTTP contract is ``docs/armada.md``.
 """

@@ -31,54 +31,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import requests
 
-from nodes.armada.sdk.streaming import Delivery, Frame, Sender, SendError
-from nodes.armada.sdk.transport import (
-    AsyncClient,
-    Event,
-    EventLog,
-    SyncClient,
-    describe_error,
-    failover_attempts,
-    refusal,
+from nodes.armada.sdk.choice import (
+    ArmadaError,
+    Candidate,
+    Selection,
 )
-
-DEFAULT_REPROBE_S = (5.0, 7.0)
-DEFAULT_SWITCH_MARGIN = 0.2
-CONTENT_TYPE = "application/octet-stream"
-
-
-class ArmadaError(Exception):
-    """A request to Armada was refused (the reason is the service's ``error``)."""
-
-
-class ArmadaUnavailable(ArmadaError):
-    """No candidate could serve a request, even after a new query and probe round."""
-
-
-@dataclass
-class Candidate:
-    """One replica the client may use, with its last probe result."""
-
-    task_id: str
-    url: str
-    node_id: str | None = None
-    reason: str = ""
-    latency_s: float | None = None  # last probe, None until probed or when it failed
-    failed: bool = False  # failed since its last successful probe
-
-    @property
-    def rank_key(self) -> tuple[bool, float]:
-        """Working candidates first, fastest probe first, unprobed last."""
-        return (self.failed, math.inf if self.latency_s is None else self.latency_s)
+from nodes.armada.sdk.failover import describe_error, refusal
+from nodes.armada.sdk.streaming import Delivery, Frame, Sender, SendError
+from nodes.armada.sdk.transport import AsyncClient, SyncClient
 
 
 @dataclass(frozen=True)
@@ -92,118 +60,7 @@ class Reply:
     attempts: int  # 1 unless it failed over
 
 
-class _Selection(EventLog):
-    """Settings, candidates, the current choice and the event log: what both clients share.
-
-    Its events (``events``) are of kind ``query``, ``probe``, ``switch`` or ``error``.
-
-    ``reprobe_s`` is the (low, high) range of seconds between probe rounds;
-    ``request_timeout_s`` bounds every query, probe and frame; ``seed`` makes the jitter
-    reproducible; ``switch_margin`` is how much faster (fraction of the current node's
-    probe latency) another candidate must probe before a re-probe switches to it.
-    """
-
-    def __init__(
-        self,
-        beacon_url: str,
-        app: str,
-        lat: float,
-        lon: float,
-        *,
-        probe_payload: bytes,
-        tags: Iterable[str] = (),
-        user: str | None = None,
-        reprobe_s: tuple[float, float] = DEFAULT_REPROBE_S,
-        request_timeout_s: float = 5.0,
-        content_type: str = CONTENT_TYPE,
-        seed: int | None = None,
-        switch_margin: float = DEFAULT_SWITCH_MARGIN,
-    ) -> None:
-        if not 0 < reprobe_s[0] <= reprobe_s[1]:
-            raise ValueError(f"reprobe_s must be (low, high) with 0 < low <= high: {reprobe_s}")
-        if not 0 <= switch_margin < 1:
-            raise ValueError(f"switch_margin must be in [0, 1), found {switch_margin}")
-        super().__init__()
-        self.switch_margin = switch_margin
-        self.beacon_url = beacon_url.rstrip("/")
-        self.query_body: dict[str, Any] = {"app": app, "lat": lat, "lon": lon,
-                                           "tags": list(tags)}
-        if user is not None:
-            self.query_body["user"] = user
-        self.probe_payload = probe_payload
-        self.reprobe_s = reprobe_s
-        self.request_timeout_s = request_timeout_s
-        self.content_type = content_type
-        self.rng = random.Random(seed)
-        self.candidates: list[Candidate] = []
-        self.current: Candidate | None = None
-
-    def next_delay(self) -> float:
-        """Seconds until the next probe round (jittered)."""
-        return self.rng.uniform(*self.reprobe_s)
-
-    def adopt(self, answer: Any) -> None:
-        """Take a query answer's candidates (keeping nothing of replicas that left)."""
-        listed = answer.get("candidates", []) if isinstance(answer, dict) else []
-        self.candidates = [
-            Candidate(c["task_id"], c["url"].rstrip("/"), c.get("node_id"), c.get("reason", ""))
-            for c in listed
-            if isinstance(c, dict) and c.get("url") and c.get("task_id")
-        ]
-        self.record("query", candidates=[c.task_id for c in self.candidates])
-
-    def probed(self, results: Iterable[tuple[Candidate, float | None, str | None]]) -> None:
-        """Store a probe round's latencies (None: failed, with the error) and re-choose."""
-        latencies = {}
-        for candidate, latency, error in results:
-            candidate.latency_s, candidate.failed = latency, latency is None
-            latencies[candidate.task_id] = None if latency is None else round(latency * 1e3, 3)
-            if error is not None:
-                self.record("error", task_id=candidate.task_id, error=error, during="probe")
-        self.record("probe", latency_ms=latencies)
-        self.choose("probe")
-
-    def choose(self, reason: str) -> Candidate | None:
-        """Point ``current`` at the best working candidate; log a switch when it changes.
-
-        After a probe round a current node that still works (and is still a candidate) is
-        kept unless the best is faster by more than ``switch_margin`` of its latency.
-        """
-        working = sorted((c for c in self.candidates if not c.failed), key=lambda c: c.rank_key)
-        best = working[0] if working else None
-        before = self.current
-        if reason == "probe" and best is not None and before is not None:
-            kept = next((c for c in working if c.task_id == before.task_id
-                         and c.url == before.url), None)
-            if (kept is not None and kept.latency_s is not None and best.latency_s is not None
-                    and best.latency_s >= kept.latency_s * (1.0 - self.switch_margin)):
-                best = kept
-        if best is not None and (before is None or best.task_id != before.task_id
-                                 or best.url != before.url):
-            self.record("switch", source=before.task_id if before else None,
-                        target=best.task_id, url=best.url, reason=reason)
-        self.current = best
-        return best
-
-    def failed(self, candidate: Candidate, error: str) -> Candidate | None:
-        """A request to ``candidate`` failed: log it and move to the next-best."""
-        candidate.failed = True
-        self.record("error", task_id=candidate.task_id, error=error, during="request")
-        return self.choose("failover")
-
-    @property
-    def switches(self) -> list[Event]:
-        """The ``switch`` events so far."""
-        return [e for e in self.events if e.kind == "switch"]
-
-    def attempts(self) -> Iterator[tuple[Candidate | None, int]]:
-        """The candidates one frame tries in turn (:func:`failover_attempts`); None: query
-        and probe again first."""
-        return failover_attempts(lambda: self.current or self.choose("failover"),
-                                 lambda: ArmadaUnavailable("no candidate answers"))
-
-
-class ArmadaClient(AsyncClient, _Selection):
+class ArmadaClient(AsyncClient, Selection):
     """The asyncio client (see the module docstring). Use ``async with`` or start/close."""
 
     _session: aiohttp.ClientSession | None = None
@@ -297,7 +154,7 @@ class ArmadaClient(AsyncClient, _Selection):
             return Reply(body, candidate.task_id, candidate.url, latency, attempt)
 
 
-class SyncArmadaClient(SyncClient, _Selection):
+class SyncArmadaClient(SyncClient, Selection):
     """The synchronous client on ``requests``; re-probes when a round is due."""
 
     _due = -math.inf

@@ -39,14 +39,8 @@ import aiohttp
 import numpy as np
 import requests
 
-from nodes.armada.sdk.transport import (
-    AsyncClient,
-    EventLog,
-    SyncClient,
-    describe_error,
-    failover_attempts,
-    refusal,
-)
+from nodes.armada.sdk.failover import EventLog, describe_error, failover_attempts, refusal
+from nodes.armada.sdk.transport import AsyncClient, SyncClient
 from nodes.secret import environment_headers
 
 DEFAULT_RELOCATE_S = 30.0

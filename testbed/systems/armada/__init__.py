@@ -7,8 +7,10 @@ Manager, Cargo, the tasks), the client SDK under ``nodes/armada/sdk/``, the in-h
 (:mod:`~testbed.systems.armada.driver`), the streaming core it shares with the fleet
 experiments (:mod:`~testbed.systems.armada.fleet`) and the seven paper experiments
 (``*_experiment.py``, entry points in :mod:`~testbed.systems.armada.experiments`).
-Armada has no simulator yet: its scenarios run in emulation only. This module imports
-nothing but the registry's dataclasses.
+Fleets built by ``armada-fleet`` also run in the simulator
+(:mod:`testbed.sim.armada_replay`, on :mod:`testbed.sim.armada`, with replica times from
+the calibration :mod:`~testbed.systems.armada.calibration_run` measures). This module
+imports nothing but the registry's dataclasses.
 """
 
 from testbed.systems import Experiment, Program, System, TraceKind
@@ -19,12 +21,14 @@ _CONFIGS = "nodes.armada.configs:"  # the programs' parameters, importable witho
 
 
 def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
+                executors: tuple[str, ...] = ("emulation",),
                 **options: tuple[str, ...]) -> Experiment:
-    """Experiment ``armada-<x>``: entry points ``run_<x>`` / ``report_<x>`` of ``_EXP``,
-    emulation only, reports in ``docs/results/armada``; ``options`` as keywords."""
-    entry = name.removeprefix("armada-")
+    """Experiment ``armada-<x>``: entry points ``run_<x>`` / ``report_<x>`` of ``_EXP``
+    (``-`` as ``_``), on ``executors``, reports in ``docs/results/armada``; ``options``
+    as keywords."""
+    entry = name.removeprefix("armada-").replace("-", "_")
     return Experiment(name, description, run=f"{_EXP}:run_{entry}",
-                      report=f"{_EXP}:report_{entry}", sizes=sizes, executors=("emulation",),
+                      report=f"{_EXP}:report_{entry}", sizes=sizes, executors=executors,
                       report_dir=_REPORTS,
                       options={k.replace("_", "-"): v for k, v in options.items()})
 
@@ -67,7 +71,8 @@ SYSTEM = System(
     builders={"armada-fleet": "testbed.systems.armada.builders:armada_fleet",
               "armada-storage": "testbed.systems.armada.builders:armada_storage"},
     emulate="testbed.systems.armada.driver:make_driver",
-    simulate=None,
+    simulate="testbed.sim.armada_replay:run_sim",
+    run_check="testbed.systems.armada.run_checks:check_run",
     experiments=(
         _experiment("armada-selection", "does every user's SDK pick its best node "
                     "(latency matrix, Table 6)", sizes=("small", "medium", "full")),
@@ -80,11 +85,17 @@ SYSTEM = System(
         _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream"),
         _experiment("armada-load", "background load on the serving node: how fast the "
                     "SDK moves the user"),
+        _experiment("armada-paper-scale", "latency as users (to 1000) and edge nodes (to "
+                    "200) grow on nodes of whole cores, in the simulator (Fig. 9 at paper "
+                    "scale), with herding measured", executors=("sim",)),
+        _experiment("armada-calibrate", "the real detector's start-up and request times "
+                    "against CPU share: the calibration the simulator reads"),
         _experiment("armada-storage", "Cargo selection, consistency and a Cargo failure "
                     "under face recognition", cargo_runtime=("process", "docker")),
     ),
     preload=("nodes.armada.user",),
-    policy_seed="testbed.systems.armada.fleet:replay_seed",
+    policy_seed="testbed.systems.armada.model:replay_seed",
+    policy_params="testbed.systems.armada.model:check_policy_params",
     trace_kinds=(
         TraceKind("frame", "a camera frame sent to a detection replica",
                   (("frame_stream", "string"), ("frame_index", "int"),

@@ -39,7 +39,7 @@ CLOUD = (41.6106, -89.7073)  # a data centre about 200 km away
 MIN_REPLICAS = 3
 #: What this 2-core host can honour as the sum of the nodes' CPU limits (cores).
 HOST_CORES = 1.5
-MAX_NAMED = 99  # e01..e99, u01..u99
+MAX_NAMED = 9999  # e01..e99, then e0100..e9999 (names widen past 99)
 
 #: One-way delay (ms) of site i's ISP path to the WAN core; site i sits i x 40 km east.
 SITE_DELAYS_MS = (1.0, 4.0, 8.0, 14.0, 22.0, 30.0)
@@ -142,7 +142,11 @@ class Fleet:
     known when they fire, which ``events:`` cannot say: ``{"at", "action", "target",
     "params"}`` with ``target`` ``serving:USER`` (the node serving USER's latest frame)
     or ``last:ACTION`` (the node of the latest applied ACTION), e.g. background load
-    that follows a user.
+    that follows a user. ``host_cores`` bounds the cores every node may ask for in all
+    (default: what this 2-core host can honour in emulation); ``null`` lifts the bound
+    for a fleet only the simulator runs (the emulation refuses such a fleet when it is
+    larger than the host, before anything is built). Past 99 nodes or users, names
+    widen (``e001``...).
     """
 
     nodes: int
@@ -161,6 +165,7 @@ class Fleet:
     frame: tuple[int, int] = (240, 180)  # HOG takes about 5.4 ms of a full core on one
     duration: float = 20.0
     actions: tuple[Mapping[str, Any], ...] = ()
+    host_cores: float | None = HOST_CORES
 
     def __post_init__(self) -> None:
         if self.nodes < MIN_REPLICAS:
@@ -168,10 +173,12 @@ class Fleet:
         if not 1 <= self.users <= MAX_NAMED or self.nodes > MAX_NAMED:
             raise ValueError(f"params.users: expected users and nodes in 1..{MAX_NAMED}, "
                              f"found {self.users} users, {self.nodes} nodes")
-        if max(self.node_cores) * self.nodes + self.cloud_cores * self.cloud > HOST_CORES:
-            raise ValueError(f"params.node_cores: expected at most {HOST_CORES:g} cores over "
-                             "every node (what this 2-core host can honour), found "
-                             f"{self.nodes} nodes of up to {max(self.node_cores):g} cores"
+        if self.host_cores is not None and self.cores_needed > self.host_cores:
+            raise ValueError(f"params.node_cores: expected at most {self.host_cores:g} cores "
+                             "over every node (what this 2-core host can honour in "
+                             "emulation; host_cores: null for a fleet the simulator runs "
+                             f"only), found {self.nodes} nodes of up to "
+                             f"{max(self.node_cores):g} cores"
                              + (f" and a {self.cloud_cores:g}-core cloud" if self.cloud else ""))
 
     @classmethod
@@ -201,6 +208,8 @@ class Fleet:
             frame=tuple(int(v) for v in _numbers(params, "frame", (240, 180), 2, True)),
             duration=_number(params, "duration", 20.0),
             actions=_actions(params),
+            host_cores=None if "host_cores" in params and params["host_cores"] is None
+            else _number(params, "host_cores", HOST_CORES),
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -211,12 +220,17 @@ class Fleet:
         return out
 
     @property
+    def cores_needed(self) -> float:
+        """The most cores the nodes may ask for in all (the cloud's included)."""
+        return max(self.node_cores) * self.nodes + self.cloud_cores * self.cloud
+
+    @property
     def edge_names(self) -> list[str]:
-        return [f"e{i + 1:02d}" for i in range(self.nodes)]
+        return [f"e{i + 1:0{max(2, len(str(self.nodes)))}d}" for i in range(self.nodes)]
 
     @property
     def user_names(self) -> list[str]:
-        return [f"u{j + 1:02d}" for j in range(self.users)]
+        return [f"u{j + 1:0{max(2, len(str(self.users)))}d}" for j in range(self.users)]
 
     @property
     def cpu_per_replica(self) -> float:
@@ -324,6 +338,11 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
          "params": {"health_timeout_s": 2.0}},
     ]
 
+    def limit(cores: float) -> dict[str, float]:
+        """A node's CPU limit for emulation (a share of this 2-core host); none for a
+        fleet only the simulator runs, whose nodes are larger than the host."""
+        return {} if fleet.host_cores is None else {"cpu": round(cores / 2, 4)}
+
     def captain(node: str, lat: float, lon: float, cores: float, kind: str) -> None:
         services.append({"name": f"cap-{node}", "program": "armada.captain", "node": node,
                          "port": 7000, "params": {
@@ -335,7 +354,7 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
         lat, lon = lay["sites"][i]
         cores = lay["cores"][i]
         nodes.append({"name": node, "role": "server", "tier": "edge", "lat": lat, "lon": lon,
-                      "cpu": round(cores / 2, 4)})
+                      **limit(cores)})
         nodes.append({"name": f"s{i + 1:02d}", "role": "switch"})
         delay, bw = lay["isp"][i]
         links += [{"a": node, "b": f"s{i + 1:02d}", "delay_ms": 0.5, "bw_mbit": 100},
@@ -344,7 +363,7 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
     if fleet.cloud:
         lat, lon = CLOUD
         nodes.append({"name": "cloud", "role": "server", "tier": "cloud", "lat": lat,
-                      "lon": lon, "cpu": fleet.cloud_cores / 2})
+                      "lon": lon, **limit(fleet.cloud_cores)})
         links.append({"a": "cloud", "b": "wan", "delay_ms": fleet.cloud_delay_ms,
                       "bw_mbit": 100})
         captain("cloud", lat, lon, fleet.cloud_cores, "dedicated")

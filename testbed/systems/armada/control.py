@@ -21,16 +21,15 @@ from testbed.errors import EmulationError, TestbedError
 from testbed.experiments.emulated import run_emulated_experiment
 from testbed.poll import wait_until
 from testbed.scenario import Scenario, load_scenario
+from testbed.systems.armada.model import APP, REPLICA_MEMORY_MB
 
 Progress = Callable[[str], None]
 
 BEACON = "armada.beacon"
 CAPTAIN = "armada.captain"
 USER_MODULE = "nodes.armada.user"
-APP = "det"
 DETECT_MODULE = "nodes.armada.detect_task"
 REPLICA_CPU = 0.04  # cores asked per replica: fits the smallest node (0.04 cores)
-REPLICA_MEMORY_MB = 256
 REGISTER_TIMEOUT_S = 60.0
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.04-core node starts in about a minute
 REMOVE_TIMEOUT_S = 60.0

@@ -26,7 +26,7 @@ def _entries(module: str, name: str,
 
     def run(size: str, out: Path, progress: Callable[[str], None],
             executors: Sequence[str], **options: Any) -> Path:
-        del executors  # every Armada experiment runs in emulation only
+        del executors  # each Armada experiment runs on the one executor it is made for
         return getattr(importlib.import_module(path), f"run_{name}")(size, out, progress,
                                                                      **options)
 
@@ -46,6 +46,9 @@ run_scalability, report_scalability = _entries("scalability_experiment", "scalab
 run_failures, report_failures = _entries("failures_experiment", "failures")
 run_churn, report_churn = _entries("churn_experiment", "churn")
 run_load, report_load = _entries("load_experiment", "load")
+run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
+run_paper_scale, report_paper_scale = _entries("paper_scale_experiment", "paper_scale",
+                                               lambda _options: "paper-scale.md")
 run_storage, report_storage = _entries(
     "storage_experiment", "storage",
     lambda options: "storage.md" if options.get("cargo_runtime", "process") == "process"

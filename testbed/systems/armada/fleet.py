@@ -52,24 +52,25 @@ from testbed.systems.armada.control import (
     wait_for_captains,
     wait_users,
 )
+from testbed.systems.armada.model import (
+    FRAME_TIMEOUT_S,
+    POLICIES,
+    RECONNECT,
+    REGISTER_EVERY_S,
+    REPROBE_S,
+    REQUEST_TIMEOUT_S,
+    SDK_POLICIES,
+    SETTLE_QUIET_S,
+    probe_kind,
+    user_seed,
+)
 
-FRAME_TIMEOUT_S = 5.0  # a frame not answered by then is a timeout row
-#: Each request of a client: past it the SDK (and a baseline) sends the frame to its next
-#: choice, so a user herded onto an overloaded replica moves before its frames expire.
-REQUEST_TIMEOUT_S = 2.0
-REPROBE_S = (5.0, 7.0)
 USER_TIMEOUT_S = 90.0
 #: How long before an action the harness asks the Beacon for the replica view (a local
 #: request of a few milliseconds), so the action itself is not delayed.
 SNAPSHOT_LEAD_S = 0.2
 DEPLOY_TIMEOUT_S = 240.0  # a replica on a 0.05-core node starts in about a minute
-SETTLE_QUIET_S = 6.0
 SETTLE_TIMEOUT_S = 240.0
-RECONNECT = "server-reconnect"
-POLICIES = ("armada", "armada-light", "geo-nearest", "random", "edge-to-cloud", RECONNECT)
-#: ``armada-light`` is the SDK probing with a small request (one 64x128 HOG window as a
-#: JPEG of about 2 KB) instead of a whole frame.
-SDK_POLICIES = ("armada", "armada-light")
 #: Edge nodes of the small sizes (CI): a replica starts in 10-20 s on them. On 0.05 cores
 #: it takes about a minute here, so the tiny nodes are kept for the full sizes.
 SMALL_NODES = (0.1, 0.12, 0.15)
@@ -118,16 +119,23 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class StreamPlan:
-    """Every user streams ``duration_s`` through ``policy``'s client; ``actions`` meanwhile."""
+    """Every user streams ``duration_s`` through a policy's client; ``actions`` meanwhile.
+
+    ``policy`` is the label the rows carry; ``name`` the registered policy it runs
+    (default: the label) with its entry's ``params`` (an SDK policy's ``near_equal``)."""
 
     policy: str
     duration_s: float
     actions: tuple[Action, ...] = ()
+    name: str = ""
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
+        if not self.name:
+            object.__setattr__(self, "name", self.policy)
+        if self.name not in POLICIES:
             raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, "
-                             f"found {self.policy!r}")
+                             f"found {self.name!r}")
 
     @classmethod
     def of_scenario(cls, scenario: Scenario, policy: str) -> StreamPlan:
@@ -135,12 +143,18 @@ class StreamPlan:
         fleet, the fleet's ``actions`` are the stream's actions (model seconds divided by
         the time scale: wall seconds after the stream's start)."""
         fleet = fleet_of(scenario)
+        try:
+            entry = scenario.policy_entry(policy)
+            name, params = entry.name, entry.params
+        except KeyError:  # a policy the scenario does not list: plain, by its name
+            name, params = policy, {}
         timed = [(e.at, e.action, e.target, e.params) for e in scenario.events]
         timed += [(a["at"], a["action"], a["target"], a["params"])
                   for a in (fleet.actions if fleet is not None else ())]
         return cls(policy, scenario.duration / scenario.time_scale, tuple(
             Action(at / scenario.time_scale, action, target, dict(params))
-            for at, action, target, params in sorted(timed, key=lambda t: t[0])))
+            for at, action, target, params in sorted(timed, key=lambda t: t[0])),
+            name, dict(params))
 
 
 def latency_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -253,8 +267,8 @@ def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
 
 
 def settle(topo: Any) -> dict[str, Any]:
-    """Register every user (again every 5 s: the Application Manager forgets a user after
-    its TTL) and wait until the replica set is quiet: no replica added, removed or pending
+    """Register every user (again every ``REGISTER_EVERY_S``: the Application Manager
+    forgets a user after its TTL) and wait until the replica set is quiet: no replica added, removed or pending
     and no scaling decision for ``SETTLE_QUIET_S``. Returns the settled app status."""
     from nodes.armada.app_manager import ACTIVE
     from nodes.armada.sdk.client import app_status
@@ -276,7 +290,7 @@ def settle(topo: Any) -> dict[str, Any]:
 
     def settled() -> dict[str, Any] | None:
         now = time.time()
-        if now - registered[0] >= 5.0:
+        if now - registered[0] >= REGISTER_EVERY_S:
             register()
             registered[0] = now
         status = app_status(local, APP)
@@ -361,17 +375,6 @@ def apply_actions(topo: Any, actions: Sequence[Action], start_at: float,
     return applied
 
 
-def replay_seed(scenario: Scenario, repetition: int) -> int:
-    """The seed of a replay's clients (registered as the system's ``policy_seed``): the
-    same for every policy of a repetition, so their jitter and random draws are paired."""
-    return scenario.seed * 1000 + repetition * 100
-
-
-def user_seed(scenario: Scenario, repetition: int, index: int) -> int:
-    """The seed of the ``index``-th user's client in a replay (:func:`replay_seed` + it)."""
-    return replay_seed(scenario, repetition) + index
-
-
 def client_mode(policy: str) -> str:
     """The ``mode`` of :mod:`nodes.armada.user` that runs ``policy``'s client."""
     if policy in SDK_POLICIES:
@@ -419,8 +422,9 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
                   "seed": user_seed(scenario, k if repetition is None else repetition, i),
                   "policy": plan.policy,
                   "cloud_nodes": cloud, "out": str(topo.workdir / f"result-{tag}-{user}.json"),
-                  "mode": client_mode(plan.policy),
-                  "probe": "small" if plan.policy == "armada-light" else "frame"}
+                  "mode": client_mode(plan.name),
+                  "probe": probe_kind(plan.name),
+                  "near_equal": float(plan.params.get("near_equal", 0.0))}
         pids[user] = start_user(topo, user, config, tag)
     applied = apply_actions(topo, plan.actions, start_at, rows_of,
                             lambda: replicas_now(topo))

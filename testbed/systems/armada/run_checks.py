@@ -1,0 +1,33 @@
+"""What each executor refuses of an Armada scenario, before a run writes anything. Pure.
+
+The simulator replays fleets built by ``armada-fleet`` only
+(:func:`testbed.sim.armada_replay.check_simulable`); the emulation refuses a fleet whose
+nodes ask for more cores than this host can honour (a fleet for the simulator only says
+``host_cores: null``, which lifts the builder's own bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from testbed.errors import TestbedError
+from testbed.scenario.model import Scenario
+from testbed.systems.armada.builders import HOST_CORES, Fleet
+
+
+def check_run(scenario: Scenario, executor: str) -> None:
+    """Raise a :class:`TestbedError` when ``executor`` cannot run ``scenario``."""
+    if executor == "sim":
+        from testbed.sim.armada_replay import check_simulable
+
+        check_simulable(scenario)
+        return
+    build = scenario.raw.get("build")
+    if isinstance(build, Mapping) and build.get("builder") == "armada-fleet":
+        fleet = Fleet.from_params(build.get("params", {}))
+        if fleet.cores_needed > HOST_CORES:
+            raise TestbedError(
+                f"{scenario.source}: build.params.node_cores: expected at most "
+                f"{HOST_CORES:g} cores over every node for emulation (what this 2-core host "
+                f"can honour), found up to {fleet.cores_needed:g}; run it with --executor "
+                "sim, or use fewer or smaller nodes")

@@ -1,0 +1,66 @@
+"""``armada-paper-scale``: the simulator's sweeps at their small size, herding, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.claims_index import claims_path, read_claims
+from testbed.systems.armada.paper_scale_experiment import (
+    LABELS,
+    SIZES,
+    fleet_params,
+    herd_share,
+    points,
+    run_paper_scale,
+    write_paper_scale_report,
+)
+
+
+def test_a_herd_is_several_users_moving_onto_one_replica_together() -> None:
+    events = [{"t": 1.0, "target": "a"}, {"t": 1.2, "target": "a"}, {"t": 1.5, "target": "a"},
+              {"t": 5.0, "target": "a"}, {"t": 1.1, "target": "b"}]
+    assert herd_share(events) == pytest.approx(3 / 5)
+    assert herd_share([]) is None
+
+
+def test_paper_scale_fleets_are_for_the_simulator_and_keep_their_density() -> None:
+    small, big = fleet_params(10, 30, 1, 20.0), fleet_params(40, 30, 1, 20.0)
+    assert small["host_cores"] is None and big["span_km"] == pytest.approx(2 * small["span_km"])
+    assert len(points(SIZES["full"])) == 11 and max(n for _, n, _ in points(SIZES["full"])) == 200
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("paper-scale")
+    run_paper_scale("small", out, progress=lambda _line: None)
+    return out
+
+
+def test_every_point_and_replication_runs_every_policy(measured: Path) -> None:
+    doc = json.loads((measured / "paper_scale.json").read_text())
+    size = SIZES["small"]
+    assert len(doc["points"]) == len(points(size)) * size.replications
+    for point in doc["points"]:
+        assert set(point["policies"]) == set(LABELS)
+        for found in point["policies"].values():
+            assert found["mean_ms"] is not None and 0 <= found["lost_share"] < 1
+
+
+def test_a_rerun_keeps_finished_runs(measured: Path) -> None:
+    first = sorted(measured.glob("*/r0/metadata.json"))
+    stamps = [p.stat().st_mtime_ns for p in first]
+    run_paper_scale("small", measured, progress=lambda _line: None)
+    assert [p.stat().st_mtime_ns for p in first] == stamps
+
+
+def test_the_report_judges_each_sdk_variant(measured: Path, tmp_path: Path) -> None:
+    report = write_paper_scale_report(measured, tmp_path / "paper-scale.md", "test")
+    text = report.read_text()
+    assert "## Latency as users grow" in text and "## Latency as edge nodes grow" in text
+    doc = read_claims(claims_path(report))
+    assert [c["key"] for c in doc["claims"]] == ["scale-sim-armada", "scale-sim-armada-light",
+                                                 "scale-sim-armada-spread"]
+    assert all(c["verdict"] for c in doc["claims"])
