@@ -107,17 +107,13 @@ class Clock:
         """Call ``fn(*args)`` ``delay`` model seconds from now."""
         self.at(self.now + delay, fn, *args)
 
-    def run_until(self, end: float, stop: Callable[[], bool] | None = None) -> bool:
-        """Run what is due up to ``end`` (or until ``stop()`` holds after an event);
-        True when stopped by ``stop``."""
+    def run_until(self, end: float) -> None:
+        """Run everything due up to ``end``; the time is then ``end``."""
         while self._queue and self._queue[0][0] <= end:
             when, _, fn, args = heapq.heappop(self._queue)
             self.now = when
             fn(*args)
-            if stop is not None and stop():
-                return True
         self.now = max(self.now, end)
-        return False
 
 
 @dataclass(frozen=True)
@@ -773,13 +769,12 @@ class FleetSim:
         replica set has been quiet for ``settle_quiet_s`` (as the emulation's settle)."""
         self.spinner.start()
         self.manager.deploy()
+
         def running() -> bool:
             return sum(r.status == "running" for r in self.manager.replicas.values()) \
                 >= self.manager.min_replicas
 
-        if not self.clock.run_until(self.settle_limit_s, running):
-            raise TestbedError(f"simulated deployment: {self.manager.min_replicas} replicas "
-                               f"not running within {self.settle_limit_s:g} model s")
+        self._wait(running, 0.0, "the first replicas to run")
         began = self.clock.now
         self.settling = True
 
@@ -797,12 +792,18 @@ class FleetSim:
             return (now - began >= SETTLE_QUIET_S and self.manager.quiet()
                     and now - self.manager.settled_since() >= SETTLE_QUIET_S)
 
-        while not self.clock.run_until(self.clock.now + 0.5, quiet):
-            if self.clock.now - began > self.settle_limit_s:
-                raise TestbedError(f"simulated replica set did not settle within "
-                                   f"{self.settle_limit_s:g} model s")
+        self._wait(quiet, began, "the replica set to settle")
         self.settling = False
         self.settled_at = self.clock.now
+
+    def _wait(self, condition: Callable[[], bool], since: float, what: str) -> None:
+        """Run the model until ``condition`` holds, checked every half model second (as
+        the emulation polls), at most ``settle_limit_s`` after ``since``."""
+        while not condition():
+            if self.clock.now - since > self.settle_limit_s:
+                raise TestbedError(f"simulated fleet: {what} took more than "
+                                   f"{self.settle_limit_s:g} model s")
+            self.clock.run_until(self.clock.now + 0.5)
 
     def run(self) -> dict[str, Any]:
         """Settle, stream, and return the rows and what a report keeps of the stream."""
