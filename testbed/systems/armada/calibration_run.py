@@ -211,7 +211,9 @@ def run_calibration(size_name: str, out: Path, progress: Progress = print,
     path.write_text(json.dumps(doc, indent=1) + "\n")
     load_calibration(path)  # what the simulator will read must parse
     if size_name == "full":
-        (target or DEFAULT_PATH).write_text(path.read_text())
+        committed = target or DEFAULT_PATH
+        committed.parent.mkdir(parents=True, exist_ok=True)
+        committed.write_text(path.read_text())
     return out
 
 
