@@ -71,7 +71,7 @@ SIZES = {
 def fleet_params(nodes: int, users: int, seed: int, duration_s: float) -> dict[str, Any]:
     """The ``armada-fleet`` params of one point and replication."""
     return {"nodes": nodes, "users": users, "seed": seed, "node_cores": list(NODE_CORES),
-            "replica_cpu": 1.0, "max_replicas": 2 * nodes, "users_per_replica": 3,
+            "replica_cpu": 1.0, "users_per_replica": 3,
             "span_km": round(KM_PER_SQRT_NODE * math.sqrt(nodes), 3),
             "duration": duration_s, "host_cores": None}
 
@@ -219,7 +219,7 @@ def write_paper_scale_report(out: Path, report: Path, command: str) -> Path:
               "± the half-width of its 95 % t-interval). Nodes of "
               f"{', '.join(f'{c:g}' for c in NODE_CORES)} cores (volunteer machines and "
               "dedicated servers), replicas of one core with one detection worker, "
-              "auto-scaling on (3 users per replica, at most two replicas per node); "
+              "auto-scaling on (3 users per replica, at most as many replicas as nodes); "
               f"`armada-spread` is the SDK choosing at random among candidates that probed "
               f"within {SPREAD:.0%} of the fastest. Replica times come from the measured "
               "calibration (`calibration.md`); what the simulator leaves out is listed in "
