@@ -70,9 +70,17 @@ def test_bad_entries_name_file_field_and_expectation(policies: list[Any], path: 
     assert expected in err.value.expected, str(err.value)
 
 
-def test_a_system_without_policy_parameters_takes_no_params_and_no_other_label() -> None:
+def test_a_system_without_policy_parameters_takes_no_params_and_no_other_label(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    import testbed.systems as registry
+
     data = load_scenario("armada-selection").resolved()
     name = data["policies"][0]
+    # Armada without its policy_params hook: a system whose policies take nothing
+    monkeypatch.setitem(registry._REGISTERED, "armada",
+                        replace(registry.get_system("armada"), policy_params=None))
     for entry, path in (({"name": name, "params": {"x": 1}}, "policies[0].params.x"),
                         ({"name": name, "label": "other"}, "policies[0].label")):
         with pytest.raises(ScenarioError) as err:

@@ -57,7 +57,7 @@ class CalibrationSize:
     rounds: int  # passes over the frame set (and as many small probes per pass)
 
 
-SIZES = {"small": CalibrationSize((0.25, 1.0), startups=1, rounds=1),
+SIZES = {"small": CalibrationSize((0.05, 1.0), startups=1, rounds=1),
          "full": CalibrationSize((0.05, 0.07, 0.1, 0.15, 0.25, 0.5, 1.0), startups=3,
                                  rounds=3)}
 
