@@ -184,3 +184,20 @@ def replication_interval(values: Sequence[float], confidence: float = CONFIDENCE
     """The t-interval of one value per independent replication."""
     estimate, low, high = t_interval(values, confidence)
     return Interval(estimate, low, high, len(values), "replications")
+
+
+def interval_half(interval: Interval) -> float | None:
+    """The half-width of ``interval`` (None without bounds)."""
+    if interval.low is None or interval.high is None or interval.estimate is None:
+        return None
+    return (interval.high - interval.low) / 2.0
+
+
+def pm(interval: Interval | None, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+    """``mean ± half-width`` with ``digits`` decimals, both times ``scale``, then ``unit``
+    (how every report writes an interval; ``-`` for no estimate)."""
+    if interval is None or interval.estimate is None:
+        return "-"
+    h = interval_half(interval)
+    mean = f"{interval.estimate * scale:.{digits}f}"
+    return mean + ("" if h is None else f" ± {h * scale:.{digits}f}") + unit

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 BASE32 = "0123456789bcdefghjkmnpqrstuvwxyz"
 _INDEX = {c: i for i, c in enumerate(BASE32)}
@@ -38,10 +39,13 @@ def _check_point(lat: float, lon: float) -> None:
         raise ValueError(f"expected lat in [-90, 90] and lon in [-180, 180], found {lat}, {lon}")
 
 
+@lru_cache(maxsize=1 << 16)
 def encode(lat: float, lon: float, precision: int = 5) -> str:
     """The GeoHash of ``(lat, lon)`` with ``precision`` characters (1..12).
 
-    Longitude 180 is the same meridian as -180 and encodes like it.
+    Longitude 180 is the same meridian as -180 and encodes like it. Answers are cached:
+    the Application Manager and the simulator encode the same few hundred places for
+    every query.
     """
     _check_point(lat, lon)
     if not 1 <= precision <= MAX_PRECISION:
@@ -121,14 +125,18 @@ def neighbours(geohash: str) -> list[str]:
     return found
 
 
-def block(lat: float, lon: float, precision: int) -> set[str]:
-    """The 3x3 block of cells at ``precision`` centred on the cell of ``(lat, lon)``."""
+@lru_cache(maxsize=1 << 16)
+def block(lat: float, lon: float, precision: int) -> frozenset[str]:
+    """The 3x3 block of cells at ``precision`` centred on the cell of ``(lat, lon)``
+    (cached like :func:`encode`)."""
     centre = encode(lat, lon, precision)
-    return {centre, *neighbours(centre)}
+    return frozenset((centre, *neighbours(centre)))
 
 
+@lru_cache(maxsize=1 << 18)
 def haversine_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Great-circle distance in km between two points (degrees)."""
+    """Great-circle distance in km between two points (degrees); cached like :func:`encode`
+    (every query measures the same users against the same replicas)."""
     p1, p2 = math.radians(lat1), math.radians(lat2)
     dp = p2 - p1
     dl = math.radians(lon2 - lon1)

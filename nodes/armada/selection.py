@@ -90,9 +90,10 @@ def select_candidates(
             chosen.append(Candidate(replica, distance[replica.task_id], reason))
             taken.add(replica.task_id)
 
+    cell = {r.task_id: encode(r.lat, r.lon, precision) for r in healthy}
     for level in range(precision, 0, -1):
-        area = block(lat, lon, level)
-        in_area = [r for r in healthy if encode(r.lat, r.lon, level) in area]
+        area = block(lat, lon, level)  # a GeoHash's prefix is its cell at lower precision
+        in_area = [r for r in healthy if cell[r.task_id][:level] in area]
         add(in_area, "area" if level == precision else f"wider:{level}")
         if len(chosen) >= topn:
             return chosen
@@ -119,6 +120,32 @@ def replica_location(task: Mapping[str, Any]) -> tuple[float, float]:
     return task["lat"], task["lon"]
 
 
+class RunningView:
+    """The running replicas' Spinner task views (``task_id``, ``node_id``, ``url``,
+    location, ``utilisation``, ``node_tags``), read once so that many queries against the
+    same view (the simulator answers thousands between two polls) do not rebuild it."""
+
+    def __init__(self, running: Iterable[Mapping[str, Any]]) -> None:
+        self.tasks = {t["task_id"]: t for t in running}
+        self.replicas = [Replica(t["task_id"], *replica_location(t), t.get("utilisation"),
+                                 frozenset(t.get("node_tags", [])))
+                         for t in self.tasks.values()]
+
+    def answer(self, lat: float, lon: float, tags: Iterable[str] = (), *,
+               precision: int = DEFAULT_PRECISION, overload: float = DEFAULT_OVERLOAD,
+               topn: int = TOPN) -> list[dict[str, Any]]:
+        """The ``candidates`` of a query's answer (:func:`answer_candidates`)."""
+        chosen = select_candidates(self.replicas, lat, lon, tags, precision=precision,
+                                   overload=overload, topn=topn)
+        tasks = self.tasks
+        return [{"task_id": c.replica.task_id, "node_id": tasks[c.replica.task_id].get("node_id"),
+                 "url": tasks[c.replica.task_id].get("url"), "lat": c.replica.lat,
+                 "lon": c.replica.lon, "distance_km": round(c.distance_km, 3),
+                 "utilisation": c.replica.utilisation, "tags": sorted(c.replica.tags),
+                 "reason": c.reason}
+                for c in chosen]
+
+
 def answer_candidates(
     running: Iterable[Mapping[str, Any]],
     lat: float,
@@ -130,16 +157,6 @@ def answer_candidates(
     topn: int = TOPN,
 ) -> list[dict[str, Any]]:
     """The ``candidates`` of a query's answer: :func:`select_candidates` over the running
-    replicas' Spinner task views (``task_id``, ``node_id``, ``url``, location,
-    ``utilisation``, ``node_tags``), each entry as ``docs/armada.md`` documents it."""
-    tasks = {t["task_id"]: t for t in running}
-    replicas = [Replica(t["task_id"], *replica_location(t), t.get("utilisation"),
-                        frozenset(t.get("node_tags", []))) for t in tasks.values()]
-    chosen = select_candidates(replicas, lat, lon, tags, precision=precision,
-                               overload=overload, topn=topn)
-    return [{"task_id": c.replica.task_id, "node_id": tasks[c.replica.task_id].get("node_id"),
-             "url": tasks[c.replica.task_id].get("url"), "lat": c.replica.lat,
-             "lon": c.replica.lon, "distance_km": round(c.distance_km, 3),
-             "utilisation": c.replica.utilisation, "tags": sorted(c.replica.tags),
-             "reason": c.reason}
-            for c in chosen]
+    replicas' Spinner task views, each entry as ``docs/armada.md`` documents it."""
+    return RunningView(running).answer(lat, lon, tags, precision=precision,
+                                       overload=overload, topn=topn)

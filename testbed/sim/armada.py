@@ -66,7 +66,7 @@ from nodes.armada.sdk.choice import (
     Candidate,
     Selection,
 )
-from nodes.armada.selection import answer_candidates, replica_location
+from nodes.armada.selection import RunningView, replica_location
 from testbed.errors import TestbedError
 from testbed.latency import completed_columns
 from testbed.sim.armada_calibration import Calibration
@@ -83,8 +83,6 @@ from testbed.systems.armada.model import (
 
 ACTIVE = ("pending", "starting", "running")  # replica states the manager counts
 CONTROL = "ctl"
-#: The answer of a request (JSON of a few detections) is small: only its delay counts.
-ANSWER_BYTES = 0
 
 
 class Clock:
@@ -293,8 +291,8 @@ class Replica:
         self.busy_total += now - (self.busy_since or now)
         self.busy_since, self.serving = None, None
         request.end = now
-        back = self.sim.net.one_way(self.node.name if self.node else CONTROL,
-                                    request.user.name, ANSWER_BYTES)
+        # the answer (JSON of a few detections) is small: only its delay counts
+        back = self.sim.net.one_way(self.node.name, request.user.name)
         self.sim.clock.after(back, request.finish, lambda: request.ok(request))
         self._next()
 
@@ -418,7 +416,18 @@ class Manager:
         self.scaling: list[dict[str, Any]] = []
         self.last_scaled = -math.inf
         self.failures = 0
-        self.snapshot: list[dict[str, Any]] = []  # the replicas as of the last poll
+        self._snapshot: list[dict[str, Any]] = []  # the replicas as of the last poll
+        self._view: RunningView | None = None  # its running ones, read for queries
+
+    @property
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The replicas' Spinner views as of the last poll."""
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, views: list[dict[str, Any]]) -> None:
+        self._snapshot = views
+        self._view = None
 
     def deploy(self) -> None:
         """The deployment request: ``min_replicas`` near the locations, then polling."""
@@ -487,9 +496,10 @@ class Manager:
     def query(self, user: str, lat: float, lon: float) -> dict[str, Any]:
         """``POST /query``: remember the user, answer its candidates."""
         self.users[user] = (lat, lon, self.sim.clock.now)
-        running = [v for v in self.snapshot if v["status"] == "running"]
-        return {"app": self.sim.app, "candidates": answer_candidates(
-            running, lat, lon, precision=self.params.precision,
+        if self._view is None:
+            self._view = RunningView(v for v in self.snapshot if v["status"] == "running")
+        return {"app": self.sim.app, "candidates": self._view.answer(
+            lat, lon, precision=self.params.precision,
             overload=self.params.overload, topn=self.params.topn)}
 
     def listing(self) -> list[dict[str, Any]]:
@@ -766,7 +776,7 @@ class FleetSim:
 
     def _settle(self) -> None:
         """Deploy, wait for the minimum to run, then register every user until the
-        replica set has been quiet for ``settle_quiet_s`` (as the emulation's settle)."""
+        replica set has been quiet for ``SETTLE_QUIET_S`` (as the emulation's settle)."""
         self.spinner.start()
         self.manager.deploy()
 

@@ -64,3 +64,30 @@ def test_the_report_judges_each_sdk_variant(measured: Path, tmp_path: Path) -> N
     assert [c["key"] for c in doc["claims"]] == ["scale-sim-armada", "scale-sim-armada-light",
                                                  "scale-sim-armada-spread"]
     assert all(c["verdict"] for c in doc["claims"])
+
+
+def _doc(armada_ms: dict[tuple[int, int], list[float]]) -> dict:
+    """A paper-scale document: per (nodes, users), armada's mean per replication; the
+    baselines are 50 ms (geo-nearest) and 60 ms (random) everywhere."""
+    found = []
+    for (nodes, users), means in armada_ms.items():
+        for r, mean in enumerate(means):
+            found.append({"sweep": "users", "nodes": nodes, "users": users, "replication": r,
+                          "policies": {"armada": {"mean_ms": mean},
+                                       "geo-nearest": {"mean_ms": 50.0 + r},
+                                       "random": {"mean_ms": 60.0 + r}}})
+    return {"points": found}
+
+
+def test_the_verdict_follows_the_paired_differences() -> None:
+    from testbed.claims_index import FAILS, HOLDS, HOLDS_ONLY_FOR
+    from testbed.systems.armada.paper_scale_experiment import conclusion
+
+    below = [40.0, 41.5, 40.5]
+    assert conclusion(_doc({(10, 10): below, (10, 30): below}), "armada").verdict == HOLDS
+    split = conclusion(_doc({(10, 10): below, (10, 30): [55.0, 56.0, 55.5]}), "armada")
+    assert split.verdict.startswith(HOLDS_ONLY_FOR) and "10 users" in split.verdict
+    # below geo-nearest on average but with an interval reaching above zero: not judged
+    # a win
+    noisy = conclusion(_doc({(10, 10): [30.0, 70.0, 35.0]}), "armada")
+    assert noisy.verdict == FAILS

@@ -24,13 +24,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from testbed.stats import replication_interval
+from testbed.stats import pm, replication_interval
 from testbed.systems.armada.verdicts import Conclusion, record_claims, verdict
 
 Progress = Callable[[str], None]
@@ -136,8 +137,6 @@ def run_paper_scale(size: str, out: Path, progress: Progress = print) -> Path:
             folder = out / f"{sweep}-n{nodes:03d}-u{users:04d}" / f"r{r}"
             if not (folder / "metadata.json").exists():
                 if folder.exists():
-                    import shutil
-
                     shutil.rmtree(folder)
                 scenario = scenario_from_dict({
                     "name": f"armada-paper-scale-{sweep}", "policies": list(POLICIES),
@@ -167,15 +166,6 @@ def _over(rows: Sequence[Mapping[str, Any]], label: str, metric: str) -> Any:
     values = [r["policies"][label][metric] for r in rows
               if r["policies"].get(label, {}).get(metric) is not None]
     return replication_interval(values) if values else None
-
-
-def _pm(interval: Any, digits: int = 0, scale: float = 1.0) -> str:
-    if interval is None or interval.estimate is None:
-        return "-"
-    text = f"{interval.estimate * scale:.{digits}f}"
-    if interval.low is not None and interval.high is not None:
-        text += f" ± {(interval.high - interval.low) / 2 * scale:.{digits}f}"
-    return text
 
 
 def _paired(rows: Sequence[Mapping[str, Any]], label: str, other: str) -> Any:
@@ -235,12 +225,12 @@ def write_paper_scale_report(out: Path, report: Path, command: str) -> Path:
                 continue
             lines.append(
                 f"| {nodes} | {users} | "
-                + " | ".join(_pm(_over(rows, p, "mean_ms")) for p in LABELS)
-                + f" | {_pm(_over(rows, 'armada', 'p95_ms'))} | "
-                f"{_pm(_over(rows, 'armada', 'lost_share'), 1, 100.0)} % | "
-                f"{_pm(_over(rows, 'armada', 'herd_share'), 2)} / "
-                f"{_pm(_over(rows, 'armada-spread', 'herd_share'), 2)} | "
-                f"{_pm(_over(rows, 'armada', 'switches_per_user'), 1)} |")
+                + " | ".join(pm(_over(rows, p, "mean_ms")) for p in LABELS)
+                + f" | {pm(_over(rows, 'armada', 'p95_ms'))} | "
+                f"{pm(_over(rows, 'armada', 'lost_share'), 1, 100.0)} % | "
+                f"{pm(_over(rows, 'armada', 'herd_share'), 2)} / "
+                f"{pm(_over(rows, 'armada-spread', 'herd_share'), 2)} | "
+                f"{pm(_over(rows, 'armada', 'switches_per_user'), 1)} |")
         lines.append("")
     judged = [(label, conclusion(doc, label)) for label in SDK]
     lines += ["## Conclusion", "",

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from testbed.stats import Interval, replication_interval
+from testbed.stats import Interval, pm, replication_interval
+from testbed.stats import interval_half as half
 
 
 class Point:
@@ -98,22 +99,6 @@ def across(reps: Iterable[int], per_seed: Callable[[int], float | None]) -> Inte
 
 
 # ------------------------------------------------------------------ formatting
-
-
-def half(interval: Interval) -> float | None:
-    """The half-width of ``interval`` (None without bounds)."""
-    if interval.low is None or interval.high is None or interval.estimate is None:
-        return None
-    return (interval.high - interval.low) / 2.0
-
-
-def pm(interval: Interval, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
-    """``mean ± half-width`` with ``digits`` decimals, both times ``scale``, then ``unit``."""
-    if interval.estimate is None:
-        return "-"
-    h = half(interval)
-    mean = f"{interval.estimate * scale:.{digits}f}"
-    return mean + ("" if h is None else f" ± {h * scale:.{digits}f}") + unit
 
 
 def pct(interval: Interval, digits: int = 1) -> str:
