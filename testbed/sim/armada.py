@@ -24,20 +24,28 @@ clock:
 
 Modelled, with what is left out said here:
 
-* a replica is one worker serving its requests in FIFO order; a request's time (receiving
-  it, decoding, detection, answering) is drawn from the calibration
-  (:mod:`testbed.sim.armada_calibration`) at the replica's CPU share: its node's cores,
-  split evenly between the replicas on the node, less a background load (``load`` of
-  ``cpu`` machine shares runs ``ceil(cpu x machine cores)`` burners next to the replica:
-  it keeps ``max(cores - load, cores / (1 + burners))``). A draw is fixed when service
-  starts. A replica starts (spawn to healthy) in its calibrated start-up time;
+* a replica is one worker serving its requests in FIFO order. A request's CPU demand
+  (receiving it, decoding, detection, answering) is drawn from the calibration
+  (:mod:`testbed.sim.armada_calibration`) at one core; the worker runs it at one core
+  under the CFS bandwidth quota its node's cgroup gives it (:func:`cfs_finish`): its
+  share of cores x 100 ms per 100 ms period, the node's cores split evenly between the
+  replicas on the node, less a background load (``load`` of ``cpu`` machine shares runs
+  ``ceil(cpu x machine cores)`` burners next to the replica: it keeps
+  ``max(cores - load, cores / (1 + burners))``). So a light load at a quarter of a core
+  is served at one core's speed, and only sustained load is throttled, as the kernel
+  does; drawing whole request times measured back to back at the share would throttle
+  every request. Replayed back to back, the quota model gives the calibration's
+  measured times at each share (``docs/simulator.md``). The share is fixed when service
+  starts. A replica starts (spawn to healthy) in its calibrated start-up time at its
+  share;
 * the network: a request takes the propagation delay of the shortest-delay path plus each
   link's transmission of its bytes, the answer the propagation delay back; links never
   queue (frames of about 10 KB at 1 fps load them lightly), have no jitter or loss, and
   the control plane answers at once (the Beacon and the Application Manager share a
   host; their processing is not modelled). Connections are kept open, so no handshake;
 * utilisation is measured as the Captain does (CPU seconds over the interval divided by
-  the interval times the replica's CPU), once per Application Manager poll;
+  the interval times the replica's CPU; a request's seconds count when it ends), once
+  per Application Manager poll;
 * ``crash``: the node's programs die; requests queued or running fail at once (the
   connection is reset) and new ones are refused after a round trip; its Captain misses
   every health check. ``leave``: the Captain deregisters and its links go down, so
@@ -83,6 +91,8 @@ from testbed.systems.armada.model import (
 
 ACTIVE = ("pending", "starting", "running")  # replica states the manager counts
 CONTROL = "ctl"
+#: The kernel's default CFS bandwidth period: a quota of q cores is q x 100 ms per period.
+CFS_PERIOD_S = 0.1
 
 
 class Clock:
@@ -181,10 +191,40 @@ class Node:
 
     def share(self) -> float:
         """The cores one busy replica of the node gets (module docstring)."""
-        cores = self.cores
-        if self.load_cores > 0:
-            cores = max(cores - self.load_cores, cores / (1 + self.burners))
-        return cores / max(1, len(self.replicas))
+        return self.cores * self.kept() / max(1, len(self.replicas))
+
+    def kept(self) -> float:
+        """The fraction of the node's CPU its replicas keep next to a background load."""
+        if self.load_cores <= 0:
+            return 1.0
+        return max(self.cores - self.load_cores, self.cores / (1 + self.burners)) / self.cores
+
+
+def cfs_finish(start: float, demand: float, cores: float, period_end: float,
+               used: float) -> tuple[float, float, float]:
+    """When ``demand`` CPU seconds of a single worker started at ``start`` end under a
+    CFS quota of ``cores`` (``cores`` x :data:`CFS_PERIOD_S` per period), given the end
+    of the current period and the quota already used in it; returns the end and the
+    period's new end and use. The worker runs at one core until the period's quota is
+    used, then waits for the next period; periods follow one another without gaps, as
+    the kernel's period timer does while the group is busy. ``cores`` >= 1 never
+    throttles one worker."""
+    if cores >= 1.0:
+        return start + demand, period_end, used
+    quota = cores * CFS_PERIOD_S
+    t, left = start, demand
+    while True:
+        if t >= period_end - 1e-12:  # a new period (after idle ones, if any)
+            period_end += (math.floor((t - period_end) / CFS_PERIOD_S + 1e-9) + 1) * CFS_PERIOD_S
+            used = 0.0
+        room = min(quota - used, period_end - t)
+        if room <= 1e-12:  # throttled until the period ends
+            t = period_end
+            continue
+        run = min(left, room)
+        t, used, left = t + run, used + run, left - run
+        if left <= 1e-12:
+            return t, period_end, used
 
 
 @dataclass
@@ -203,6 +243,7 @@ class Request:
     start: float = 0.0
     end: float = 0.0
     queue_at_arrival: int = 0
+    demand: float = 0.0  # CPU seconds its service takes (at one core)
     settled: bool = False  # answered, failed or timed out: later news is ignored
 
     def finish(self, outcome: Callable[[], None]) -> None:
@@ -228,9 +269,10 @@ class Replica:
         self.placements = 0
         self.queue: deque[Request] = deque()
         self.serving: Request | None = None
-        self.busy_total = 0.0
-        self.busy_since: float | None = None
-        self.sampled = (0.0, 0.0)  # (time, busy_total) at the last utilisation sample
+        self.cpu_total = 0.0  # CPU seconds of the requests it served
+        self.period_end = 0.0  # the end of its current CFS period, and the quota used in it
+        self.period_used = 0.0
+        self.sampled = (0.0, 0.0)  # (time, cpu_total) at the last utilisation sample
         self.utilisation: float | None = None
 
     def place(self, node: Node) -> None:
@@ -243,6 +285,7 @@ class Replica:
         self.placements += 1
         self.url = f"sim://{node.name}/{self.task_id}/{self.placements}"
         self.status, self.ready_at, self.utilisation = "starting", None, None
+        self.period_end, self.period_used = self.sim.clock.now, 0.0
         u = self.sim.rng_startup.random()
         self.sim.clock.after(self.sim.calibration.startup_s(node.share(), u), self._ready,
                              self.url)
@@ -250,19 +293,26 @@ class Replica:
     def _ready(self, url: str) -> None:
         if url == self.url and self.status == "starting" and self.process_up:
             self.status, self.ready_at = "running", self.sim.clock.now
-            self.sampled = (self.sim.clock.now, self.busy_total)
-
-    def busy(self, now: float) -> float:
-        """Seconds spent serving up to ``now``."""
-        return self.busy_total + (now - self.busy_since if self.busy_since is not None else 0.0)
+            self.sampled = (self.sim.clock.now, self.cpu_total)
 
     def sample(self, now: float, task_cpu: float) -> None:
-        """Utilisation since the last sample, as the Captain computes it."""
-        when, busy = self.sampled
+        """Utilisation since the last sample, as the Captain computes it (CPU seconds of
+        the requests finished meanwhile over the interval times the task's CPU)."""
+        when, used = self.sampled
         if self.status == "running" and self.node is not None and now > when:
-            used = (self.busy(now) - busy) * self.node.share()
-            self.utilisation = used / ((now - when) * task_cpu)
-        self.sampled = (now, self.busy(now))
+            self.utilisation = (self.cpu_total - used) / ((now - when) * task_cpu)
+        self.sampled = (now, self.cpu_total)
+
+    def finish_at(self, start: float, demand: float, node: Node) -> float:
+        """When ``demand`` CPU seconds started at ``start`` end on ``node``: under a CFS
+        quota of the task's CPU or its share of the node (:meth:`Node.share`), whichever
+        is less, running for the fraction of the time a background load leaves it
+        (:func:`cfs_finish` with demand and quota in wall seconds at that speed)."""
+        quota = min(self.sim.task_cpu, node.share())
+        speed = node.kept()  # the share of time left between the burners
+        end, self.period_end, self.period_used = cfs_finish(
+            start, demand / speed, quota / speed, self.period_end, self.period_used)
+        return end
 
     def arrive(self, request: Request) -> None:
         """A request reached the replica: queue it, serve it when its turn comes."""
@@ -279,17 +329,18 @@ class Replica:
             if request.settled:  # its client gave up while it waited: it left the queue
                 continue
             assert self.node is not None
-            self.serving, request.start, self.busy_since = request, now, now
-            took = self.sim.calibration.service_s(request.kind, self.node.share(), request.u)
-            self.sim.clock.after(took, self._done, request, self.url)
+            self.serving, request.start = request, now
+            request.demand = self.sim.calibration.service_s(request.kind, 1.0, request.u)
+            end = self.finish_at(now, request.demand, self.node)
+            self.sim.clock.at(end, self._done, request, self.url)
             return
 
     def _done(self, request: Request, url: str) -> None:
         if url != self.url or self.serving is not request:
             return  # the replica was stopped meanwhile
         now = self.sim.clock.now
-        self.busy_total += now - (self.busy_since or now)
-        self.busy_since, self.serving = None, None
+        self.cpu_total += request.demand
+        self.serving = None
         request.end = now
         # the answer (JSON of a few detections) is small: only its delay counts
         back = self.sim.net.one_way(self.node.name, request.user.name)
@@ -303,10 +354,6 @@ class Replica:
         if not self.process_up:
             return
         self.process_up = False
-        now = self.sim.clock.now
-        if self.busy_since is not None:
-            self.busy_total += now - self.busy_since
-            self.busy_since = None
         pending = ([self.serving] if self.serving is not None else []) + list(self.queue)
         self.serving, self.queue = None, deque()
         if reason is not None and self.node is not None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from testbed.claims_index import claims_path, read_claims
+from testbed.systems.armada.fleet_measure import herd_share
 from testbed.systems.armada.paper_scale_experiment import (
     LABELS,
     SIZES,
     fleet_params,
-    herd_share,
     points,
     run_paper_scale,
     write_paper_scale_report,

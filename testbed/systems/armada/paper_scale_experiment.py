@@ -14,9 +14,8 @@ replication's seed); numbers are means over replications with 95 % t-intervals, 
 comparison between policies is paired within a replication.
 
 Herding (users moving together after re-probes) is measured from the users' switch
-events: a *herd* is every switch onto the same replica within :data:`HERD_WINDOW_S`;
-the report gives the share of switches that joined a herd of at least
-:data:`HERD_MIN` users. Report: ``docs/results/armada/paper-scale.md``.
+events (:func:`~testbed.systems.armada.fleet_measure.herd_share`). Report:
+``docs/results/armada/paper-scale.md``.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from testbed.stats import pm, replication_interval
+from testbed.systems.armada.fleet_measure import measure_run
 from testbed.systems.armada.verdicts import Conclusion, record_claims, verdict
 
 Progress = Callable[[str], None]
@@ -44,8 +42,6 @@ POLICIES: tuple[Any, ...] = ("armada", "armada-light",
 LABELS = ("armada", "armada-light", "armada-spread", "geo-nearest", "random")
 SDK = ("armada", "armada-light", "armada-spread")
 BASELINES = ("geo-nearest", "random")
-HERD_WINDOW_S = 1.0
-HERD_MIN = 3
 #: Node density kept as the fleet grows: the fleet's side grows as sqrt(nodes).
 KM_PER_SQRT_NODE = 4.0
 
@@ -83,45 +79,6 @@ def points(size: PaperScaleSize) -> list[tuple[str, int, int]]:
             + [("nodes", n, size.nodes_sweep_users) for n in size.nodes_sweep])
 
 
-def herd_share(events: Sequence[Mapping[str, Any]]) -> float | None:
-    """The share of switches that joined a herd (module docstring); None: no switch."""
-    if not events:
-        return None
-    herded = 0
-    by_target: dict[str, list[float]] = {}
-    for e in events:
-        by_target.setdefault(str(e["target"]), []).append(float(e["t"]))
-    for times in by_target.values():
-        times.sort()
-        for t in times:
-            near = sum(abs(u - t) <= HERD_WINDOW_S for u in times)
-            herded += near >= HERD_MIN
-    return herded / len(events)
-
-
-def _measure(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per policy label, what one run gives: latency, losses, switches, herding."""
-    from testbed.traces import read_traces
-
-    meta = json.loads((folder / "metadata.json").read_text())
-    df = read_traces(folder)
-    out: dict[str, dict[str, Any]] = {}
-    for stream in meta["driver"]["streams"]:
-        label = stream["policy"]
-        rows = df[df["policy"] == label]
-        ok = rows[rows["outcome"] == "ok"]["latency_s"].to_numpy(dtype=float) * 1e3
-        users = max(1, len(stream["switches"]))
-        out[label] = {
-            "mean_ms": float(ok.mean()) if ok.size else None,
-            "p95_ms": float(np.percentile(ok, 95)) if ok.size else None,
-            "lost_share": 1.0 - ok.size / max(1, len(rows)),
-            "switches_per_user": sum(stream["switches"].values()) / users,
-            "herd_share": herd_share(stream.get("switch_events", [])),
-            "replicas": sum(v["status"] == "running" for v in stream["replicas_after"]),
-            "scaling": len(stream["scaling_during"]), "sim_wall_s": stream["sim_wall_s"]}
-    return out
-
-
 def run_paper_scale(size: str, out: Path, progress: Progress = print) -> Path:
     """Every point and replication of ``size`` through ``testbed run --executor sim``
     into ``out/<sweep>-n<nodes>-u<users>/r<k>``; ``out/paper_scale.json`` gathers them.
@@ -149,7 +106,7 @@ def run_paper_scale(size: str, out: Path, progress: Progress = print) -> Path:
                              plots=False)
             found.append({"sweep": sweep, "nodes": nodes, "users": users, "replication": r,
                           "run": str(folder.relative_to(out)),
-                          "policies": _measure(folder)})
+                          "policies": measure_run(folder)})
     (out / "paper_scale.json").write_text(json.dumps(
         {"size": size, "plan": dataclasses.asdict(plan), "points": found}, indent=1))
     return out
