@@ -42,6 +42,7 @@ from nodes.armada.fields import (
     locations_field,
     lon_field,
     pattern_field,
+    runtime_needs,
     tags_field,
     task_args_refusal,
 )
@@ -354,8 +355,8 @@ class AppManager:
         spec.setdefault("args", {})
         spec.setdefault("tags", [])
         spec.setdefault("min_replicas", MIN_REPLICAS)
-        need = "module" if spec["runtime"] == "process" else "image"
-        if need not in spec:
+        need = next((n for n in runtime_needs(spec["runtime"]) if n not in spec), None)
+        if need is not None:
             raise client_error(
                 web.HTTPBadRequest,
                 f"{need}: expected it for runtime {spec['runtime']}, found nothing",

@@ -18,9 +18,16 @@ Beacon's host, since the task presents the run secret to the services it names. 
 without, its CPU limit is not enforced by the Captain and its memory is watched (a task
 over its limit is killed). Every ``sample_s`` the Captain measures each task's
 utilisation (CPU seconds over the interval divided by ``interval * cpu``), resident
-memory and load (the task's own ``GET /stats`` when it has one). The ``docker`` runtime
-is refused (see ``docs/armada.md``). On shutdown (SIGTERM) the Captain deregisters and
-stops its tasks.
+memory and load (the task's own ``GET /stats`` when it has one).
+
+Tasks of the ``docker`` runtime run as containers beside the Captain's own in its
+node's pod (:mod:`nodes.pod`), when the node gives the Captain its engine
+(``--docker-socket``, ``--docker-pod``): same network namespace (the task is reachable at
+the node's address), the task's CPU quota and memory limit, the image
+:data:`~nodes.armada.task_image.TASK_IMAGE` built on the node from the Captain's own code
+(:mod:`nodes.armada.task_image`; no registry), and the container removed when the task
+ends or is stopped. A Captain without an engine refuses them with 422 naming why. On
+shutdown (SIGTERM) the Captain deregisters and stops its tasks.
 
 Run it as ``python -m nodes.armada.captain --host H --port P --beacon URL --node-id ID
 --lat LAT --lon LON --cpu CORES --memory-mb MB [...]`` with the run secret in
@@ -32,13 +39,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +61,14 @@ from nodes.armada.agent import BeaconAgent
 from nodes.armada.configs import START_TIMEOUT_S, TASK_MODULES, CaptainParams
 from nodes.armada.fields import args_to_argv, task_args_refusal, task_fields
 from nodes.armada.scheduler import EPSILON
+from nodes.armada.task_image import (
+    PROJECT_ROOT,
+    TASK_IMAGE,
+    dockerfile,
+    image_files,
+    repository,
+    source_digest,
+)
 from nodes.common import (
     Address,
     Route,
@@ -63,6 +80,7 @@ from nodes.common import (
 )
 from nodes.http import PeerError, call_json
 from nodes.openapi import add_api
+from nodes.pod import PodError
 from nodes.secret import peer_headers, peer_session
 
 _log = logging.getLogger("nodes.armada.captain")
@@ -97,6 +115,13 @@ class CaptainConfig:
     cgroup_parent: Path | None = None
     workdir: Path = field(default_factory=lambda: Path("/tmp/armada-captain"))
     python: str = sys.executable
+    #: The node's engine for ``docker`` tasks: its socket and the pod's service
+    #: container (the Captain's own); None on a node without one.
+    docker_socket: str | None = None
+    docker_pod: str | None = None
+    #: An engine ready to use instead (tests; anything with :class:`~nodes.pod.PodEngine`'s
+    #: methods); None: connect to ``docker_socket`` at start.
+    engine: Any = None
 
 
 @dataclass
@@ -125,6 +150,11 @@ class RunningTask:
     cgroup: Path | None = None
     has_stats: bool = True
     sampled: tuple[float, float] | None = None  # (monotonic time, cpu seconds)
+    container: str | None = None  # docker runtime: the container's name
+    container_id: str | None = None
+    image: str | None = None  # docker runtime: the image's tag
+    image_build_s: float | None = None  # the build this task waited for; None: cached
+    ended: asyncio.Future[Any] | None = None  # docker runtime: resolves with its Exit
 
     def json(self) -> dict[str, Any]:
         """The task as the API shows it."""
@@ -133,7 +163,7 @@ class RunningTask:
             for name in (
                 "task_id", "app", "runtime", "status", "reason", "url", "port", "pid", "cpu",
                 "memory_mb", "started_at", "ready_at", "load", "utilisation", "cpu_seconds",
-                "rss_mb",
+                "rss_mb", "container", "image", "image_build_s",
             )
         }
 
@@ -200,6 +230,12 @@ class Captain(BeaconAgent):
         self.auth_headers: dict[str, str] = {}
         self._background: list[asyncio.Task[None]] = []
         self.registrations = 0
+        self.engine: Any = config.engine  # the node's engine (docker runtime), or None
+        self.engine_refusal: str | None = None  # why the docker runtime is unavailable
+        self._log_host_dir: Any = None  # the task logs' folder, as the engine's host sees it
+        self._image_lock = asyncio.Lock()  # one build per node at a time
+        self._image_key: str | None = None
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="captain-docker")
 
     # ----------------------------------------------------------------- resources
 
@@ -256,11 +292,8 @@ class Captain(BeaconAgent):
         task_id = spec["task_id"]
         if task_id in self.tasks and self.tasks[task_id].alive:
             raise client_error(web.HTTPConflict, f"task_id: {task_id} already runs here")
-        if spec["runtime"] != "process":
-            raise client_error(
-                web.HTTPUnprocessableEntity,
-                "runtime: docker is not implemented by this Captain; use process",
-            )
+        if spec["runtime"] == "docker":
+            self._check_docker(spec)
         module = spec.get("module")
         if module not in cfg.task_modules:
             raise client_error(
@@ -279,7 +312,7 @@ class Captain(BeaconAgent):
                 f"{spec['cpu']:g} CPU / {spec['memory_mb']} MB asked",
             )
         cgroup = None
-        if cfg.cgroup_parent is not None:
+        if cfg.cgroup_parent is not None and spec["runtime"] == "process":
             try:
                 cgroup = self._make_cgroup(task_id, spec["cpu"], spec["memory_mb"])
             except OSError as exc:
@@ -288,12 +321,16 @@ class Captain(BeaconAgent):
                 ) from None
         port = free_port()
         task = RunningTask(
-            task_id, spec["app"], "process", spec["cpu"], spec["memory_mb"], module,
+            task_id, spec["app"], spec["runtime"], spec["cpu"], spec["memory_mb"], module,
             spec.get("args", {}), port, f"http://{cfg.advertise_host}:{port}", cgroup=cgroup,
         )
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         argv = [cfg.python, "-m", module, "--host", cfg.task_host, "--port", str(port),
                 *args_to_argv(task.args)]
+        if task.runtime == "docker":
+            self.tasks[task_id] = task
+            self._background.append(asyncio.create_task(self._run_container(task, argv)))
+            return task
         log = os.open(cfg.workdir / f"{task_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                       0o644)
         try:
@@ -309,13 +346,77 @@ class Captain(BeaconAgent):
             with contextlib.suppress(OSError):
                 (cgroup / "cgroup.procs").write_text(str(task.pid))
         self.tasks[task_id] = task
-        self._background.append(asyncio.create_task(self._watch(task)))
+        self._background.append(asyncio.create_task(
+            self._watch(task, asyncio.ensure_future(task.process.wait()))))
         return task
 
-    async def _watch(self, task: RunningTask) -> None:
-        """Mark the task running once it answers ``/health``; record how it ends."""
-        assert task.process is not None
-        ended = asyncio.create_task(task.process.wait())
+    # ----------------------------------------------------------- docker runtime
+
+    def _check_docker(self, spec: dict[str, Any]) -> None:
+        """Refuse (422, naming why) a docker task this Captain cannot run."""
+        if self.engine is None:
+            raise client_error(web.HTTPUnprocessableEntity, self.engine_refusal or (
+                "runtime: docker needs a container engine on this node, and this Captain "
+                "has none (started without --docker-socket: its node runs services as "
+                "processes; a node of runtime docker gives its Captain the node's engine)"))
+        if spec.get("image") != TASK_IMAGE:
+            raise client_error(
+                web.HTTPUnprocessableEntity,
+                f"image: expected {TASK_IMAGE} (the task image this Captain builds on its "
+                f"node from its task programs; no registry is reachable), "
+                f"found {spec.get('image')!r:.80}")
+        if self._log_host_dir is None:
+            raise client_error(
+                web.HTTPUnprocessableEntity,
+                f"runtime: docker: the Captain's workdir {self.config.workdir} is not in a "
+                "host folder mounted into its pod, so a task container could not write "
+                "its log there")
+
+    def _in_thread(self, call: Callable[..., Any], *args: Any, **kwargs: Any
+                   ) -> asyncio.Future[Any]:
+        """Run a (blocking) engine call in the Captain's pool of engine threads."""
+        return asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(call, *args, **kwargs))
+
+    async def _task_image(self) -> tuple[str, float | None]:
+        """The node's task image, built now unless cached: (tag, build seconds)."""
+        async with self._image_lock:
+            if self._image_key is None:
+                self._image_key = await self._in_thread(source_digest)
+            return await self._in_thread(self.engine.ensure_image,
+                                         repository(self.config.node_id), self._image_key,
+                                         image_files, dockerfile())
+
+    async def _run_container(self, task: RunningTask, argv: list[str]) -> None:
+        """Build the image if the node lacks it, start the task's container, watch it."""
+        cfg, engine = self.config, self.engine
+        log = cfg.workdir / f"{task.task_id}.log"
+        name = f"{engine.pod}-{task.task_id}"
+        mounts = engine.mounts(leave_out=[str(PROJECT_ROOT)], add=[sys.prefix],
+                               writable={str(cfg.workdir): str(self._log_host_dir)})
+        try:
+            task.image, task.image_build_s = await self._task_image()
+            if not task.alive:  # stopped while its image was built
+                return
+            task.container_id = await self._in_thread(
+                engine.run, name, task.image,
+                ["/usr/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log), *argv],
+                cpu=task.cpu, memory_mb=task.memory_mb,
+                environment=container_environment(task.app, task.task_id, cfg),
+                mounts=mounts, labels={"armada.task": task.task_id, "armada.app": task.app})
+        except PodError as exc:
+            if task.alive:
+                task.status, task.reason = "failed", str(exc)
+            return
+        task.container = name
+        task.ended = self._in_thread(engine.wait, task.container_id)
+        if not task.alive:  # stopped while it was being created
+            await self._in_thread(engine.stop, task.container_id, STOP_GRACE_S)
+        await self._watch(task, task.ended)
+
+    async def _watch(self, task: RunningTask, ended: asyncio.Future[Any]) -> None:
+        """Mark the task running once it answers ``/health``; record how it ends (a
+        container is removed then)."""
         deadline = time.monotonic() + self.config.start_timeout_s
         while task.status == "starting" and not ended.done():
             try:
@@ -330,16 +431,25 @@ class Captain(BeaconAgent):
                                  f"{self.config.start_timeout_s:g} s")
             else:
                 await asyncio.wait({ended}, timeout=READY_POLL_S)
-        code = await ended
+        outcome = await ended
+        code, oom = (outcome.code, outcome.oom_killed) if task.container_id else (outcome, False)
         if task.alive:
             was_running = task.status == "running"
             task.status = "exited" if was_running else "failed"
             task.reason = f"exit status {code}" + ("" if was_running else " before serving")
+            if oom:
+                task.status = "failed"
+                task.reason = f"memory limit exceeded: killed at {task.memory_mb} MB"
+        if task.container_id is not None:
+            with contextlib.suppress(PodError):
+                await self._in_thread(self.engine.remove, task.container_id)
         self._drop_cgroup(task)
 
     def _fail(self, task: RunningTask, reason: str) -> None:
         """Kill a task that broke its contract."""
         task.status, task.reason = "failed", reason
+        if task.container_id is not None:
+            self._in_thread(self.engine.kill, task.container_id)
         self._signal(task, signal.SIGKILL)
 
     @staticmethod
@@ -355,7 +465,17 @@ class Captain(BeaconAgent):
                 task.cgroup.rmdir()
 
     async def stop_task(self, task: RunningTask, reason: str = "stopped by the Captain") -> None:
-        """SIGTERM the task's process group, SIGKILL after a grace period; wait for it."""
+        """SIGTERM the task's process group (or container), SIGKILL after a grace
+        period; wait for it. A container is removed."""
+        if task.runtime == "docker":
+            if task.alive:
+                task.status, task.reason = "exited", reason
+            if task.container_id is not None:
+                with contextlib.suppress(PodError):
+                    await self._in_thread(self.engine.stop, task.container_id, STOP_GRACE_S)
+                assert task.ended is not None
+                await task.ended
+            return
         if task.process is None or task.process.returncode is not None:
             return
         if task.alive:
@@ -371,11 +491,19 @@ class Captain(BeaconAgent):
 
     async def sample(self) -> None:
         """Measure utilisation, memory and load of every live task once."""
-        live = [t for t in self.tasks.values() if t.alive and t.pid is not None]
-        by_group = group_usage({t.pid for t in live if t.cgroup is None})
+        live = [t for t in self.tasks.values()
+                if t.alive and (t.pid is not None or t.container_id is not None)]
+        by_group = group_usage({t.pid for t in live if t.pid is not None and t.cgroup is None})
+        boxed = [t for t in live if t.container_id is not None]
+        usages = dict(zip([t.task_id for t in boxed], await asyncio.gather(
+            *(self._in_thread(self.engine.usage, t.container_id) for t in boxed))))
         now = time.monotonic()
         for task in live:
-            if task.cgroup is not None:
+            if task.container_id is not None:
+                if (usage := usages[task.task_id]) is None:
+                    continue
+                cpu, rss = usage
+            elif task.cgroup is not None:
                 try:
                     cpu, rss = cgroup_usage(task.cgroup)
                 except (OSError, ValueError):
@@ -390,7 +518,7 @@ class Captain(BeaconAgent):
             if task.status == "running":
                 task.sampled = (now, cpu)
             task.cpu_seconds, task.rss_mb = cpu, rss / 2**20
-            if task.cgroup is None and task.rss_mb > task.memory_mb:
+            if task.pid is not None and task.cgroup is None and task.rss_mb > task.memory_mb:
                 self._fail(task, f"memory limit exceeded: {task.rss_mb:.0f} MB > "
                                  f"{task.memory_mb} MB")
         await asyncio.gather(*(self._poll_stats(t) for t in live if t.status == "running"))
@@ -441,19 +569,54 @@ class Captain(BeaconAgent):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, app: web.Application) -> None:
-        """Startup hook: session, registration agent, sampler."""
+        """Startup hook: the node's engine (if any), session, registration agent,
+        sampler."""
+        await self._connect_engine()
         self._session = peer_session(app)
         self.auth_headers = peer_headers(app)
         self._background += [asyncio.create_task(self.agent_loop()),
                              asyncio.create_task(self.sample_loop())]
 
+    async def _connect_engine(self) -> None:
+        """Reach the node's engine (``docker_socket``), remove the containers an earlier
+        Captain of this pod left (its node crashed), and find where task logs go. When
+        that fails, docker tasks are refused with the reason."""
+        cfg = self.config
+        if self.engine is None and cfg.docker_socket is not None:
+            if cfg.docker_pod is None:
+                self.engine_refusal = ("runtime: docker: this Captain was given an engine "
+                                       "(--docker-socket) but not its pod (--docker-pod)")
+                return
+            from nodes.pod_engine import PodEngine  # the Docker SDK: only when needed
+
+            try:
+                self.engine = await self._in_thread(PodEngine, cfg.docker_socket,
+                                                    cfg.docker_pod)
+            except PodError as exc:
+                self.engine_refusal = f"runtime: docker: this Captain cannot use its node's engine ({exc})"
+                self.log.warning("%s", self.engine_refusal)
+                return
+        if self.engine is None:
+            return
+        left = await self._in_thread(self.engine.remove_children)
+        if left:
+            self.log.info("removed %d container(s) an earlier Captain of this pod left", left)
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
+        self._log_host_dir = self.engine.host_path(cfg.workdir)
+
     async def stop(self, app: web.Application) -> None:
-        """Cleanup hook (SIGTERM): deregister, stop every task, stop background work."""
+        """Cleanup hook (SIGTERM): deregister, stop every task (removing containers),
+        stop background work."""
         await self.deregister()
         await asyncio.gather(*(self.stop_task(t) for t in self.tasks.values()))
         for job in self._background:
             job.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.engine is not None:
+            with contextlib.suppress(PodError):
+                await self._in_thread(self.engine.remove_children)
+            self.engine.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
         await self.session.close()
 
     # ------------------------------------------------------------------ handlers
@@ -516,12 +679,24 @@ def make_app(config: CaptainConfig) -> web.Application:
     return app
 
 
-def task_environment(app: str, task_id: str, cfg: Any) -> dict[str, str]:
+def task_identity(app: str, task_id: str, cfg: Any) -> dict[str, str]:
     """What a task learns from its Captain besides its arguments: its app, its id, and
     the node it runs on (a task that needs storage locates its nearest Cargo with it)."""
-    return {**os.environ, "ARMADA_APP": app, "ARMADA_TASK_ID": task_id,
-            "ARMADA_NODE_ID": cfg.node_id, "ARMADA_NODE_LAT": repr(cfg.lat),
-            "ARMADA_NODE_LON": repr(cfg.lon)}
+    return {"ARMADA_APP": app, "ARMADA_TASK_ID": task_id, "ARMADA_NODE_ID": cfg.node_id,
+            "ARMADA_NODE_LAT": repr(cfg.lat), "ARMADA_NODE_LON": repr(cfg.lon)}
+
+
+def task_environment(app: str, task_id: str, cfg: Any) -> dict[str, str]:
+    """A process task's environment: the Captain's, and :func:`task_identity`."""
+    return {**os.environ, **task_identity(app, task_id, cfg)}
+
+
+def container_environment(app: str, task_id: str, cfg: Any) -> dict[str, str]:
+    """A container task's environment: :func:`task_identity` and the harness's
+    ``TESTBED_*`` variables (where the run secret's file is: a path, never the value),
+    nothing else of the Captain's."""
+    return {**{k: v for k, v in os.environ.items() if k.startswith("TESTBED_")},
+            "LANG": "C.UTF-8", **task_identity(app, task_id, cfg)}
 
 
 def app_from_params(params: CaptainParams, address: Address) -> web.Application:
@@ -538,7 +713,8 @@ def app_from_params(params: CaptainParams, address: Address) -> web.Application:
         start_timeout_s=params.start_timeout_s,
         task_modules=tuple(params.task_module) or TASK_MODULES,
         cgroup_parent=Path(params.cgroup_parent) if params.cgroup_parent else None,
-        workdir=Path(params.workdir) / node_id,
+        workdir=Path(params.workdir).absolute() / node_id,
+        docker_socket=params.docker_socket, docker_pod=params.docker_pod,
     )
     return make_app(config)
 

@@ -167,6 +167,13 @@ class CaptainParams:
                                        help="cgroup v2 directory for the tasks' cgroups")
     workdir: str = option("/tmp/armada-captain", metavar="DIR",
                           help="the tasks' logs go to DIR/<node id>")
+    docker_socket: str | None = option(
+        metavar="PATH", help="the node's Docker engine socket, for tasks of the docker "
+                             "runtime (a docker node's harness sets it; without it they "
+                             "are refused)")
+    docker_pod: str | None = option(
+        metavar="CONTAINER", help="the Captain's own container: docker tasks join its "
+                                  "pod (network namespace, read-only mounts)")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,12 @@ MAX_ARG_CHARS = 4096
 RUNTIMES = ("process", "docker")
 
 
+def runtime_needs(runtime: str) -> tuple[str, ...]:
+    """The task fields a runtime needs: the program (``module``) for both, and for the
+    docker runtime the ``image`` it runs in."""
+    return ("module", "image") if runtime == "docker" else ("module",)
+
+
 def _number_in(value: Any, lo: float, hi: float) -> bool:
     return is_number(value, finite=True) and lo <= value <= hi
 

@@ -28,6 +28,8 @@ from nodes.armada.fields import (
     MAX_RECORD_ID,
     MODULE_RE,
     NAME_RE,
+    RUNTIMES,
+    runtime_needs,
 )
 from nodes.common import OWN, Handler, Route
 from nodes.openapi import NUMBER, POSITIVE, Schema, body, op
@@ -119,13 +121,14 @@ def forwarded_registry_routes(
 def runtime_body(properties: dict[str, Schema], required: list[str],
                  runtime_required: bool = True) -> Schema:
     """A closed body holding a task specification, with the rule of its runtime: the
-    process runtime needs ``module``, the docker runtime ``image`` (one shape each;
-    ``runtime`` defaults to process unless ``runtime_required``)."""
+    process runtime needs ``module``, the docker runtime ``module`` and ``image`` (one
+    shape each; ``runtime`` defaults to process unless ``runtime_required``)."""
     shapes = []
-    for runtime, needs in (("process", "module"), ("docker", "image")):
+    for runtime in RUNTIMES:
         named = runtime_required or runtime == "docker"
         shapes.append(body({**properties, "runtime": {"type": "string", "enum": [runtime]}},
-                           [*required, *(["runtime"] if named else []), needs]))
+                           [*required, *(["runtime"] if named else []),
+                            *runtime_needs(runtime)]))
     return {"oneOf": shapes}
 
 
@@ -170,12 +173,12 @@ PLACE = runtime_body(
 
 
 def start_body(modules: Iterable[str]) -> Schema:
-    """``POST /tasks`` at a Captain: a task of the process runtime running one of the
-    Captain's ``modules`` (its ``--task-module`` allowlist; another program or the
-    docker runtime is refused with 422)."""
-    return body({**TASK_SPEC, "runtime": {"type": "string", "enum": ["process"]},
-                 "module": {"type": "string", "enum": list(modules)}},
-                ["task_id", "app", "runtime", "module", "cpu", "memory_mb"])
+    """``POST /tasks`` at a Captain: a task running one of the Captain's ``modules``
+    (its ``--task-module`` allowlist; another program is refused with 422), as a
+    process or, in the image ``armada-task`` the Captain builds, as a container (a
+    Captain without an engine refuses it with 422)."""
+    return runtime_body({**TASK_SPEC, "module": {"type": "string", "enum": list(modules)}},
+                        ["task_id", "app", "cpu", "memory_mb"])
 
 
 def segment(name: str, schema: Schema | None = None) -> dict[str, Any]:

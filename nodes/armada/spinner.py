@@ -33,6 +33,7 @@ from nodes.armada.fields import (
     enum_field,
     lat_field,
     lon_field,
+    runtime_needs,
     tags_field,
     task_fields,
     url_field,
@@ -303,8 +304,8 @@ class Spinner(HealthCheckedRegistry[Node]):
         body = await read_json_object(request, PLACE_FIELDS)
         if body["task_id"] in self.tasks:
             raise client_error(web.HTTPConflict, f"task_id: {body['task_id']} exists")
-        need = "module" if body["runtime"] == "process" else "image"
-        if need not in body:
+        need = next((n for n in runtime_needs(body["runtime"]) if n not in body), None)
+        if need is not None:
             raise client_error(
                 web.HTTPBadRequest, f"{need}: expected it for runtime {body['runtime']}, "
                 "found nothing",

@@ -18,6 +18,12 @@ container can be killed (:meth:`DockerHost.crash`), started again
 volumes (``volumes={name: path}``) outlive all three: they are what a node keeps on
 disk. Containers are written in the run ledger as kind ``container``, volumes as kind
 ``docker_volume``; both are removed by name or id through the engine that made them.
+
+With ``engine_access`` the node's services get the engine itself (its socket mounted
+into the service container): they may start sibling containers in the pod
+(:mod:`nodes.pod`), each labelled ``edge-testbed.parent=<service container>``. The host
+records, before any service runs, a ``docker_children`` ledger entry that removes every
+container so labelled, and :meth:`DockerHost.crash` kills them with the node.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import requests
 from docker.types import Mount
 from mininet.node import Host
 
+from nodes.pod import LABEL_PARENT
 from testbed.emulation.docker_engine import (
     API_VERSION,
     Engine,
@@ -82,6 +89,32 @@ def _undo_container(data: dict) -> None:
             time.sleep(0.05)
     except requests.exceptions.ConnectionError:
         return  # the engine died; its entry cleans up
+    finally:
+        client.close()
+
+
+def _remove_children(client: docker.DockerClient, parent: str) -> None:
+    """Remove every container labelled as started by the pod container ``parent``."""
+    for found in client.api.containers(all=True, quiet=True,
+                                       filters={"label": f"{LABEL_PARENT}={parent}"}):
+        try:
+            client.api.remove_container(found["Id"], force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+
+
+@undo_handler("docker_children")
+def _undo_children(data: dict) -> None:
+    """Remove the containers a pod's services started in the pod (found by label)."""
+    socket = Path(data["socket"])
+    if not socket.exists():
+        return  # the engine is gone; a new engine removes leftover containers at its start
+    client = docker.DockerClient(base_url=f"unix://{socket}", version=API_VERSION,
+                                 timeout=60)
+    try:
+        _remove_children(client, data["parent"])
+    except requests.exceptions.ConnectionError:
+        return
     finally:
         client.close()
 
@@ -164,7 +197,9 @@ class DockerHost(Host):
     ``tb-<run id>``), ``mounts`` (extra :class:`docker.types.Mount`), ``volumes``
     (``{name: absolute path in the container}``: named volumes
     ``<run_prefix>-<node>-<name>``, created for the run and removed with it),
-    ``environment``.
+    ``environment``, ``engine_access`` (mount the engine's socket into the service
+    container at its own path, :attr:`engine_socket`, for services that start sibling
+    containers; they are removed with the node, see the module docstring).
     """
 
     def __init__(self, name: str, engine: Engine | None = None, image: str | None = None,
@@ -172,7 +207,8 @@ class DockerHost(Host):
                  workdir: str | Path | None = None, ledger: Ledger | None = None,
                  run_prefix: str | None = None, mounts: list[Mount] | None = None,
                  volumes: dict[str, str] | None = None,
-                 environment: dict[str, str] | None = None, **params: object) -> None:
+                 environment: dict[str, str] | None = None, engine_access: bool = False,
+                 **params: object) -> None:
         if engine is None:
             raise EmulationError(f"DockerHost {name}: the 'engine' parameter is required")
         self.engine = engine
@@ -184,20 +220,27 @@ class DockerHost(Host):
         prefix = run_prefix or f"tb-{self.ledger.run_id}"
         self.container_name = f"{safe_name(prefix, 40)}-{safe_name(name, 40)}"
         self._entries: list[Entry] = []  # volumes, sandbox, service container: in order
+        self.engine_socket = engine.socket if engine_access else None
         try:
             self.volumes = self._create_volumes(name, dict(volumes or {}))
             run_mount = Mount(target=str(self.run_dir), source=str(self.run_dir),
                               type="bind")
             volume_mounts = [Mount(target=path, source=volume, type="volume")
                              for volume, path in self.volumes.values()]
+            socket_mount = [Mount(target=str(engine.socket), source=str(engine.socket),
+                                  type="bind")] if engine_access else []
             self._config: dict[str, object] = {
-                "mounts": [*base_mounts(), run_mount, *(mounts or []), *volume_mounts],
+                "mounts": [*base_mounts(), run_mount, *(mounts or []), *volume_mounts,
+                           *socket_mount],
                 "environment": dict(environment or {}),
                 **self._limits(cpu, memory_mb)}
             self.sandbox = self._create(f"{self.container_name}-net", name,
                                         network_mode="none", hostname=name,
                                         mounts=base_mounts())
             self.sandbox_pid = self._start(self.sandbox)
+            if engine_access:  # before anything in the pod can start a child
+                self._entries.append(self.ledger.record(
+                    "docker_children", socket=str(engine.socket), parent=self.container_name))
             self.container = self._create(self.container_name, name,
                                           network_mode=f"container:{self.sandbox.id}",
                                           **self._config)
@@ -348,7 +391,8 @@ class DockerHost(Host):
         """Kill the service container (SIGKILL to every process in it), as a node failure.
 
         The network namespace stays alive (held by the sandbox and the Mininet shell), so
-        links and addresses remain and the kernel still answers pings; services are gone.
+        links and addresses remain and the kernel still answers pings; services are gone,
+        and so are the containers they started in the pod.
         """
         try:
             self.container.kill()
@@ -356,6 +400,8 @@ class DockerHost(Host):
             if exc.status_code != 409:  # 409: not running any more
                 raise
         self.container.wait(timeout=30)
+        if self.engine_socket is not None:  # what the node's services started dies too
+            _remove_children(self.client, self.container_name)
 
     def running(self) -> bool:
         """Whether the service container runs."""

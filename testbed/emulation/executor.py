@@ -117,6 +117,17 @@ def stop_on_signals() -> Iterator[SignalGuard]:
             signal.signal(sig, previous)
 
 
+def engine_nodes(scenario: Scenario) -> set[str]:
+    """The ``docker`` nodes whose services are given the node's engine: those running a
+    program whose ``context`` asks for ``docker_socket`` (e.g. a node agent that starts
+    task containers in its pod)."""
+    from testbed.systems import find_program
+
+    docker = {n.name for n in scenario.topology.nodes if n.runtime == "docker"}
+    return {svc.node for svc in scenario.services
+            if svc.node in docker and "docker_socket" in find_program(svc.program)[1].context}
+
+
 @dataclass
 class Infrastructure:
     """The long-lived helpers of one run, started on demand and recorded in the ledger."""
@@ -131,6 +142,7 @@ class Infrastructure:
     ovs: Any = None
     controller: Any = None
     secret_file: SecretFile | None = None
+    engine_nodes: set[str] = field(default_factory=set)
 
     def start(self, scenario: Scenario) -> None:
         from testbed.systems import get_system
@@ -142,6 +154,7 @@ class Infrastructure:
             self.delayer = start_delayer(self.ledger, self.workdir)
         self.launcher = start_launcher(self.ledger, self.workdir,
                                        preload=get_system(scenario.system).preload)
+        self.engine_nodes = engine_nodes(scenario)
         if any(n.runtime == "docker" for n in scenario.topology.nodes if not n.is_switch):
             from testbed.emulation.docker_engine import ensure_base_image, start_engine
 
@@ -192,7 +205,8 @@ class Infrastructure:
         return {"engine": self.engine, "image": self.image, "ledger": self.ledger,
                 "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
                 "workdir": str(self.workdir), "volumes": dict(node.volumes),
-                "mounts": [Mount(target=folder, source=folder, type="bind", read_only=True)]}
+                "mounts": [Mount(target=folder, source=folder, type="bind", read_only=True)],
+                "engine_access": node.name in self.engine_nodes}
 
     def wait_switch_connected(self, switch: Any) -> None:
         from testbed.emulation.controller import wait_connected
@@ -227,11 +241,18 @@ class EmulatedTopology:
 
         _, program = find_program(svc.program)
         argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
+        host = self.net.hosts.get(svc.node)
+        socket = getattr(host, "engine_socket", None)
         context = {"speed": self.scenario.node(svc.node).speed,
                    "time_scale": self.scenario.time_scale,
-                   "task_timeout": self.scenario.task_timeout}
+                   "task_timeout": self.scenario.task_timeout,
+                   "docker_socket": str(socket) if socket else None,
+                   "docker_pod": host.container_name if socket else None}
         for key in program.context:
-            argv += [f"--{key.replace('_', '-')}", repr(context[key])]
+            value = context[key]
+            if value is not None:
+                argv += [f"--{key.replace('_', '-')}",
+                         value if isinstance(value, str) else repr(value)]
         params = self.expand_all(svc.params)
         declared = resolve(program.config) if program.config else None
         if declared is not None and dataclasses.is_dataclass(declared):

@@ -68,7 +68,9 @@ class Program:
     :func:`nodes.config.to_argv` turns into the command line; it lives in a module that
     imports no web framework. ``context`` names values the executor adds to the command
     line from the scenario itself: ``"speed"`` (the node's speed), ``"time_scale"`` and
-    ``"task_timeout"`` (the scenario's, model seconds).
+    ``"task_timeout"`` (the scenario's, model seconds), ``"docker_socket"`` and
+    ``"docker_pod"`` (on a ``docker`` node: the node's engine socket, mounted into the
+    pod for such a program, and the pod's service container; nothing on a process node).
     ``task_server`` marks a program that clients replay trace tasks onto (a client of a
     scenario without one must reach one); ``self_contained`` marks an entry point that
     finds or drives its own servers, so its scenario's clients need no task server.

@@ -18,6 +18,7 @@ from testbed.systems import Experiment, Program, System, TraceKind
 _EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"
 _CONFIGS = "nodes.armada.configs:"  # the programs' parameters, importable without aiohttp
+_TASK_RUNTIMES = ("process", "docker")  # how Captains run replicas (--task-runtime)
 
 
 def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
@@ -48,7 +49,8 @@ SYSTEM = System(
                 "registry of Captains with health checks; places replicas",
                 config=_CONFIGS + "SpinnerParams"),
         Program("armada.captain", "nodes.armada.captain",
-                "node agent: runs task replicas on its node", config=_CONFIGS + "CaptainParams"),
+                "node agent: runs task replicas on its node", config=_CONFIGS + "CaptainParams",
+                context=("docker_socket", "docker_pod")),
         Program("armada.cargo_manager", "nodes.armada.cargo_manager",
                 "storage control: allocates Cargos, re-replicates on a loss",
                 config=_CONFIGS + "CargoManagerParams"),
@@ -79,12 +81,16 @@ SYSTEM = System(
         _experiment("armada-failover", "a streaming user's node crashes: SDK failover "
                     "against server-reconnect (Fig. 10 (a))"),
         _experiment("armada-scalability", "latency as users and edge nodes grow: SDK "
-                    "against geo-nearest and random (Fig. 9)"),
+                    "against geo-nearest and random (Fig. 9)", task_runtime=_TASK_RUNTIMES),
         _experiment("armada-failures", "edge nodes fail one by one: SDK against "
-                    "edge-to-cloud (Fig. 10 (b))"),
-        _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream"),
+                    "edge-to-cloud (Fig. 10 (b))", task_runtime=_TASK_RUNTIMES),
+        _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream",
+                    task_runtime=_TASK_RUNTIMES),
         _experiment("armada-load", "background load on the serving node: how fast the "
-                    "SDK moves the user"),
+                    "SDK moves the user", task_runtime=_TASK_RUNTIMES),
+        _experiment("armada-startup", "deployment start-up (request to first replica "
+                    "serving) of process and container replicas on one fleet, and of a "
+                    "node's first task image against its cached one"),
         _experiment("armada-paper-scale", "latency as users (to 1000) and edge nodes (to "
                     "200) grow on nodes of whole cores, in the simulator (Fig. 9 at paper "
                     "scale), with herding measured", executors=("sim",)),

@@ -47,6 +47,9 @@ SITE_SPACING_KM = 40.0
 NODE_CORES = 0.2
 CM_PORT, CARGO_PORT = 8003, 7100
 CARGO_RUNTIMES = ("process", "docker")
+#: How a fleet's Captains run replicas: processes in the node, or containers in the
+#: node's pod (the nodes are then docker nodes, whose engine their Captain gets).
+TASK_RUNTIMES = ("process", "docker")
 #: where a containerised Cargo keeps its store: the mount point of its node's volume
 CARGO_STORE = "/var/lib/armada-cargo"
 #: Where a storage scenario's Cargos read file sources from (``--data-root``; relative:
@@ -146,7 +149,9 @@ class Fleet:
     (default: what this 2-core host can honour in emulation); ``null`` lifts the bound
     for a fleet only the simulator runs (the emulation refuses such a fleet when it is
     larger than the host, before anything is built). Past 99 nodes or users, names
-    widen (``e001``...).
+    widen (``e001``...). ``task_runtime`` ``docker`` makes every Captain's node a
+    ``docker`` node (a pod with the CPU limit) whose Captain runs replicas as containers
+    in the pod; ``process`` keeps nodes as processes in a network namespace.
     """
 
     nodes: int
@@ -166,6 +171,7 @@ class Fleet:
     duration: float = 20.0
     actions: tuple[Mapping[str, Any], ...] = ()
     host_cores: float | None = HOST_CORES
+    task_runtime: str = "process"
 
     def __post_init__(self) -> None:
         if self.nodes < MIN_REPLICAS:
@@ -210,6 +216,7 @@ class Fleet:
             actions=_actions(params),
             host_cores=None if "host_cores" in params and params["host_cores"] is None
             else _number(params, "host_cores", HOST_CORES),
+            task_runtime=_choice(params, "task_runtime", TASK_RUNTIMES),
         )
 
     def to_params(self) -> dict[str, Any]:
@@ -338,17 +345,24 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
          "params": {"health_timeout_s": 2.0}},
     ]
 
-    def limit(cores: float) -> dict[str, float]:
+    docker = fleet.task_runtime == "docker"
+
+    def limit(cores: float) -> dict[str, Any]:
         """A node's CPU limit for emulation (a share of this 2-core host); none for a
-        fleet only the simulator runs, whose nodes are larger than the host."""
-        return {} if fleet.host_cores is None else {"cpu": round(cores / 2, 4)}
+        fleet only the simulator runs, whose nodes are larger than the host. A node of
+        docker tasks is a docker node."""
+        return ({} if fleet.host_cores is None else {"cpu": round(cores / 2, 4)}) | (
+            {"runtime": "docker"} if docker else {})
 
     def captain(node: str, lat: float, lon: float, cores: float, kind: str) -> None:
+        # a docker node's Captain keeps task logs in the run folder, which its task
+        # containers can write (mounted into the pod), not in the container's /tmp
         services.append({"name": f"cap-{node}", "program": "armada.captain", "node": node,
                          "port": 7000, "params": {
                              "beacon": "http://{ip:ctl}:8000",
                              "node_id": node, "advertise_host": f"{{ip:{node}}}", "lat": lat,
-                             "lon": lon, "cpu": cores, "memory_mb": 512, "node_type": kind}})
+                             "lon": lon, "cpu": cores, "memory_mb": 512, "node_type": kind,
+                             **({"workdir": "captains"} if docker else {})}})
 
     for i, node in enumerate(fleet.edge_names):
         lat, lon = lay["sites"][i]
@@ -374,7 +388,8 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
     nodes.append({"name": "wan", "role": "switch"})
     return {"seed": fleet.seed,
             "description": f"generated Armada fleet: {fleet.nodes} edge nodes, "
-                           f"{fleet.users} users" + (", a cloud" if fleet.cloud else ""),
+                           f"{fleet.users} users" + (", a cloud" if fleet.cloud else "")
+                           + (", replicas in containers" if docker else ""),
             "topology": {"nodes": nodes, "links": links}, "services": services,
             "workload": {"generator": "frame-stream", "seed": fleet.seed,
                          "params": {"fps": fleet.fps, "demand_s": 0.0054,

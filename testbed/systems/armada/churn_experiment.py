@@ -72,11 +72,13 @@ def churn_schedule(nodes: Sequence[str], volunteers: Sequence[str], duration_s: 
 
 
 def run_churn(size: str, out: Path, progress: Progress = print,
-              ledger_root: Path | None = None) -> Path:
-    """Volunteer churn during one SDK stream (module docstring)."""
+              ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
+    """Volunteer churn during one SDK stream (module docstring); ``task_runtime``: how
+    Captains run replicas (``process`` or ``docker``)."""
     plan = size_plan(size, CHURN_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, volunteer_share=0.67,
-                  node_cores=plan.node_cores, duration=plan.duration_s)
+                  node_cores=plan.node_cores, duration=plan.duration_s,
+                  task_runtime=task_runtime)
     volunteers = volunteer_nodes(fleet)
     actions = churn_schedule(fleet.edge_names, volunteers, plan.duration_s, plan.leave_share,
                              plan.rejoin_share, fleet.seed)

@@ -36,6 +36,16 @@ REMOVE_TIMEOUT_S = 60.0
 POLL_S = 0.2  # between two checks of a waited-for condition
 
 
+def replica_program(runtime: str = "process") -> dict[str, str]:
+    """The detector replica's ``runtime`` and program in a deployment: ``module`` for the
+    process runtime, and the image the Captain builds for the docker runtime."""
+    from nodes.armada.task_image import TASK_IMAGE
+
+    if runtime == "docker":
+        return {"runtime": "docker", "image": TASK_IMAGE, "module": DETECT_MODULE}
+    return {"runtime": "process", "module": DETECT_MODULE}
+
+
 def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
     """The scenario with every Captain keeping its task logs under ``folder``."""
     services = tuple(
@@ -119,11 +129,13 @@ def wait_for_captains(topo: Any, beacon: Any, servers: list[str]) -> None:
              lambda: wait(registered, REGISTER_TIMEOUT_S, "every Captain to register"))
 
 
-def deploy_everywhere(topo: Any, beacon: Any, token: str,
-                      servers: list[str]) -> tuple[dict[str, Any], float]:
+def deploy_everywhere(topo: Any, beacon: Any, token: str, servers: list[str],
+                      runtime: str = "process", cpu: float = REPLICA_CPU
+                      ) -> tuple[dict[str, Any], float]:
     """Wait for every Captain, deploy the detector with one replica per node through the
-    Beacon (with the token), and wait until all serve; returns the app status and the
-    wall time of the deployment request."""
+    Beacon (with the token), each asking ``cpu`` cores and run by the Captains'
+    ``runtime``, and wait until all serve; returns the app status and the wall time of
+    the deployment request."""
     from nodes.armada.sdk.client import app_status, deploy
     from testbed.emulation.probe import in_netns
 
@@ -131,8 +143,8 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str,
     local_beacon = f"http://127.0.0.1:{beacon.port}"
     wait_for_captains(topo, beacon, servers)
     nodes = {n.name: n for n in topo.scenario.topology.nodes}
-    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
-            "cpu": REPLICA_CPU, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
+    spec = {"name": APP, **replica_program(runtime), "args": {"workers": 1},
+            "cpu": cpu, "memory_mb": REPLICA_MEMORY_MB, "need_storage": False,
             "min_replicas": len(servers),
             "locations": [{"lat": nodes[s].lat, "lon": nodes[s].lon} for s in servers]}
     asked = time.time()

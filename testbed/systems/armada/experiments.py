@@ -42,10 +42,21 @@ def _entries(module: str, name: str,
 
 run_selection, report_selection = _entries("selection_experiment", "selection")
 run_failover, report_failover = _entries("failover_experiment", "failover")
-run_scalability, report_scalability = _entries("scalability_experiment", "scalability")
-run_failures, report_failures = _entries("failures_experiment", "failures")
-run_churn, report_churn = _entries("churn_experiment", "churn")
-run_load, report_load = _entries("load_experiment", "load")
+
+
+def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:
+    """``<name>.md`` for process replicas, ``<name>-docker.md`` for containers."""
+    return lambda options: (f"{name}.md" if options.get("task_runtime", "process") == "process"
+                            else f"{name}-docker.md")
+
+
+run_scalability, report_scalability = _entries("scalability_experiment", "scalability",
+                                               _by_task_runtime("scalability"))
+run_failures, report_failures = _entries("failures_experiment", "failures",
+                                         _by_task_runtime("failures"))
+run_churn, report_churn = _entries("churn_experiment", "churn", _by_task_runtime("churn"))
+run_load, report_load = _entries("load_experiment", "load", _by_task_runtime("load"))
+run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
 run_paper_scale, report_paper_scale = _entries("paper_scale_experiment", "paper_scale",
                                                lambda _options: "paper-scale.md")

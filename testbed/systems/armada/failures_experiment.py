@@ -68,13 +68,14 @@ def failure_order(nodes: Sequence[str], count: int, seed: int) -> list[str]:
 
 
 def run_failures(size: str, out: Path, progress: Progress = print,
-                 ledger_root: Path | None = None) -> Path:
+                 ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
     """Ten static users, edge nodes crashed one by one every ``interval_s``; one bring-up
-    per policy (the SDK and Edge-to-Cloud), the same failure order and trace."""
+    per policy (the SDK and Edge-to-Cloud), the same failure order and trace.
+    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
     plan = size_plan(size, FAIL_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
                   node_cores=FAIL_NODE_CORES, replica_cpu=0.06,
-                  duration=(plan.failures + 1) * plan.interval_s)
+                  duration=(plan.failures + 1) * plan.interval_s, task_runtime=task_runtime)
     order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
     crashes = [Action((k + 1) * plan.interval_s, "crash", node) for k, node in enumerate(order)]
     out.mkdir(parents=True, exist_ok=True)

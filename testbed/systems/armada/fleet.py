@@ -43,10 +43,10 @@ from testbed.systems.armada.builders import CLOUD, MIN_REPLICAS, Fleet, fleet_la
 from testbed.systems.armada.control import (
     APP,
     CAPTAIN,
-    DETECT_MODULE,
     REPLICA_MEMORY_MB,
     Progress,
     beacon_service,
+    replica_program,
     start_user,
     wait,
     wait_for_captains,
@@ -238,7 +238,7 @@ def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
     local = f"http://127.0.0.1:{beacon.port}"
     wait_for_captains(topo, beacon, servers)
     lay = fleet_layout(fleet)
-    spec = {"name": APP, "runtime": "process", "module": DETECT_MODULE, "args": {"workers": 1},
+    spec = {"name": APP, **replica_program(fleet.task_runtime), "args": {"workers": 1},
             "cpu": fleet.cpu_per_replica, "memory_mb": REPLICA_MEMORY_MB,
             "need_storage": False, "min_replicas": MIN_REPLICAS + fleet.cloud,
             "locations": [{"lat": lay["sites"][i][0], "lon": lay["sites"][i][1]}

@@ -66,11 +66,12 @@ def load_schedule(episodes: int, episode_s: float, duration_s: float, seed: int,
 
 
 def run_load(size: str, out: Path, progress: Progress = print,
-             ledger_root: Path | None = None) -> Path:
-    """Background load on u01's serving node during one SDK stream (module docstring)."""
+             ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
+    """Background load on u01's serving node during one SDK stream (module docstring);
+    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
     plan = size_plan(size, LOAD_SIZES)
     fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, node_cores=plan.node_cores,
-                  duration=plan.duration_s)
+                  duration=plan.duration_s, task_runtime=task_runtime)
     actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
                             plan.cpu)
     fleet = dataclasses.replace(fleet, actions=tuple(a.to_event() for a in actions))

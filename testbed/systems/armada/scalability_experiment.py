@@ -76,9 +76,10 @@ SCALE_SIZES = {
 
 
 def run_scalability(size: str, out: Path, progress: Progress = print,
-                    ledger_root: Path | None = None) -> Path:
+                    ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
     """Every (nodes, users) point of ``size``: one bring-up, the three selection policies
-    streaming in turn; results in ``out/n{nodes}-u{users}``, the table in ``scalability.json``."""
+    streaming in turn; results in ``out/n{nodes}-u{users}``, the table in ``scalability.json``.
+    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
     plan = size_plan(size, SCALE_SIZES)
     out.mkdir(parents=True, exist_ok=True)
     points = []
@@ -87,7 +88,7 @@ def run_scalability(size: str, out: Path, progress: Progress = print,
         progress(f"== {nodes} edge nodes, {users} users; order {', '.join(order)}")
         run = out / f"n{nodes:02d}-u{users:02d}"
         run_fleet(Fleet(nodes=nodes, users=users, fps=plan.fps, node_cores=plan.node_cores,
-                        duration=plan.duration_s),
+                        duration=plan.duration_s, task_runtime=task_runtime),
                   order, run, "armada-scalability", size, progress, ledger_root)
         points.append(scalability_point(run))
     table = {"size": size, "plan": dataclasses.asdict(plan), "points": points}
