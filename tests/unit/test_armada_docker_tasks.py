@@ -205,3 +205,16 @@ def test_experiments_take_task_runtime_and_refuse_other_values(capsys: Any) -> N
         capsys.readouterr().err
     assert main(["experiment", "armada-storage", "--task-runtime", "docker"]) == 2
     assert "--task-runtime: armada-storage takes no such option" in capsys.readouterr().err
+
+
+def test_the_simulator_refuses_a_fleet_of_container_replicas() -> None:
+    from testbed.errors import TestbedError
+    from testbed.systems.armada.fleet import fleet_scenario
+    from testbed.systems.armada.run_checks import check_run
+
+    scenario = fleet_scenario(Fleet(nodes=3, users=2, task_runtime="docker"),
+                              policies=["armada"])
+    with pytest.raises(TestbedError, match=r"build.params.task_runtime: expected process "
+                                           r"for --executor sim"):
+        check_run(scenario, "sim")
+    check_run(scenario, "emulation")
