@@ -439,13 +439,18 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
     return {"rows": rows, "applied": applied, "start_at": start_at,
             "picks": {u: (r["pick"] or {}).get("node_id") for u, r in results.items()},
             "switches": {u: sum(e["kind"] in ("switch", "connect") for e in r["events"])
-                         for u, r in results.items()}}
+                         for u, r in results.items()},
+            "switch_events": sorted(
+                ({"t": e["t"], "user": u, **e["detail"]} for u, r in results.items()
+                 for e in r["events"] if e["kind"] == "switch" and e["t"] >= start_at),
+                key=lambda e: (e["t"], e["user"]))}
 
 
 def stream_record(topo: Any, plan: StreamPlan, done: Mapping[str, Any],
                   before: list[dict[str, Any]]) -> dict[str, Any]:
     """What a report keeps of one stream: the plan, what was applied, the users' first
-    picks and switch counts, the replica set before and after, the scaling decisions
+    picks, switch counts and switches during the stream (what herding is measured
+    from), the replica set before and after, the scaling decisions
     made during the stream, and the latency statistics."""
     from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import in_netns
@@ -456,6 +461,7 @@ def stream_record(topo: Any, plan: StreamPlan, done: Mapping[str, Any],
     return {"policy": plan.policy, "duration_s": plan.duration_s,
             "start_at": done["start_at"], "applied": done["applied"],
             "picks": done["picks"], "switches": done["switches"],
+            "switch_events": done["switch_events"],
             "replicas_before": before, "replicas_after": replica_view(after),
             "scaling_during": [e for e in after.get("scaling", [])
                                if e["t"] >= done["start_at"] - 1.0],
