@@ -241,7 +241,7 @@ class EmulatedTopology:
 
         _, program = find_program(svc.program)
         argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
-        host = self.net.hosts.get(svc.node)
+        host = self.net.hosts.get(svc.node) if self.net is not None else None  # None: argv only
         socket = getattr(host, "engine_socket", None)
         context = {"speed": self.scenario.node(svc.node).speed,
                    "time_scale": self.scenario.time_scale,
