@@ -234,25 +234,50 @@ def sdk_conclusion(doc: Mapping[str, Any], executor: str, label: str) -> Conclus
          f"`{label}` beats both baselines at {won} of {len(checks)} points."),))
 
 
+REFERENCE = "geo-nearest"  # what each policy is compared with on both executors
+
+
+def side(interval: Interval | None) -> str:
+    """``lower``, ``higher`` or ``tied``: where a paired difference's interval lies
+    against zero (``tied`` also when there is no interval)."""
+    if interval is None or interval.low is None or interval.high is None:
+        return "tied"
+    return "lower" if interval.high < 0 else "higher" if interval.low > 0 else "tied"
+
+
+def against_reference(runs: Runs, executor: str, label: str) -> Interval | None:
+    """``label``'s mean latency minus :data:`REFERENCE`'s on ``executor``, paired."""
+    return paired(runs, label, "mean_ms", minus=_is(executor), of=_is(executor),
+                  other=REFERENCE)
+
+
 def agreement(doc: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """How far the simulator is from the emulation: per (point, policy) the relative
-    difference of the mean latency, and per point whether the two executors rank the
-    policies alike and pick the same best one."""
+    difference of the mean latency; per point whether the two executors rank the
+    policies alike and pick the same best one; and per (point, policy other than the
+    reference) whether both executors find it lower, higher or tied against the
+    reference (:func:`side`), which is what a study would conclude from either."""
     rel: list[float] = []
     same_order, same_best, points = 0, 0, 0
-    for runs in by_point(doc).values():
+    verdicts: list[tuple[str, str, str, str]] = []  # point, policy, emulation, simulator
+    for point, runs in by_point(doc).items():
         for label in names:
             emu, sim = over(runs, "emulation", label, "mean_ms"), over(runs, "sim", label,
                                                                      "mean_ms")
             if emu is not None and sim is not None and emu.estimate:
                 rel.append((sim.estimate - emu.estimate) / emu.estimate)  # type: ignore[operator]
+            if label != REFERENCE and REFERENCE in names:
+                verdicts.append((point.describe(), label,
+                                 side(against_reference(runs, "emulation", label)),
+                                 side(against_reference(runs, "sim", label))))
         emu_rank, sim_rank = ranking(runs, "emulation", names), ranking(runs, "sim", names)
         if emu_rank and sim_rank:
             points += 1
             same_order += emu_rank == sim_rank
             same_best += emu_rank[0] == sim_rank[0]
     return {"relative": rel, "points": points, "same_order": same_order,
-            "same_best": same_best}
+            "same_best": same_best, "verdicts": verdicts,
+            "same_verdict": sum(v[2] == v[3] for v in verdicts)}
 
 
 # ------------------------------------------------------------------ report
@@ -270,6 +295,20 @@ def _fidelity_line(doc: Mapping[str, Any]) -> str:
                if degraded else "")
             + (f", {len(partly)} with degraded policies" if partly else "") + ".")
     return line
+
+
+def _machine_line(out: Path, doc: Mapping[str, Any]) -> str:
+    """When and where the runs were made (the first run's metadata)."""
+    import time
+
+    if not doc["runs"]:
+        return ""
+    meta = json.loads((out / doc["runs"][0]["run"] / "metadata.json").read_text())
+    when = time.strftime("%Y-%m-%d", time.gmtime(meta["started"]))
+    shaping = meta.get("shaping_backend")
+    return (f"Measured on {when} ({meta['machine']['cpus']} cores, kernel "
+            f"{meta['machine']['kernel']}"
+            + (f", {shaping} link shaping" if shaping else "") + ").")
 
 
 def write_executors_report(out: Path, report: Path, command: str) -> Path:
@@ -292,7 +331,7 @@ def write_executors_report(out: Path, report: Path, command: str) -> Path:
                  f"probed within {SPREAD:.0%} of the fastest. "
                  if "armada-spread" in names else "")
               + "What the simulator leaves out is listed in `docs/simulator.md`."), "",
-             _fidelity_line(doc), ""]
+             _machine_line(out, doc), _fidelity_line(doc), ""]
     groups = by_point(doc)
     for point, runs in groups.items():
         lines += [f"## {point.describe()}", "",
@@ -313,13 +352,23 @@ def write_executors_report(out: Path, report: Path, command: str) -> Path:
         found = agreement(doc, names)
         rel = sorted(abs(x) for x in found["relative"])
         if rel:
+            mean = sum(found["relative"]) / len(found["relative"])
             lines += [
-                (f"Over {len(rel)} (fleet, policy) pairs the simulator's mean latency is "
-                 f"{_signed(found['relative'])} of the emulation's (median absolute "
-                 f"difference {rel[len(rel) // 2]:.0%}, largest {rel[-1]:.0%}). The two "
-                 f"executors rank the policies in the same order at {found['same_order']} "
-                 f"of {found['points']} fleets and pick the same best policy at "
-                 f"{found['same_best']} of {found['points']}."), ""]
+                (f"Over {len(rel)} (fleet, policy) pairs the simulator's mean latency is on "
+                 f"average {abs(mean):.0%} {'above' if mean >= 0 else 'below'} the "
+                 f"emulation's (median absolute difference {rel[len(rel) // 2]:.0%}, "
+                 f"largest {rel[-1]:.0%}). The two executors rank the policies in the same "
+                 f"order at {found['same_order']} of {found['points']} fleets and pick the "
+                 f"same best policy at {found['same_best']} of {found['points']}; a ranking "
+                 "by point estimates also orders policies whose intervals overlap. What a "
+                 f"study would conclude is each policy's paired difference from "
+                 f"`{REFERENCE}`: lower, higher or tied by its 95 % interval. The executors "
+                 f"reach the same conclusion for {found['same_verdict']} of "
+                 f"{len(found['verdicts'])} (fleet, policy) pairs:"), "",
+                "| fleet | policy | emulation | simulator |", "|---|---|---|---|"]
+            lines += [f"| {where} | `{label}` | {emu} | {sim} |"
+                      for where, label, emu, sim in found["verdicts"]]
+            lines.append("")
     else:
         lines += [f"Only {', '.join(executors)} ran: nothing to compare.", ""]
     sdk = [label for label in names if label in SDK]
@@ -344,9 +393,3 @@ def write_executors_report(out: Path, report: Path, command: str) -> Path:
               "and random at every fleet"), found)
             for executor, label, found in judged])
     return report
-
-
-def _signed(values: Sequence[float]) -> str:
-    """The mean relative difference as ``x % above`` or ``below``."""
-    mean = sum(values) / len(values)
-    return f"{abs(mean):.0%} {'above' if mean >= 0 else 'below'} (on average)"

@@ -1,0 +1,68 @@
+"""``armada-executors``' analysis on made-up runs: pairing, sides, agreement, verdicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from testbed.claims_index import FAILS, HOLDS
+from testbed.stats import Interval
+from testbed.systems.armada.executors_experiment import (
+    SIZES,
+    agreement,
+    sdk_conclusion,
+    side,
+    sim_minus_emulation,
+)
+
+POINT = {"nodes": 3, "users": 3, "cores": 0.25}
+
+
+def _doc(means: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Runs of one point: ``means[executor][policy]`` is one mean per replication."""
+    runs = []
+    for executor, by_policy in means.items():
+        reps = len(next(iter(by_policy.values())))
+        for r in range(reps):
+            runs.append({"point": POINT, "replication": r, "executor": executor,
+                         "policies": {p: {"mean_ms": v[r]} for p, v in by_policy.items()}})
+    return {"runs": runs}
+
+
+def test_sides_follow_the_interval_against_zero() -> None:
+    assert side(Interval(-2.0, -3.0, -1.0, 3, "replications")) == "lower"
+    assert side(Interval(2.0, 1.0, 3.0, 3, "replications")) == "higher"
+    assert side(Interval(0.5, -1.0, 2.0, 3, "replications")) == "tied"
+    assert side(None) == "tied" and side(Interval(1.0, None, None, 1, "replications")) == "tied"
+
+
+def test_the_simulator_is_compared_with_the_emulation_within_replications() -> None:
+    doc = _doc({"emulation": {"armada": [20.0, 30.0, 40.0], "geo-nearest": [25, 35, 45],
+                              "random": [40, 50, 60]},
+                "sim": {"armada": [18.0, 28.0, 38.0], "geo-nearest": [24, 34, 44],
+                        "random": [30, 35, 40]}})
+    diff = sim_minus_emulation(doc["runs"], "armada", "mean_ms")
+    assert diff is not None and diff.estimate == pytest.approx(-2.0) and diff.n == 3
+    assert diff.high == pytest.approx(-2.0)  # every pair differs by exactly 2 ms
+    found = agreement(doc, ["armada", "geo-nearest", "random"])
+    assert found["same_best"] == 1 and found["same_order"] == 1
+    verdicts = {v[1]: v[2:] for v in found["verdicts"]}
+    assert verdicts["armada"] == ("lower", "lower")  # 5 ms below, on both, every time
+    assert found["same_verdict"] == sum(a == b for a, b in verdicts.values())
+
+
+def test_the_claim_is_judged_per_executor() -> None:
+    doc = _doc({"emulation": {"armada": [20.0, 30.0, 40.0], "geo-nearest": [25, 35, 45],
+                              "random": [40, 50, 60]},
+                "sim": {"armada": [26.0, 36.0, 46.0], "geo-nearest": [25, 35, 45],
+                        "random": [40, 50, 60]}})
+    assert sdk_conclusion(doc, "emulation", "armada").verdict == HOLDS
+    assert sdk_conclusion(doc, "sim", "armada").verdict == FAILS
+
+
+def test_the_fleets_fit_the_host_the_issue_allows() -> None:
+    for size in SIZES.values():
+        for point in size.points:
+            assert 0.25 <= point.cores <= 0.5 and 3 <= point.nodes <= 6
+            assert point.nodes * point.cores <= 1.5
