@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.stats import pm, replication_interval
-from testbed.systems.armada.fleet_measure import measure_run
+from testbed.systems.armada.fleet_measure import HERD_MIN, HERD_WINDOW_S, measure_run
 from testbed.systems.armada.verdicts import Conclusion, record_claims, verdict
 
 Progress = Callable[[str], None]
@@ -125,12 +125,69 @@ def _over(rows: Sequence[Mapping[str, Any]], label: str, metric: str) -> Any:
     return replication_interval(values) if values else None
 
 
-def _paired(rows: Sequence[Mapping[str, Any]], label: str, other: str) -> Any:
-    """``label`` minus ``other`` mean latency, paired within replications."""
-    diffs = [r["policies"][label]["mean_ms"] - r["policies"][other]["mean_ms"] for r in rows
-             if r["policies"].get(label, {}).get("mean_ms") is not None
-             and r["policies"].get(other, {}).get("mean_ms") is not None]
+def _paired(rows: Sequence[Mapping[str, Any]], label: str, other: str,
+            metric: str = "mean_ms") -> Any:
+    """``label`` minus ``other`` for ``metric`` (mean latency by default), paired within
+    replications."""
+    diffs = [r["policies"][label][metric] - r["policies"][other][metric] for r in rows
+             if r["policies"].get(label, {}).get(metric) is not None
+             and r["policies"].get(other, {}).get(metric) is not None]
     return replication_interval(diffs) if diffs else None
+
+
+def _below(interval: Any) -> bool:
+    return interval is not None and interval.high is not None and interval.high < 0
+
+
+def _above(interval: Any) -> bool:
+    return interval is not None and interval.low is not None and interval.low > 0
+
+
+#: A herd share from which the report asks whether herding costs latency.
+HERDED = 0.3
+
+
+def herding_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The herding section: per point the SDK's herd share, the spread's paired change
+    of it and of the mean latency, and how many points the spread improves."""
+    lines = ["## Herding and the spread", "",
+             ("Herd share: the share of a stream's switches made within "
+              f"{HERD_WINDOW_S:g} s of at least {HERD_MIN - 1} other users' switches onto "
+              "the same replica. `armada-spread − armada` is paired within a replication."),
+             "", ("| nodes | users | `armada` herd share | `armada-spread − armada` herd "
+             "share | `armada-spread − armada` mean (ms) |"), "|---|---|---|---|---|"]
+    fewer = faster = 0
+    groups = _groups(doc)
+    for (_, nodes, users), rows in sorted(groups.items(), key=lambda kv: kv[0][1:]):
+        herd = _paired(rows, "armada-spread", "armada", "herd_share")
+        mean = _paired(rows, "armada-spread", "armada")
+        fewer += _below(herd)
+        faster += _below(mean)
+        lines.append(f"| {nodes} | {users} | {pm(_over(rows, 'armada', 'herd_share'), 2)} | "
+                     f"{pm(herd, 2)} | {pm(mean)} |")
+    shares = {(n, u): _over(rows, "armada", "herd_share") for (_, n, u), rows in groups.items()}
+    known = {k: v.estimate for k, v in shares.items() if v is not None and v.estimate is not None}
+    lines += [""]
+    if known:
+        most = max(known, key=lambda k: known[k])
+        least = min(known, key=lambda k: known[k])
+        lines.append(
+            f"`armada`'s herd share ranges from {known[least]:.2f} ({least[0]} nodes, "
+            f"{least[1]} users) to {known[most]:.2f} ({most[0]} nodes, {most[1]} users). "
+            f"The spread lowers it, with the interval below zero, at {fewer} of "
+            f"{len(groups)} points, and lowers the mean latency at {faster} of "
+            f"{len(groups)}.")
+        herded = [k for k, v in known.items() if v >= HERDED]
+        slower = [k for k in herded if _above(_paired(
+            next(rows for (_, n, u), rows in groups.items() if (n, u) == k),
+            "armada", "geo-nearest"))]
+        lines.append(
+            f"At the {len(herded)} points where `armada`'s herd share is at least "
+            f"{HERDED:g}, its mean latency is above geo-nearest's (paired interval above "
+            f"zero) at {len(slower)}"
+            + (f": {', '.join(f'{n} nodes / {u} users' for n, u in sorted(slower))}."
+               if slower else "."))
+    return lines + [""]
 
 
 def _groups(doc: Mapping[str, Any]) -> dict[tuple[str, int, int], list[Mapping[str, Any]]]:
@@ -189,6 +246,7 @@ def write_paper_scale_report(out: Path, report: Path, command: str) -> Path:
                 f"{pm(_over(rows, 'armada-spread', 'herd_share'), 2)} | "
                 f"{pm(_over(rows, 'armada', 'switches_per_user'), 1)} |")
         lines.append("")
+    lines += herding_lines(doc)
     judged = [(label, conclusion(doc, label)) for label in SDK]
     lines += ["## Conclusion", "",
               ("Claim (seed 000, Fig. 9): as users and edge nodes increase, Armada keeps "
