@@ -12,7 +12,6 @@ started; the ledger removes everything at teardown.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,13 +26,12 @@ require_docker()
 
 from nodes.armada.task_image import TASK_IMAGE
 from nodes.pod import LABEL_PARENT
-from testbed.emulation.executor import EmulatedTopology, emulated_topology
-from testbed.emulation.ledger import Ledger
-from testbed.emulation.names import reserve_prefix
+from testbed.emulation.executor import EmulatedTopology
 from testbed.emulation.probe import in_netns
 from testbed.poll import wait_until
 from testbed.scenario import Event, scenario_from_dict
 from testbed.systems.armada.control import write_frames
+from tests.emulation.built_topology import built_topology
 
 PORT = 7000
 
@@ -75,14 +73,7 @@ def _scenario() -> Any:
 
 @pytest.fixture(scope="module")
 def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedTopology]:
-    workdir = tmp_path_factory.mktemp("armada-docker-tasks")
-    ledger = Ledger(f"test-armada-docker-tasks-{os.getpid()}")
-    errors: list[str] = []
-    with emulated_topology(_scenario(), ledger, workdir, reserve_prefix(ledger),
-                           lambda _line: None, errors) as built:
-        yield built
-    assert errors == []
-    assert ledger.open_entries() == []
+    yield from built_topology(_scenario(), "armada-docker-tasks", tmp_path_factory)
 
 
 def _task(task_id: str, runtime: str = "docker") -> dict[str, Any]:

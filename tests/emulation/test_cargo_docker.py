@@ -11,7 +11,6 @@ kept).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -28,12 +27,11 @@ pytestmark = pytest.mark.emulation
 
 require_docker()
 
-from testbed.emulation.executor import EmulatedTopology, emulated_topology
-from testbed.emulation.ledger import Ledger
-from testbed.emulation.names import reserve_prefix
+from testbed.emulation.executor import EmulatedTopology
 from testbed.emulation.probe import in_netns
 from testbed.poll import wait_until
 from testbed.scenario import Event, scenario_from_dict
+from tests.emulation.built_topology import built_topology
 
 PORT = 7300
 STORE = "/var/lib/armada-cargo"
@@ -68,14 +66,7 @@ def _scenario() -> Any:
 
 @pytest.fixture(scope="module")
 def topo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedTopology]:
-    workdir = tmp_path_factory.mktemp("cargo-docker")
-    ledger = Ledger(f"test-cargo-docker-{os.getpid()}")
-    errors: list[str] = []
-    with emulated_topology(_scenario(), ledger, workdir, reserve_prefix(ledger),
-                           lambda _line: None, errors) as built:
-        yield built
-    assert errors == []
-    assert ledger.open_entries() == []
+    yield from built_topology(_scenario(), "cargo-docker", tmp_path_factory)
 
 
 class Writers:
