@@ -193,6 +193,15 @@ def interval_half(interval: Interval) -> float | None:
     return (interval.high - interval.low) / 2.0
 
 
+def side(interval: Interval | None) -> str:
+    """``lower``, ``higher`` or ``tied``: where an interval of a paired difference lies
+    against zero (``tied`` also when there is no interval), i.e. what a study may conclude
+    from it."""
+    if interval is None or interval.low is None or interval.high is None:
+        return "tied"
+    return "lower" if interval.high < 0 else "higher" if interval.low > 0 else "tied"
+
+
 def pm(interval: Interval | None, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
     """``mean ± half-width`` with ``digits`` decimals, both times ``scale``, then ``unit``
     (how every report writes an interval; ``-`` for no estimate)."""

@@ -7,12 +7,11 @@ from typing import Any
 import pytest
 
 from testbed.claims_index import FAILS, HOLDS
-from testbed.stats import Interval
+from testbed.stats import Interval, side
 from testbed.systems.armada.executors_experiment import (
     SIZES,
     agreement,
     sdk_conclusion,
-    side,
     sim_minus_emulation,
 )
 

@@ -23,25 +23,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.claims_index import verdict as claim_verdict
-from testbed.stats import Interval, pm, replication_interval
+from testbed.stats import Interval, pm, replication_interval, side
 from testbed.systems.armada.fleet_measure import measure_run
 from testbed.systems.armada.paper_scale_experiment import BASELINES, SDK, SPREAD
 from testbed.systems.armada.paper_scale_experiment import POLICIES as PAPER_POLICIES
-from testbed.systems.armada.verdicts import Conclusion, record_claims
+from testbed.systems.armada.verdicts import (
+    Conclusion,
+    beats_baselines,
+    below_all,
+    record_claims,
+)
 
 Progress = Callable[[str], None]
 EXECUTORS = ("emulation", "sim")
 POLICIES = PAPER_POLICIES
-#: (metric key, what the report calls it, decimals, scale) of every compared metric.
-METRICS = (("mean_ms", "mean latency (ms)", 1, 1.0), ("p95_ms", "p95 latency (ms)", 1, 1.0),
-           ("switches_per_user", "switches per user", 2, 1.0),
-           ("scaling", "scaling decisions", 1, 1.0), ("lost", "lost frames", 1, 1.0),
-           ("herd_share", "herd share", 2, 1.0))
+#: (metric key, what the report calls it, decimals) of every compared metric.
+METRICS = (("mean_ms", "mean latency (ms)", 1), ("p95_ms", "p95 latency (ms)", 1),
+           ("switches_per_user", "switches per user", 2),
+           ("scaling", "scaling decisions", 1), ("lost", "lost frames", 1),
+           ("herd_share", "herd share", 2))
 SEED_BASE = 2000
 
 
@@ -220,29 +225,14 @@ def sdk_conclusion(doc: Mapping[str, Any], executor: str, label: str) -> Conclus
     """Does ``label`` keep a lower mean than both baselines at every point on
     ``executor``? Paired within replications, a point counts when both intervals of the
     difference lie below zero."""
-    checks: list[tuple[str, bool]] = []
-    for point, runs in by_point(doc).items():
-        below = [paired(runs, label, "mean_ms", minus=_is(executor), of=_is(executor),
-                        other=b) for b in BASELINES]
-        checks.append((point.describe(), all(
-            d is not None and d.high is not None and d.high < 0 for d in below)))
-    won = sum(ok for _, ok in checks)
-    return Conclusion(claim_verdict(checks, name="; ".join), (
-        f"`{label}` has a lower mean latency than geo-nearest and than random, each "
-        "paired within a replication with its 95 % interval below zero, at a point"),
-        ((f"On the {'emulated' if executor == 'emulation' else 'simulated'} fleets "
-         f"`{label}` beats both baselines at {won} of {len(checks)} points."),))
+    checks = [(point.describe(), below_all([
+        paired(runs, label, "mean_ms", minus=_is(executor), of=_is(executor), other=b)
+        for b in BASELINES])) for point, runs in by_point(doc).items()]
+    fleets = "emulated" if executor == "emulation" else "simulated"
+    return beats_baselines(label, checks, f"On the {fleets} fleets ", join="; ")
 
 
 REFERENCE = "geo-nearest"  # what each policy is compared with on both executors
-
-
-def side(interval: Interval | None) -> str:
-    """``lower``, ``higher`` or ``tied``: where a paired difference's interval lies
-    against zero (``tied`` also when there is no interval)."""
-    if interval is None or interval.low is None or interval.high is None:
-        return "tied"
-    return "lower" if interval.high < 0 else "higher" if interval.low > 0 else "tied"
 
 
 def against_reference(runs: Runs, executor: str, label: str) -> Interval | None:
@@ -290,17 +280,14 @@ def _fidelity_line(doc: Mapping[str, Any]) -> str:
     degraded = [r for r in emulated if r["fidelity"] and r["fidelity"]["degraded"]]
     partly = [r for r in emulated if r["fidelity"] and not r["fidelity"]["degraded"]
               and r["fidelity"]["degraded_policies"]]
-    line = (f"Fidelity guard: {len(degraded)} of {len(emulated)} emulated runs degraded"
+    return (f"Fidelity guard: {len(degraded)} of {len(emulated)} emulated runs degraded"
             + (f" ({'; '.join(sorted({x for r in degraded for x in r['fidelity']['reasons']}))})"
                if degraded else "")
             + (f", {len(partly)} with degraded policies" if partly else "") + ".")
-    return line
 
 
 def _machine_line(out: Path, doc: Mapping[str, Any]) -> str:
     """When and where the runs were made (the first run's metadata)."""
-    import time
-
     if not doc["runs"]:
         return ""
     meta = json.loads((out / doc["runs"][0]["run"] / "metadata.json").read_text())
@@ -338,12 +325,12 @@ def write_executors_report(out: Path, report: Path, command: str) -> Path:
                   "| policy | metric | emulation | simulator | sim − emulation |",
                   "|---|---|---|---|---|"]
         for label in names:
-            for metric, what, digits, scale in METRICS:
+            for metric, what, digits in METRICS:
                 lines.append(
                     f"| `{label}` | {what} | "
-                    f"{pm(over(runs, 'emulation', label, metric), digits, scale)} | "
-                    f"{pm(over(runs, 'sim', label, metric), digits, scale)} | "
-                    f"{pm(sim_minus_emulation(runs, label, metric), digits, scale)} |")
+                    f"{pm(over(runs, 'emulation', label, metric), digits)} | "
+                    f"{pm(over(runs, 'sim', label, metric), digits)} | "
+                    f"{pm(sim_minus_emulation(runs, label, metric), digits)} |")
         emu_rank, sim_rank = ranking(runs, "emulation", names), ranking(runs, "sim", names)
         lines += ["", (f"Policies by mean latency, emulation: {', '.join(emu_rank) or '-'}; "
                       f"simulator: {', '.join(sim_rank) or '-'}."), ""]

@@ -28,9 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.stats import pm, replication_interval
+from testbed.stats import pm, replication_interval, side
 from testbed.systems.armada.fleet_measure import HERD_MIN, HERD_WINDOW_S, measure_run
-from testbed.systems.armada.verdicts import Conclusion, record_claims, verdict
+from testbed.systems.armada.verdicts import (
+    Conclusion,
+    beats_baselines,
+    below_all,
+    record_claims,
+)
 
 Progress = Callable[[str], None]
 NODE_CORES = (1.0, 2.0, 4.0)  # volunteer machines and dedicated servers, whole cores
@@ -135,14 +140,6 @@ def _paired(rows: Sequence[Mapping[str, Any]], label: str, other: str,
     return replication_interval(diffs) if diffs else None
 
 
-def _below(interval: Any) -> bool:
-    return interval is not None and interval.high is not None and interval.high < 0
-
-
-def _above(interval: Any) -> bool:
-    return interval is not None and interval.low is not None and interval.low > 0
-
-
 #: A herd share from which the report asks whether herding costs latency.
 HERDED = 0.3
 
@@ -161,8 +158,8 @@ def herding_lines(doc: Mapping[str, Any]) -> list[str]:
     for (_, nodes, users), rows in sorted(groups.items(), key=lambda kv: kv[0][1:]):
         herd = _paired(rows, "armada-spread", "armada", "herd_share")
         mean = _paired(rows, "armada-spread", "armada")
-        fewer += _below(herd)
-        faster += _below(mean)
+        fewer += side(herd) == "lower"
+        faster += side(mean) == "lower"
         lines.append(f"| {nodes} | {users} | {pm(_over(rows, 'armada', 'herd_share'), 2)} | "
                      f"{pm(herd, 2)} | {pm(mean)} |")
     shares = {(n, u): _over(rows, "armada", "herd_share") for (_, n, u), rows in groups.items()}
@@ -178,9 +175,9 @@ def herding_lines(doc: Mapping[str, Any]) -> list[str]:
             f"{len(groups)} points, and lowers the mean latency at {faster} of "
             f"{len(groups)}.")
         herded = [k for k, v in known.items() if v >= HERDED]
-        slower = [k for k in herded if _above(_paired(
+        slower = [k for k in herded if side(_paired(
             next(rows for (_, n, u), rows in groups.items() if (n, u) == k),
-            "armada", "geo-nearest"))]
+            "armada", "geo-nearest")) == "higher"]
         lines.append(
             f"At the {len(herded)} points where `armada`'s herd share is at least "
             f"{HERDED:g}, its mean latency is above geo-nearest's (paired interval above "
@@ -200,16 +197,10 @@ def _groups(doc: Mapping[str, Any]) -> dict[tuple[str, int, int], list[Mapping[s
 def conclusion(doc: Mapping[str, Any], label: str) -> Conclusion:
     """Does ``label`` keep a lower mean than both baselines at every point? Paired
     intervals across replications decide each point."""
-    checks: dict[str, bool] = {}
-    for (sweep, nodes, users), rows in _groups(doc).items():
-        below = [_paired(rows, label, b) for b in BASELINES]
-        checks[f"{nodes} nodes / {users} users ({sweep} sweep)"] = all(
-            d is not None and d.high is not None and d.high < 0 for d in below)
-    won = sum(checks.values())
-    return Conclusion(verdict(checks), (
-        f"`{label}` has a lower mean latency than geo-nearest and than random, each "
-        "paired within a replication with its 95 % interval below zero, at a point"),
-        (f"`{label}` beats both baselines at {won} of {len(checks)} points.",))
+    checks = [(f"{nodes} nodes / {users} users ({sweep} sweep)",
+               below_all([_paired(rows, label, b) for b in BASELINES]))
+              for (sweep, nodes, users), rows in _groups(doc).items()]
+    return beats_baselines(label, checks)
 
 
 def write_paper_scale_report(out: Path, report: Path, command: str) -> Path:

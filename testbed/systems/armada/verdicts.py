@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from testbed import claims_index
+from testbed.stats import Interval, side
 
 HOLDS = claims_index.HOLDS
 FAILS = claims_index.FAILS
@@ -35,6 +36,24 @@ def verdict(checks: Mapping[str, bool]) -> str:
     """``holds`` when every named check passed, ``fails`` when none did (or there is
     none), else ``holds only for`` the passed ones, named (the ledger's shared rule)."""
     return claims_index.verdict(checks.items(), empty=FAILS)
+
+
+def beats_baselines(label: str, checks: Sequence[tuple[str, bool]], where: str = "",
+                    join: str = ", ") -> Conclusion:
+    """Armada's scalability claim for ``label`` over named points: ``checks`` says per
+    point whether ``label``'s mean latency is below both baselines' (see
+    :func:`below_all`); the verdict names the points won, joined by ``join``, and the
+    finding counts them, prefixed by ``where`` (which fleets)."""
+    won = sum(ok for _, ok in checks)
+    return Conclusion(claims_index.verdict(checks, name=join.join), (
+        f"`{label}` has a lower mean latency than geo-nearest and than random, each "
+        "paired within a replication with its 95 % interval below zero, at a point"),
+        (f"{where}`{label}` beats both baselines at {won} of {len(checks)} points.",))
+
+
+def below_all(differences: Sequence[Interval | None]) -> bool:
+    """Whether every paired difference's interval lies below zero (a point won)."""
+    return all(side(d) == "lower" for d in differences)
 
 
 def count_of(flags: Sequence[bool]) -> str:
