@@ -304,20 +304,15 @@ def test_replayed_back_to_back_the_quota_model_gives_the_measured_shares() -> No
     past its quota)."""
     from statistics import median
 
-    from testbed.sim.armada import CFS_PERIOD_S, cfs_finish
+    from testbed.sim.armada import CFS_PERIOD_S
+    from testbed.sim.armada_quota_check import check, table
 
-    cal = load_calibration()
-    one = next(s for s in cal.shares if s.cores == 1.0)
-    demands = sorted(one.frame_s)
-    order = [demands[(7 * k) % len(demands)] for k in range(len(demands))]  # mixed sizes
-    for share in cal.shares:
-        if share.cores > 0.25:
+    rows = check(load_calibration())
+    assert len(table(rows)) == len(rows) + 2
+    for row in rows:
+        if row.cores > 0.25:
             continue
-        t, period_end, used, took = 0.0, 0.0, 0.0, []
-        for demand in order:
-            end, period_end, used = cfs_finish(t, demand, share.cores, period_end, used)
-            took.append(end - t)
-            t = end + 0.0005  # the calibration client's turn-around
-        assert abs(median(took) - median(share.frame_s)) < CFS_PERIOD_S, share.cores
-        mean_took, mean_measured = sum(took) / len(took), sum(share.frame_s) / len(share.frame_s)
-        assert mean_took == pytest.approx(mean_measured, rel=0.5), share.cores
+        assert abs(median(row.modelled) - median(row.measured)) < CFS_PERIOD_S, row.cores
+        mean_took = sum(row.modelled) / len(row.modelled)
+        mean_measured = sum(row.measured) / len(row.measured)
+        assert mean_took == pytest.approx(mean_measured, rel=0.5), row.cores
