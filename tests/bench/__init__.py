@@ -99,6 +99,13 @@ class Sandbox:
     interface with the prefix, a recorded or launcher-group process, a process inside one
     of the run's namespaces, the ledger file, the prefix's reservation, a firewall rule
     naming the run.
+
+    A namespace's inode is reused once the namespace is freed, so after this run's hosts
+    stopped another run's host may hold a namespace with one of this run's inodes. A
+    namespace counts as the run's own only while a process that already existed at the
+    last :meth:`snapshot` (when the run's namespaces were alive) holds it: a process born
+    later cannot have entered one of them unless an older process kept it, and that one
+    is reported.
     """
 
     def __init__(self, label: str) -> None:
@@ -112,6 +119,7 @@ class Sandbox:
         self.ledger.record("dir", path=str(self.workdir))
         self._processes: dict[int, int | None] = {}
         self._namespaces: set[int] = set()
+        self._seen: dict[int, int | None] | None = None  # pid -> start time at snapshot
         self.torn_down = False
         self.verified = False
 
@@ -137,6 +145,7 @@ class Sandbox:
         """Remember the run's processes (recorded ones, the members of recorded process
         groups, ``extra_pids``) and the network namespaces they live in."""
         root_ns = _netns_inode(os.getpid())
+        self._seen = {pid: process_start_time(pid) for pid in _proc_pids()}
         pids = set(self.recorded_pids()) | set(extra_pids)
         for entry in self.ledger.open_entries():
             if entry.kind == "process" and entry.data.get("group"):
@@ -155,6 +164,14 @@ class Sandbox:
         self.torn_down = True
         return self.ledger.teardown()
 
+    def _seen_at_snapshot(self, pid: int) -> bool:
+        """Whether ``pid`` existed at the last snapshot (so it may hold the run's own
+        namespace rather than a later one that reuses its inode)."""
+        if self._seen is None:
+            return True
+        start = process_start_time(pid)
+        return start is not None and self._seen.get(pid) == start
+
     def verify(self) -> list[str]:
         """What the run left behind (an empty list when it left nothing)."""
         self.verified = True
@@ -166,7 +183,8 @@ class Sandbox:
         if alive:
             problems.append(f"processes {alive}")
         if self._namespaces:
-            held = [pid for pid in _proc_pids() if _netns_inode(pid) in self._namespaces]
+            held = [pid for pid in _proc_pids() if _netns_inode(pid) in self._namespaces
+                    and self._seen_at_snapshot(pid)]
             if held:
                 problems.append(f"processes {held} still hold the run's network namespaces")
         if self.ledger.path.exists():
