@@ -36,6 +36,14 @@ process-wide :class:`LatenessHistogram` over every frame since it was last reset
 (``lateness``), which a run's fidelity guard reads: a shaper that releases late adds delay
 the scenario did not ask for.
 
+Data paths: the frames are relayed either by the compiled shaper
+(:mod:`testbed.emulation.shaper`, ``shaper-c``: its own thread, TAPs with virtio-net headers
+so TCP segmentation offloads cross a link whole) or by this module's Python loop
+(``delayer-py``: plain TAPs). The compiled one is used when its library loads; otherwise the
+delayer logs one line saying why and relays in Python. ``--data-path`` (or the environment
+variable ``TESTBED_SHAPER``: ``auto``, ``c``, ``python``) forces one. ``ping`` reports the
+data path in use; both have the semantics above and answer ``stats``/``lateness`` alike.
+
 Run as ``python -m testbed.emulation.delayer --control /path/ctl.sock``; from Python use
 :func:`start_delayer` and :class:`DelayerClient`.
 """
@@ -46,6 +54,7 @@ import argparse
 import collections
 import ctypes
 import fcntl
+import hashlib
 import heapq
 import json
 import math
@@ -67,6 +76,8 @@ from typing import Any
 
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.netns import setns
+from testbed.emulation.shaper import CShaper
+from testbed.emulation.shaper import load as load_shaper
 from testbed.errors import EmulationError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -75,6 +86,12 @@ PR_SET_TIMERSLACK = 29
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUNSETOFFLOAD = 0x400454D0
+TUNSETVNETHDRSZ = 0x400454D8
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_TSO_ECN = 0x01, 0x02, 0x04, 0x08
+TUN_F_USO4, TUN_F_USO6 = 0x20, 0x40
+VNET_HDR_LEN = 12
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = os.O_NONBLOCK
 TFD_CLOEXEC = os.O_CLOEXEC
@@ -86,6 +103,9 @@ LATE_SAMPLES = 4096
 LATE_SUB_BITS = 5
 DEFAULT_QUEUE = 1000
 LINK_PARAMS = ("delay_ms", "jitter_ms", "loss_pct", "queue", "seed")
+#: Names of the two data paths, as ``ping`` reports them and run metadata records them.
+DATA_PATHS = {"c": "shaper-c", "python": "delayer-py"}
+DATA_PATH_ENV = "TESTBED_SHAPER"
 
 
 class _Timespec(ctypes.Structure):
@@ -147,11 +167,28 @@ def _disable_ipv6(ifname: str) -> None:
         pass
 
 
-def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
+def _enable_offloads(fd: int) -> None:
+    """Give a virtio-net-header TAP 12-byte headers and checksum/TSO (and USO) offloads.
+
+    With offloads on, the host's stack hands the TAP whole 64 KB TCP segments with partial
+    checksums, described by the header in front of each frame; writing the frame with that
+    header to the peer TAP hands the segment on whole. USO is tried first (kernels >= 6.2).
+    """
+    fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
+    base = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
+    try:
+        fcntl.ioctl(fd, TUNSETOFFLOAD, base | TUN_F_USO4 | TUN_F_USO6)
+    except OSError:
+        fcntl.ioctl(fd, TUNSETOFFLOAD, base)
+
+
+def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False) -> int:
     """Create TAP ``ifname`` inside the network namespace of ``netns_pid``; return its fd.
 
     The device lives in the namespace where ``/dev/net/tun`` was opened, so the calling
     thread enters the target namespace for the open and returns to ``home_ns`` after.
+    ``vnet`` makes a TAP whose frames carry a virtio-net header and segmentation offloads
+    (the compiled data path); without it frames are plain Ethernet (the Python one).
     """
     if not ifname or len(ifname.encode()) > 15:
         raise ValueError(f"interface name must be 1..15 bytes, got {ifname!r}")
@@ -161,8 +198,10 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int) -> int:
         try:
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                ifr = struct.pack("16sH22x", ifname.encode(), IFF_TAP | IFF_NO_PI)
-                fcntl.ioctl(fd, TUNSETIFF, ifr)
+                flags = IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if vnet else 0)
+                fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", ifname.encode(), flags))
+                if vnet:
+                    _enable_offloads(fd)
                 _disable_ipv6(ifname)
             except OSError:
                 os.close(fd)
@@ -186,6 +225,15 @@ class LatenessHistogram:
         self.counts = [0] * (64 << LATE_SUB_BITS)  # every shift a 64-bit value can need
         self.n = 0
         self.max_ns = 0
+
+    @classmethod
+    def from_counts(cls, counts: list[int], n: int, max_ns: int) -> LatenessHistogram:
+        """A histogram holding counts taken elsewhere (the compiled shaper's, same layout)."""
+        hist = cls()
+        if len(counts) != len(hist.counts):
+            raise ValueError(f"expected {len(hist.counts)} buckets, got {len(counts)}")
+        hist.counts, hist.n, hist.max_ns = list(counts), n, max_ns
+        return hist
 
     def add(self, ns: int) -> None:
         """Count one lateness; negatives (a clock oddity) count as 0."""
@@ -243,6 +291,21 @@ class Direction:
         default_factory=lambda: collections.deque(maxlen=LATE_SAMPLES))
     counters: collections.Counter = field(default_factory=collections.Counter)
 
+    def configure(self, params: dict[str, Any], reseed: bool) -> None:
+        """Apply validated link parameters; ``reseed`` restarts the loss/jitter draws."""
+        self.delay_ns = round(params["delay_ms"] * 1e6)
+        self.jitter_ns = round(params["jitter_ms"] * 1e6)
+        self.loss = float(params["loss_pct"])
+        self.limit = int(params["queue"])
+        if reseed:
+            self.rng = random.Random(f"{params['seed']}/{self.name.rsplit(':', 1)[1]}")
+
+    def set_up(self, up: bool) -> None:
+        """Bring the direction up or down (down drops its held frames)."""
+        self.up = up
+        if not up:
+            self.clear("down")
+
     def clear(self, reason: str) -> None:
         """Drop every held frame (counted under ``dropped_<reason>``)."""
         self.counters[f"dropped_{reason}"] += len(self.queue)
@@ -252,11 +315,48 @@ class Direction:
     def stats(self) -> dict[str, Any]:
         late = sorted(self.late_ns)
         p99 = late[min(len(late) - 1, math.ceil(0.99 * len(late)) - 1)] / 1000 if late else None
-        out: dict[str, Any] = {k: self.counters.get(k, 0) for k in (
-            "received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
-            "dropped_write")}
+        out: dict[str, Any] = {k: self.counters.get(k, 0) for k in STAT_COUNTERS}
         out.update(held=len(self.queue), late_p99_us=p99,
                    late_max_us=late[-1] / 1000 if late else None)
+        return out
+
+
+STAT_COUNTERS = ("received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
+                 "dropped_write")
+
+
+@dataclass
+class CDirection:
+    """One direction of a link relayed by the compiled shaper (same interface as
+    :class:`Direction` for the control plane)."""
+
+    name: str
+    shaper: CShaper
+    handle: int
+
+    def configure(self, params: dict[str, Any], reseed: bool) -> None:
+        """Apply validated link parameters; ``reseed`` restarts the loss/jitter draws
+        from a 64-bit seed derived from the link's seed and this direction's side."""
+        seed = None
+        if reseed:
+            text = f"{params['seed']}/{self.name.rsplit(':', 1)[1]}".encode()
+            seed = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+        self.shaper.configure(self.handle, round(params["delay_ms"] * 1e6),
+                              round(params["jitter_ms"] * 1e6), float(params["loss_pct"]),
+                              int(params["queue"]), seed)
+
+    def set_up(self, up: bool) -> None:
+        self.shaper.set_up(self.handle, up)
+
+    def stats(self) -> dict[str, Any]:
+        raw = self.shaper.stats(self.handle)
+        out: dict[str, Any] = {k: raw[k] for k in STAT_COUNTERS}
+
+        def us(ns: int | None) -> float | None:
+            return None if ns is None else ns / 1000
+
+        out.update(held=raw["held"], late_p99_us=us(raw["late_p99_ns"]),
+                   late_max_us=us(raw["late_max_ns"]))
         return out
 
 
@@ -266,8 +366,8 @@ class LinkState:
 
     link_id: str
     fds: tuple[int, int]
-    ab: Direction
-    ba: Direction
+    ab: Direction | CDirection
+    ba: Direction | CDirection
     params: dict[str, Any]
     up: bool = True
 
@@ -297,8 +397,10 @@ def validate_params(req: dict, defaults: dict[str, Any]) -> dict[str, Any]:
 class Delayer:
     """The event loop: TAP readiness, release timer and control requests."""
 
-    def __init__(self, control_path: str) -> None:
+    def __init__(self, control_path: str, data_path: str = "auto") -> None:
         self.control_path = control_path
+        self.shaper, self.data_path_reason = choose_data_path(data_path)
+        self.data_path = DATA_PATHS["python" if self.shaper is None else "c"]
         self.home_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.epoll = select.epoll()
         self.timer = _TimerFd()
@@ -318,7 +420,12 @@ class Delayer:
         self.listener.setblocking(False)
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.epoll.register(self.timer.fd, select.EPOLLIN)
-        self.scheduling = _tune_process()
+        if self.shaper is None:
+            self.scheduling = _tune_process(realtime=True)
+        else:
+            _tune_process(realtime=False)  # the shaper's own thread asks for SCHED_FIFO
+            prio = self.shaper.scheduling()
+            self.scheduling = f"fifo{prio}" if prio > 0 else "other"
 
     # -- data path -----------------------------------------------------------------------
     def _read(self, d: Direction) -> None:
@@ -463,7 +570,8 @@ class Delayer:
         return self.links[link_id]
 
     def op_ping(self, req: dict) -> dict[str, Any]:
-        return {"pid": os.getpid(), "links": len(self.links), "scheduling": self.scheduling}
+        return {"pid": os.getpid(), "links": len(self.links), "scheduling": self.scheduling,
+                "data_path": self.data_path, "data_path_reason": self.data_path_reason}
 
     def op_add_link(self, req: dict) -> dict[str, Any]:
         link_id = req["id"]
@@ -485,7 +593,8 @@ class Delayer:
         try:
             for pid, ifname in ends:
                 try:
-                    fds.append(open_tap(pid, ifname, self.home_ns))
+                    fds.append(open_tap(pid, ifname, self.home_ns,
+                                        vnet=self.shaper is not None))
                 except OSError as exc:
                     raise OSError(exc.errno, f"cannot create tap {ifname!r} in the "
                                   f"namespace of pid {pid}: {exc.strerror}") from exc
@@ -493,29 +602,40 @@ class Delayer:
             for fd in fds:
                 os.close(fd)
             raise
-        ab = self._direction(f"{link_id}:a>b", fds[0], fds[1])
-        ba = self._direction(f"{link_id}:b>a", fds[1], fds[0])
-        link = LinkState(link_id, (fds[0], fds[1]), ab, ba, params)
-        self._apply(link, params, (ab, ba), reseed=True)
-        self.links[link_id] = link
-        for d in (ab, ba):
-            self.readers[d.src_fd] = d
-            self.epoll.register(d.src_fd, select.EPOLLIN)
+        made: list[Direction | CDirection] = []
+        try:
+            for name, src, dst in ((f"{link_id}:a>b", fds[0], fds[1]),
+                                   (f"{link_id}:b>a", fds[1], fds[0])):
+                d = self._direction(name, src, dst)
+                made.append(d)
+                d.configure(params, reseed=True)
+        except OSError:
+            for d in made:
+                self._detach(d)
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.links[link_id] = LinkState(link_id, (fds[0], fds[1]), made[0], made[1], params)
         return {"id": link_id}
 
-    def _direction(self, name: str, src: int, dst: int) -> Direction:
+    def _direction(self, name: str, src: int, dst: int) -> Direction | CDirection:
+        """A relayed direction on the data path in use (the compiled one polls ``src``
+        from its own thread; the Python one registers it with this loop)."""
+        if self.shaper is not None:
+            return CDirection(name, self.shaper, self.shaper.add(src, dst))
         self._keys += 1
-        return Direction(self._keys, name, src, dst)
+        d = Direction(self._keys, name, src, dst)
+        self.readers[src] = d
+        self.epoll.register(src, select.EPOLLIN)
+        return d
 
-    def _apply(self, link: LinkState, params: dict[str, Any], dirs: tuple[Direction, ...],
-               reseed: bool) -> None:
-        for d in dirs:
-            d.delay_ns = round(params["delay_ms"] * 1e6)
-            d.jitter_ns = round(params["jitter_ms"] * 1e6)
-            d.loss = float(params["loss_pct"])
-            d.limit = int(params["queue"])
-            if reseed:
-                d.rng = random.Random(f"{params['seed']}/{d.name.rsplit(':', 1)[1]}")
+    def _detach(self, d: Direction | CDirection) -> None:
+        """Stop relaying ``d`` and drop its held frames (before its fds are closed)."""
+        if isinstance(d, CDirection):
+            d.shaper.remove(d.handle)
+        else:
+            d.clear("down")
+            self._unwatch(d)
 
     def op_set(self, req: dict) -> dict[str, Any]:
         link = self._link(req)
@@ -529,7 +649,8 @@ class Delayer:
         params = validate_params(req, link.params)
         if direction == "both":
             link.params = params
-        self._apply(link, params, dirs[direction], reseed="seed" in req)
+        for d in dirs[direction]:
+            d.configure(params, reseed="seed" in req)
         return {"id": link.link_id, "params": params}
 
     def op_up(self, req: dict) -> dict[str, Any]:
@@ -539,16 +660,13 @@ class Delayer:
             raise TypeError(f"up must be true or false, got {up!r}")
         link.up = up
         for d in (link.ab, link.ba):
-            d.up = up
-            if not up:
-                d.clear("down")
+            d.set_up(up)
         return {"id": link.link_id, "up": up}
 
     def op_remove(self, req: dict) -> dict[str, Any]:
         link = self._link(req)
         for d in (link.ab, link.ba):
-            d.clear("down")
-            self._unwatch(d)
+            self._detach(d)
         for fd in link.fds:
             os.close(fd)
         del self.links[link.link_id]
@@ -563,8 +681,7 @@ class Delayer:
         fds = []
         for link in self.links.values():
             for d in (link.ab, link.ba):
-                d.clear("down")
-                self._unwatch(d)
+                self._detach(d)
             fds.extend(link.fds)
         removed = sorted(self.links)
         self.links.clear()
@@ -583,6 +700,9 @@ class Delayer:
         reset = req.get("reset", False)
         if not isinstance(reset, bool):
             raise TypeError(f"reset must be true or false, got {reset!r}")
+        if self.shaper is not None:
+            copy = self.shaper.histogram(reset)
+            return LatenessHistogram.from_counts(copy.counts, copy.n, copy.max_ns).summary()
         summary = self.lateness.summary()
         if reset:
             self.lateness = LatenessHistogram()
@@ -610,20 +730,46 @@ class Delayer:
     def close(self) -> None:
         for link_id in list(self.links):
             self.op_remove({"id": link_id})
+        if self.shaper is not None:
+            self.shaper.close()
         try:
             os.unlink(self.control_path)
         except FileNotFoundError:
             pass
 
 
-def _tune_process() -> str:
-    """Ask for precise timers, real-time priority and room for many TAP fds.
+def choose_data_path(requested: str) -> tuple[CShaper | None, str]:
+    """The compiled shaper for ``auto``/``c`` when its library loads, else None (the Python
+    loop relays); plus the reason, logged in one line. ``c`` refuses to fall back."""
+    if requested not in ("auto", *DATA_PATHS):
+        raise ValueError(f"data path must be one of {['auto', *DATA_PATHS]}, "
+                         f"got {requested!r}")
+    shaper, reason = None, "requested"
+    if requested != "python":
+        lib, reason = load_shaper()
+        if lib is not None:
+            try:
+                shaper = CShaper(lib, fifo_priority=50)
+            except OSError as exc:
+                reason = str(exc)
+        if shaper is None and requested == "c":
+            raise EmulationError(f"the compiled shaper was requested but cannot be used: "
+                                 f"{reason}")
+    name = DATA_PATHS["python" if shaper is None else "c"]
+    print(f"delayer data path: {name} ({reason})", file=sys.stderr, flush=True)
+    return shaper, reason
+
+
+def _tune_process(realtime: bool) -> str:
+    """Ask for precise timers, room for many TAP fds and (``realtime``) SCHED_FIFO 50.
 
     Returns the scheduling class obtained (``fifo50`` or ``other``).
     """
     _libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(1), 0, 0, 0)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if not realtime:
+        return "other"
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
         return "fifo50"
@@ -634,6 +780,9 @@ def _tune_process() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--control", required=True, help="path of the control unix socket")
+    parser.add_argument("--data-path", choices=("auto", *DATA_PATHS),
+                        default=os.environ.get(DATA_PATH_ENV, "auto"),
+                        help=f"who relays frames (default: ${DATA_PATH_ENV} or auto)")
     args = parser.parse_args(argv)
 
     def stop(signum: int, _frame: object) -> None:
@@ -641,7 +790,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    delayer = Delayer(args.control)
+    delayer = Delayer(args.control, args.data_path)
     try:
         delayer.serve()
     finally:
@@ -760,15 +909,21 @@ class DelayerClient:
             self._ledger.release(self._entry)
 
 
-def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0) -> DelayerClient:
-    """Start a delayer process, record it in ``ledger`` and wait until it answers."""
+def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
+                  data_path: str | None = None) -> DelayerClient:
+    """Start a delayer process, record it in ``ledger`` and wait until it answers.
+
+    ``data_path`` (``auto``, ``c``, ``python``) forces who relays frames; None leaves it to
+    the environment (``TESTBED_SHAPER``) or detection.
+    """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     control = workdir / "delayer.sock"
     log_path = workdir / "delayer.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed.emulation.delayer", "--control", str(control)],
+            [sys.executable, "-m", "testbed.emulation.delayer", "--control", str(control),
+             *(["--data-path", data_path] if data_path else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd=str(Path(__file__).resolve().parents[2]))
     entry = ledger.record_process(proc.pid, role="delayer", control=str(control))

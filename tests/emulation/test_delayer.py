@@ -1,7 +1,9 @@
 """The userspace delayer on its own: two bare network namespaces joined by its TAP links.
 
 Each test gets two namespaces (``unshare --net`` processes) and a delayer, all recorded in
-a ledger and removed afterwards; everything is named with the ``tbt`` prefix.
+a ledger and removed afterwards; everything is named with the ``tbt`` prefix. The tests of
+the relaying semantics run once per data path: the compiled shaper (``c``, built here if
+its library is missing or stale) and the Python loop (``python``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from testbed.calibrate import RTT_RE
 from testbed.emulation.delayer import DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
+from testbed.emulation.shaper.build import build as build_shaper
 from testbed.errors import EmulationError
 from testbed.poll import wait_until
 from tests.emulation.rtt_checks import assert_adds, p50
@@ -28,6 +31,7 @@ from tests.emulation.rtt_checks import assert_adds, p50
 pytestmark = pytest.mark.emulation
 
 IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+DATA_PATH_NAMES = {"c": "shaper-c", "python": "delayer-py"}
 
 
 def _own_netns(pid: int) -> bool:
@@ -74,8 +78,9 @@ class Pair:
 
 
 @contextmanager
-def delayer_pair() -> Iterator[Pair]:
-    """Two namespaces and a delayer, recorded in a ledger and torn down on exit."""
+def delayer_pair(data_path: str = "auto") -> Iterator[Pair]:
+    """Two namespaces and a delayer relaying on ``data_path``, recorded in a ledger and
+    torn down on exit."""
     ledger = Ledger(f"tbt-delayer-{os.getpid()}-{time.time_ns()}")
     try:
         pids = []
@@ -88,16 +93,20 @@ def delayer_pair() -> Iterator[Pair]:
                             "net.ipv6.conf.default.disable_ipv6=1"], check=True)  # no stray ND
         workdir = f"/tmp/tbt-delayer-{os.getpid()}-{time.time_ns()}"
         ledger.record("dir", path=workdir)
-        delayer = start_delayer(ledger, workdir)
+        if data_path == "c":
+            build_shaper()
+        delayer = start_delayer(ledger, workdir, data_path=data_path)
+        if data_path != "auto":
+            assert delayer.ping()["data_path"] == DATA_PATH_NAMES[data_path]
         yield Pair(ledger, pids[0], pids[1], delayer)
         delayer.close()
     finally:
         assert ledger.teardown() == []
 
 
-@pytest.fixture
-def pair() -> Iterator[Pair]:
-    with delayer_pair() as made:
+@pytest.fixture(params=["c", "python"])
+def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
+    with delayer_pair(request.param) as made:
         yield made
 
 

@@ -1,0 +1,527 @@
+/* The compiled data path of the link delayer (see testbed/emulation/delayer.py).
+ *
+ * One thread per process runs an epoll loop over every TAP of every link plus a timerfd:
+ * it reads each ready TAP in batches, applies the direction's loss, queue cap, delay and
+ * jitter (never reordering), and writes frames to the peer TAP when they are due. The
+ * Python delayer keeps the control plane (control socket, TAP creation, validation) and
+ * calls the functions below; they take the same mutex as the loop, so a control change
+ * lands between two batches. TAPs opened with IFF_VNET_HDR carry a virtio-net header in
+ * front of every frame; it is forwarded untouched, so a 64 KB TSO frame crosses a link in
+ * one read and one write.
+ *
+ * Semantics match the Python data path: per-direction FIFO with release time
+ * max(now + delay + U[-J, J], previous release), Bernoulli loss from a per-direction PRNG
+ * seeded by the caller, drop-tail at `limit` held frames, a down direction drops every
+ * frame (held ones included). Lateness (write time - due time) goes to a per-direction
+ * ring of the last 4096 values and to one process-wide log-bucket histogram whose bucket
+ * scheme is LatenessHistogram's.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LATE_SAMPLES 4096
+#define LATE_SUB_BITS 5
+#define HIST_BUCKETS (64 << LATE_SUB_BITS)
+#define BIG_FRAME (65536 + 1024)
+#define SMALL_FRAME 4096
+#define READ_BATCH 64
+#define MAX_EVENTS 256
+#define EV_STOP UINT64_MAX
+#define EV_TIMER (UINT64_MAX - 1)
+#define FRAME_HDR offsetof(struct frame, data)
+
+struct frame {
+    struct frame *next;
+    int64_t due;
+    uint32_t len;
+    unsigned char data[];
+};
+
+struct direction {
+    int src_fd, dst_fd;
+    int watched;
+    int up;
+    int64_t delay_ns, jitter_ns;
+    double loss_pct;
+    int64_t limit;
+    uint64_t rng;
+    struct frame *head, *tail;
+    int64_t held;
+    int64_t last_release;
+    int64_t scheduled; /* head due time pushed on the heap, -1 if none */
+    int64_t *late; /* ring of LATE_SAMPLES, allocated on first release */
+    int64_t late_n; /* values written so far (ring index = late_n % LATE_SAMPLES) */
+    uint64_t received, forwarded, dropped_loss, dropped_queue, dropped_down, dropped_write,
+        read_errors;
+};
+
+struct heap_item {
+    int64_t due;
+    int64_t id;
+};
+
+struct shaper {
+    pthread_mutex_t lock;
+    pthread_t thread;
+    int running;
+    int epfd, timerfd, stopfd;
+    int64_t armed_at;
+    struct direction **dirs;
+    int64_t ndirs, capdirs;
+    struct heap_item *heap;
+    int64_t heap_n, heap_cap;
+    uint64_t hist[HIST_BUCKETS];
+    uint64_t hist_n, hist_max;
+    int sched_prio;
+    int sched_result; /* 0 other, >0 fifo priority obtained, -errno on refusal */
+    unsigned char *scratch;
+};
+
+struct shaper_stats {
+    uint64_t received, forwarded, dropped_loss, dropped_queue, dropped_down, dropped_write,
+        read_errors;
+    int64_t held;
+    int64_t late_p99_ns; /* -1: no frame released yet */
+    int64_t late_max_ns;
+    int64_t up;
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* splitmix64: small, fast, and fully determined by the seed. */
+static uint64_t rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(uint64_t *state) { return (rng_next(state) >> 11) * 0x1.0p-53; }
+
+static void hist_add(struct shaper *s, int64_t ns) {
+    uint64_t v = ns < 0 ? 0 : (uint64_t)ns;
+    int bits = v ? 64 - __builtin_clzll(v) : 0;
+    int shift = bits > LATE_SUB_BITS ? bits - LATE_SUB_BITS : 0;
+    s->hist[((uint64_t)shift << LATE_SUB_BITS) | (v >> shift)]++;
+    s->hist_n++;
+    if (v > s->hist_max) s->hist_max = v;
+}
+
+/* -- heap of directions' head release times (stale entries skipped on pop) -- */
+static int heap_push(struct shaper *s, int64_t due, int64_t id) {
+    if (s->heap_n == s->heap_cap) {
+        int64_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
+        struct heap_item *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) return -ENOMEM;
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    int64_t i = s->heap_n++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (s->heap[p].due <= due) break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i].due = due;
+    s->heap[i].id = id;
+    return 0;
+}
+
+static struct heap_item heap_pop(struct shaper *s) {
+    struct heap_item top = s->heap[0], last = s->heap[--s->heap_n];
+    int64_t i = 0, n = s->heap_n;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && s->heap[c + 1].due < s->heap[c].due) c++;
+        if (last.due <= s->heap[c].due) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+static void clear_queue(struct direction *d, uint64_t *counter) {
+    struct frame *f = d->head;
+    while (f) {
+        struct frame *next = f->next;
+        free(f);
+        f = next;
+    }
+    if (counter) *counter += d->held;
+    d->head = d->tail = NULL;
+    d->held = 0;
+    d->scheduled = -1;
+}
+
+static void unwatch(struct shaper *s, struct direction *d) {
+    if (d->watched) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, d->src_fd, NULL);
+        d->watched = 0;
+    }
+}
+
+static void emit(struct shaper *s, struct direction *d, const unsigned char *data, uint32_t len,
+                 int64_t due) {
+    if (write(d->dst_fd, data, len) < 0) {
+        d->dropped_write++;
+        return;
+    }
+    d->forwarded++;
+    int64_t late = now_ns() - due;
+    if (!d->late) d->late = malloc(LATE_SAMPLES * sizeof *d->late);
+    if (d->late) d->late[d->late_n++ % LATE_SAMPLES] = late;
+    hist_add(s, late);
+}
+
+static void read_direction(struct shaper *s, int64_t id, struct direction *d) {
+    int64_t now = now_ns();
+    for (int i = 0; i < READ_BATCH; i++) {
+        ssize_t n = read(d->src_fd, s->scratch + FRAME_HDR,
+                         BIG_FRAME - FRAME_HDR);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) return;
+            d->read_errors++; /* the device vanished under us: stop polling it */
+            unwatch(s, d);
+            return;
+        }
+        d->received++;
+        if (!d->up) {
+            d->dropped_down++;
+            continue;
+        }
+        if (d->loss_pct > 0 && rng_unit(&d->rng) * 100.0 < d->loss_pct) {
+            d->dropped_loss++;
+            continue;
+        }
+        if (d->held >= d->limit) {
+            d->dropped_queue++;
+            continue;
+        }
+        int64_t delay = d->delay_ns;
+        if (d->jitter_ns) {
+            double u = rng_unit(&d->rng);
+            delay += llround(-(double)d->jitter_ns + u * 2.0 * (double)d->jitter_ns);
+            if (delay < 0) delay = 0;
+        }
+        int64_t release = now + delay;
+        if (release < d->last_release) release = d->last_release;
+        d->last_release = release;
+        if (release <= now && !d->head) {
+            emit(s, d, s->scratch + FRAME_HDR, (uint32_t)n, release);
+            continue;
+        }
+        struct frame *f;
+        if (n <= SMALL_FRAME) {
+            f = malloc(sizeof *f + n);
+            if (!f) { d->dropped_queue++; continue; }
+            memcpy(f->data, s->scratch + FRAME_HDR, n);
+        } else { /* hand the scratch buffer over, shrunk in place, and take a new one */
+            unsigned char *fresh = malloc(BIG_FRAME);
+            if (!fresh) { d->dropped_queue++; continue; }
+            f = realloc(s->scratch, FRAME_HDR + n);
+            if (!f) f = (struct frame *)s->scratch;
+            s->scratch = fresh;
+        }
+        f->next = NULL;
+        f->due = release;
+        f->len = (uint32_t)n;
+        if (d->tail) d->tail->next = f; else d->head = f;
+        d->tail = f;
+        d->held++;
+        if (d->scheduled < 0) {
+            d->scheduled = release;
+            heap_push(s, release, id);
+        }
+    }
+}
+
+static void release_due(struct shaper *s) {
+    int64_t now = now_ns();
+    while (s->heap_n && s->heap[0].due <= now) {
+        struct heap_item it = heap_pop(s);
+        struct direction *d = it.id < s->ndirs ? s->dirs[it.id] : NULL;
+        if (!d || d->scheduled != it.due) continue; /* removed, cleared or rescheduled */
+        while (d->head && d->head->due <= now) {
+            struct frame *f = d->head;
+            d->head = f->next;
+            if (!d->head) d->tail = NULL;
+            d->held--;
+            emit(s, d, f->data, f->len, f->due);
+            free(f);
+        }
+        if (d->head) {
+            d->scheduled = d->head->due;
+            heap_push(s, d->scheduled, it.id);
+        } else {
+            d->scheduled = -1;
+        }
+        now = now_ns();
+    }
+    int64_t next = s->heap_n ? s->heap[0].due : -1;
+    if (next >= 0 && next != s->armed_at) {
+        struct itimerspec spec = {0};
+        int64_t at = next > 0 ? next : 1;
+        spec.it_value.tv_sec = at / 1000000000LL;
+        spec.it_value.tv_nsec = at % 1000000000LL;
+        timerfd_settime(s->timerfd, TFD_TIMER_ABSTIME, &spec, NULL);
+        s->armed_at = next;
+    }
+}
+
+static void *loop(void *arg) {
+    struct shaper *s = arg;
+    struct epoll_event evs[MAX_EVENTS];
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    for (;;) {
+        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, -1);
+        if (n < 0 && errno != EINTR) break;
+        pthread_mutex_lock(&s->lock);
+        for (int i = 0; i < n; i++) {
+            uint64_t key = evs[i].data.u64;
+            if (key == EV_STOP) {
+                pthread_mutex_unlock(&s->lock);
+                return NULL;
+            }
+            if (key == EV_TIMER) {
+                uint64_t expirations;
+                if (read(s->timerfd, &expirations, sizeof expirations) < 0) { /* none yet */ }
+                s->armed_at = -1;
+                continue;
+            }
+            struct direction *d = (int64_t)key < s->ndirs ? s->dirs[key] : NULL;
+            if (d && d->watched) read_direction(s, (int64_t)key, d);
+        }
+        if (s->heap_n) release_due(s);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return NULL;
+}
+
+/* -- the API called from Python (ctypes) -- */
+
+/* A shaper with its loop thread running; `fifo_prio` > 0 asks for SCHED_FIFO. */
+struct shaper *shaper_new(int fifo_prio) {
+    struct shaper *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    s->armed_at = -1;
+    s->sched_prio = fifo_prio;
+    s->scratch = malloc(BIG_FRAME);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!s->scratch || s->epfd < 0 || s->timerfd < 0 || s->stopfd < 0) goto fail;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_TIMER};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->timerfd, &ev) < 0) goto fail;
+    ev.data.u64 = EV_STOP;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stopfd, &ev) < 0) goto fail;
+    if (pthread_create(&s->thread, NULL, loop, s) != 0) goto fail;
+    s->running = 1;
+    struct sched_param sp = {.sched_priority = fifo_prio > 0 ? fifo_prio : 0};
+    int err = pthread_setschedparam(s->thread, fifo_prio > 0 ? SCHED_FIFO : SCHED_OTHER, &sp);
+    s->sched_result = err ? -err : (fifo_prio > 0 ? fifo_prio : 0);
+    return s;
+fail:
+    if (s->epfd > 0) close(s->epfd);
+    if (s->timerfd > 0) close(s->timerfd);
+    if (s->stopfd > 0) close(s->stopfd);
+    free(s->scratch);
+    free(s);
+    return NULL;
+}
+
+/* The scheduling the loop obtained: FIFO priority, 0 for SCHED_OTHER, -errno if refused. */
+int shaper_scheduling(struct shaper *s) {
+    pthread_mutex_lock(&s->lock);
+    int r = s->sched_result;
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* Start forwarding frames read from src_fd to dst_fd; returns the direction's id or -errno. */
+int64_t shaper_add(struct shaper *s, int src_fd, int dst_fd) {
+    struct direction *d = calloc(1, sizeof *d);
+    if (!d) return -ENOMEM;
+    d->src_fd = src_fd;
+    d->dst_fd = dst_fd;
+    d->up = 1;
+    d->limit = 1000;
+    d->scheduled = -1;
+    pthread_mutex_lock(&s->lock);
+    if (s->ndirs == s->capdirs) {
+        int64_t cap = s->capdirs ? s->capdirs * 2 : 64;
+        struct direction **dirs = realloc(s->dirs, cap * sizeof *dirs);
+        if (!dirs) {
+            pthread_mutex_unlock(&s->lock);
+            free(d);
+            return -ENOMEM;
+        }
+        s->dirs = dirs;
+        s->capdirs = cap;
+    }
+    int64_t id = s->ndirs++;
+    s->dirs[id] = d;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)id};
+    int64_t ret = id;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, src_fd, &ev) < 0) {
+        ret = -errno;
+        s->dirs[id] = NULL;
+        free(d);
+    } else {
+        d->watched = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ret;
+}
+
+static struct direction *get(struct shaper *s, int64_t id) {
+    return id >= 0 && id < s->ndirs ? s->dirs[id] : NULL;
+}
+
+/* Set a direction's shaping; `reseed` restarts its PRNG from `seed`. */
+int shaper_configure(struct shaper *s, int64_t id, int64_t delay_ns, int64_t jitter_ns,
+                     double loss_pct, int64_t limit, int reseed, uint64_t seed) {
+    pthread_mutex_lock(&s->lock);
+    struct direction *d = get(s, id);
+    if (d) {
+        d->delay_ns = delay_ns;
+        d->jitter_ns = jitter_ns;
+        d->loss_pct = loss_pct;
+        d->limit = limit;
+        if (reseed) d->rng = seed;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return d ? 0 : -ENOENT;
+}
+
+/* Bring a direction up or down; going down drops its held frames (dropped_down). */
+int shaper_set_up(struct shaper *s, int64_t id, int up) {
+    pthread_mutex_lock(&s->lock);
+    struct direction *d = get(s, id);
+    if (d) {
+        d->up = up;
+        if (!up) clear_queue(d, &d->dropped_down);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return d ? 0 : -ENOENT;
+}
+
+/* Forget a direction: stop polling its fd (the caller closes the fds afterwards). */
+int shaper_remove(struct shaper *s, int64_t id) {
+    pthread_mutex_lock(&s->lock);
+    struct direction *d = get(s, id);
+    if (d) {
+        unwatch(s, d);
+        clear_queue(d, NULL);
+        free(d->late);
+        free(d);
+        s->dirs[id] = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return d ? 0 : -ENOENT;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Counters, held frames and the p99/max of the last LATE_SAMPLES lateness values. */
+int shaper_stats(struct shaper *s, int64_t id, struct shaper_stats *out) {
+    int64_t *copy = malloc(LATE_SAMPLES * sizeof *copy);
+    if (!copy) return -ENOMEM;
+    int64_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    struct direction *d = get(s, id);
+    if (d) {
+        out->received = d->received;
+        out->forwarded = d->forwarded;
+        out->dropped_loss = d->dropped_loss;
+        out->dropped_queue = d->dropped_queue;
+        out->dropped_down = d->dropped_down;
+        out->dropped_write = d->dropped_write;
+        out->read_errors = d->read_errors;
+        out->held = d->held;
+        out->up = d->up;
+        n = d->late_n < LATE_SAMPLES ? d->late_n : LATE_SAMPLES;
+        if (n) memcpy(copy, d->late, n * sizeof *copy);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!d) {
+        free(copy);
+        return -ENOENT;
+    }
+    out->late_p99_ns = out->late_max_ns = -1;
+    if (n) {
+        qsort(copy, n, sizeof *copy, cmp_i64);
+        int64_t rank = (int64_t)ceil(0.99 * (double)n) - 1;
+        if (rank > n - 1) rank = n - 1;
+        if (rank < 0) rank = 0;
+        out->late_p99_ns = copy[rank];
+        out->late_max_ns = copy[n - 1];
+    }
+    free(copy);
+    return 0;
+}
+
+/* Copy the process-wide lateness histogram (HIST_BUCKETS counts); `reset` zeroes it. */
+int shaper_histogram(struct shaper *s, uint64_t *counts, uint64_t *n, uint64_t *max,
+                     int reset) {
+    pthread_mutex_lock(&s->lock);
+    memcpy(counts, s->hist, sizeof s->hist);
+    *n = s->hist_n;
+    *max = s->hist_max;
+    if (reset) {
+        memset(s->hist, 0, sizeof s->hist);
+        s->hist_n = s->hist_max = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return HIST_BUCKETS;
+}
+
+/* Stop the loop thread and free everything (the caller closes the TAP fds). */
+void shaper_free(struct shaper *s) {
+    if (!s) return;
+    if (s->running) {
+        uint64_t one = 1;
+        if (write(s->stopfd, &one, sizeof one) < 0) { /* the loop still stops on join */ }
+        pthread_join(s->thread, NULL);
+    }
+    for (int64_t i = 0; i < s->ndirs; i++) {
+        if (s->dirs[i]) {
+            clear_queue(s->dirs[i], NULL);
+            free(s->dirs[i]->late);
+            free(s->dirs[i]);
+        }
+    }
+    free(s->dirs);
+    free(s->heap);
+    free(s->scratch);
+    close(s->epfd);
+    close(s->timerfd);
+    close(s->stopfd);
+    free(s);
+}
+
+/* The ABI version the Python binding checks before use. */
+int shaper_abi_version(void) { return 1; }
