@@ -496,14 +496,16 @@ def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
     infra.start(scenario)
     progress(f"helpers up ({backend} shaping) in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
-    net = build_network(scenario.topology, prefix, ledger, backend, infra, scenario.seed)
+    with ledger.phase():  # one fsync for the hundreds of records of a large network
+        net = build_network(scenario.topology, prefix, ledger, backend, infra, scenario.seed)
     progress(f"network of {len(net.hosts)} hosts and {len(net.switches)} switches built in "
              f"{time.monotonic() - t0:.1f} s")
     topo = EmulatedTopology(scenario=scenario, infra=infra, net=net, workdir=workdir)
     t0 = time.monotonic()
     try:
-        for svc in scenario.services:
-            topo.start_service(svc)
+        with ledger.phase():
+            for svc in scenario.services:
+                topo.start_service(svc)
         topo.wait_services()
     except BaseException:
         stop_network(net)

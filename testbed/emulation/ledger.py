@@ -2,7 +2,12 @@
 
 Each run owns one append-only JSON-lines file under ``LEDGER_ROOT``. An entry is
 written (and fsynced) right after the resource exists, and a matching ``undone`` line
-after it is removed. :meth:`Ledger.teardown` removes what is still open in reverse order
+after it is removed. Inside :meth:`Ledger.phase` (a bring-up or teardown phase making
+hundreds of resources) each line is still written to the file before the call returns,
+so a killed run leaves every line in the file for ``clean``, but the file is fsynced
+once when the phase ends rather than once a line: the fsync only matters when the
+machine itself goes down, and then the processes, namespaces and interfaces the lines
+name are gone too. :meth:`Ledger.teardown` removes what is still open in reverse order
 of creation; :func:`clean_stale` does the same for the ledgers of runs whose owning
 process is gone (a crash or ``kill -9``), and touches nothing that is not written in
 a ledger. A ledger becomes visible only with its owner's header in it, so a concurrent
@@ -30,8 +35,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 LEDGER_ROOT = Path(os.environ.get("TESTBED_LEDGER_ROOT", "/run/edge-testbed/ledgers"))
 
@@ -276,6 +283,8 @@ class Ledger:
         self._seq = 0
         self._open: dict[int, Entry] = {}
         self._removed_hooks: list[Callable[[], None]] = []
+        self._phase: IO[str] | None = None  # the file held open during a phase
+        self._phase_depth = 0
         self._publish({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
                        "run": run_id, "time": time.time()})
 
@@ -296,10 +305,35 @@ class Ledger:
             tmp.unlink(missing_ok=True)
 
     def _append(self, obj: dict) -> None:
+        line = json.dumps(obj, sort_keys=True) + "\n"
+        if self._phase is not None:
+            self._phase.write(line)
+            self._phase.flush()  # in the file now: a killed run leaves it for clean
+            return
         with self.path.open("a") as fh:
-            fh.write(json.dumps(obj, sort_keys=True) + "\n")
+            fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+
+    @contextmanager
+    def phase(self) -> Iterator[None]:
+        """Batch the lines written inside: each is in the file when its call returns
+        (a crash of the run leaves it for ``clean``), one fsync covers them all when
+        the phase ends. Phases nest; the outermost one syncs."""
+        if self._phase is None:
+            self._phase = self.path.open("a")
+        self._phase_depth += 1
+        try:
+            yield
+        finally:
+            self._phase_depth -= 1
+            if self._phase_depth == 0:
+                fh, self._phase = self._phase, None
+                try:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                finally:
+                    fh.close()
 
     def record(self, kind: str, **data: object) -> Entry:
         """Write down a resource that now exists; returns its entry for :meth:`forget`."""
@@ -354,7 +388,8 @@ class Ledger:
 
     def teardown(self) -> list[str]:
         """Remove every open resource, newest first. Returns the errors met, if any."""
-        errors = _undo_all(self.open_entries(), self._append)
+        with self.phase():
+            errors = _undo_all(self.open_entries(), self._append)
         self._open.clear()
         if not errors:
             self.path.unlink(missing_ok=True)

@@ -78,3 +78,18 @@ def test_client_death_mid_answer_ends_every_child(tmp_path: Path):
         assert "BrokenPipeError" not in (tmp_path / "launcher.log").read_text()
     finally:
         ledger.teardown()
+
+
+def test_package_runs_its_main_submodule_with_its_file_as_argv0(launcher, tmp_path: Path):
+    # unittest's __main__ names itself "python -m unittest" only when sys.argv[0] is its
+    # own __main__.py file, as under ``python -m unittest``
+    log = tmp_path / "unittest.log"
+    pid = launcher.spawn(None, "unittest", ["--help"], log)
+    assert launcher.wait(pid, timeout=10) == 0
+    assert "python -m unittest" in log.read_text()
+
+
+def test_unknown_module_is_refused_before_forking(launcher, tmp_path: Path):
+    with pytest.raises(EmulationError, match="no_such_module_here"):
+        launcher.spawn(None, "no_such_module_here", [], tmp_path / "x.log")
+    assert launcher.request(op="ping")["ok"] is True

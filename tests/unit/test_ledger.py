@@ -132,3 +132,47 @@ def test_group_entry_ends_the_group_of_a_dead_leader(tmp_path: Path):
     finally:
         if is_running(child, child_start):
             os.kill(child, signal.SIGKILL)
+
+
+def test_phase_syncs_once_and_keeps_every_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    ledger = Ledger("phased", root=tmp_path)
+    syncs: list[int] = []
+    real_fsync = ledgermod.os.fsync
+    monkeypatch.setattr(ledgermod.os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd)))
+    with ledger.phase():
+        with ledger.phase():  # nested: only the outermost syncs
+            for i in range(50):
+                ledger.record("dir", path=str(tmp_path / f"d{i}"))
+        assert len(read_ledger(ledger.path)[1]) == 50  # in the file before the phase ends
+    assert len(syncs) == 1
+    ledger.record("dir", path=str(tmp_path / "outside"))  # outside a phase: synced at once
+    assert len(syncs) == 2
+    assert ledger.teardown() == []
+    assert len(syncs) == 3  # the teardown's undone lines: one phase
+
+
+def test_run_killed_mid_phase_leaves_a_ledger_clean_removes(tmp_path: Path):
+    victims = [_sleeper() for _ in range(3)]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = textwrap.dedent(f"""
+        import os, signal
+        from testbed.emulation.ledger import Ledger
+        ledger = Ledger("crashed-phase", root={str(tmp_path)!r})
+        with ledger.phase():
+            ledger.record("dir", path={str(scratch)!r})
+            for pid in {[v.pid for v in victims]!r}:
+                ledger.record_process(pid)
+            # an intent whose interface was never made: clean must pass over it
+            ledger.intend_interface("link", "tbtnever0", "tbtnev")
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    owner = subprocess.run([sys.executable, "-c", script], check=False)
+    assert owner.returncode == -9
+    report = clean_stale(tmp_path)
+    assert report == {"crashed-phase": []}
+    for victim in victims:
+        victim.wait(timeout=10)
+        assert process_start_time(victim.pid) is None
+    assert not scratch.exists()
+    assert not (tmp_path / "crashed-phase.jsonl").exists()
