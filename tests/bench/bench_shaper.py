@@ -1,0 +1,355 @@
+"""Link shaper benchmark: the compiled shaper and the Python delayer against a plain veth.
+
+Every path is a chain of bare network namespaces (``unshare --net`` processes recorded in
+the sandbox's ledger): one link (``src -- dst``) or three links through two forwarding
+namespaces (``src -- r1 -- r2 -- dst``). A link is a plain veth pair (the peer) or a TAP
+pair of the delayer with 1 ms one-way delay, relayed by the compiled shaper (``shaper-c``)
+or by the Python loop (``delayer-py``). Measured in one run:
+
+* the UDP load generator (``udpload.c``, built here with gcc: ``sendmmsg`` in bursts of
+  32, 18-byte payloads) sending as fast as it can over a plain veth, and the sink's
+  receive rate beside it;
+* per data path, a ladder of offered rates over one delayed link: the frames the shaper
+  relayed per second, their release lateness p99 (the delayer's ``lateness`` histogram,
+  reset per step), what the sink in the receiving namespace got (the receiver's
+  throughput beside the shaper) and the delayer's CPU use. The accurate rate is the
+  highest relayed rate whose p99 lateness stays under 0.2 ms with no frame lost inside
+  the shaper (and, for the Python delayer, also under 0.7 ms);
+* TCP goodput with ``iperf3`` through one delayed link and through three, each against
+  the same path of plain veths.
+
+Run it with ``flock /tmp/bench.lock python -m tests.bench.bench_shaper [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.bench import Sandbox
+
+DELAY_MS = 1.0
+LATE_LIMIT_US = 200.0
+PY_LATE_LIMIT_US = 700.0
+UDP_PORT = 9000
+IPERF_PORT = 5201
+PAYLOAD = 18
+LADDER = (20_000, 30_000, 40_000, 60_000, 80_000, 120_000, 160_000, 200_000, 250_000,
+          300_000, 350_000, 400_000, 500_000, 600_000, 800_000, 1_000_000)
+DATA_PATHS = {"shaper-c": "c", "delayer-py": "python"}
+UDPLOAD_SOURCE = Path(__file__).with_name("udpload.c")
+
+
+@dataclass
+class Path_:
+    """A chain of namespaces: ``pids[0]`` sends to ``dst_ip`` in ``pids[-1]``."""
+
+    pids: list[int]
+    dst_ip: str
+    entries: list[Any] = field(default_factory=list)
+
+
+class Lab:
+    """Namespaces and links for the benchmark, every one recorded in the sandbox ledger."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.ledger = sandbox.ledger
+        self.udpload = sandbox.workdir / "udpload"
+        subprocess.run(["gcc", "-O2", "-Wall", "-o", str(self.udpload), str(UDPLOAD_SOURCE)],
+                       check=True, capture_output=True, text=True)
+        self._n = 0
+
+    def sh(self, pid: int, command: str, timeout: float = 60) -> str:
+        """Run ``command`` in the network namespace of ``pid``; its stdout (raise on error)."""
+        out = subprocess.run(["nsenter", "-t", str(pid), "-n", "sh", "-c", command],
+                             capture_output=True, text=True, timeout=timeout, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{command!r} in netns of {pid}: {out.stderr.strip()}")
+        return out.stdout
+
+    def netns(self, entries: list[Any]) -> int:
+        """A fresh network namespace held by a recorded ``sleep`` process; its pid."""
+        from testbed.poll import wait_until
+
+        proc = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
+        entries.append(self.ledger.record_process(proc.pid, role="bench-shaper-netns"))
+        root = Path("/proc/self/ns/net").stat().st_ino
+        wait_until(lambda: Path(f"/proc/{proc.pid}/ns/net").stat().st_ino != root,
+                   what="the namespace to exist")
+        self.sh(proc.pid, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+                          "net.ipv6.conf.default.disable_ipv6=1 net.ipv4.ip_forward=1 && "
+                          "ip link set lo up")
+        return proc.pid
+
+    def path(self, hops: int, delayer: Any = None) -> Path_:
+        """``hops`` links in a chain; veth pairs, or the delayer's TAP pairs when given."""
+        entries: list[Any] = []
+        pids = [self.netns(entries) for _ in range(hops + 1)]
+        self._n += 1
+        tag = f"{self.sandbox.prefix}{self._n}"
+        for i in range(hops):
+            a, b = f"{tag}l{i}a", f"{tag}l{i}b"
+            if delayer is None:
+                self.sh(pids[i], f"ip link add {a} type veth peer name {b} netns {pids[i + 1]}")
+            else:
+                delayer.add_link(f"{tag}-l{i}", (pids[i], a), (pids[i + 1], b),
+                                 delay_ms=DELAY_MS)
+            net = f"10.{200 + self._n % 50}.{i}"
+            self.sh(pids[i], f"ip addr add {net}.1/24 dev {a} && ip link set {a} up")
+            self.sh(pids[i + 1], f"ip addr add {net}.2/24 dev {b} && ip link set {b} up")
+        first, last = f"10.{200 + self._n % 50}.0", f"10.{200 + self._n % 50}.{hops - 1}"
+        if hops > 1:
+            self.sh(pids[0], f"ip route add default via {first}.2")
+            self.sh(pids[-1], f"ip route add default via {last}.1")
+            for i in range(1, hops):  # router i: left of it net i-1, right net i
+                left, right = f"10.{200 + self._n % 50}.{i - 1}", f"10.{200 + self._n % 50}.{i}"
+                for j in range(hops):
+                    subnet = f"10.{200 + self._n % 50}.{j}"
+                    if j > i:
+                        self.sh(pids[i], f"ip route add {subnet}.0/24 via {right}.2")
+                    elif j < i - 1:
+                        self.sh(pids[i], f"ip route add {subnet}.0/24 via {left}.1")
+        path = Path_(pids, f"{last}.2", entries)
+        self.sh(pids[0], f"ping -n -c 1 -W 5 {path.dst_ip}")  # ARP out of the way
+        return path
+
+    def drop(self, path: Path_) -> None:
+        """End the path's namespaces (their veths and routes vanish with them)."""
+        for entry in reversed(path.entries):
+            self.ledger.release(entry)
+
+    # -- load ------------------------------------------------------------------------------
+    def udp(self, path: Path_, rate: float, seconds: float) -> dict[str, float]:
+        """Send at ``rate`` frames/s (0: flat out) for ``seconds``; sender and sink rates."""
+        sink = subprocess.Popen(
+            ["nsenter", "-t", str(path.pids[-1]), "-n", str(self.udpload), "sink",
+             str(UDP_PORT), f"{seconds + 0.3:g}"], stdout=subprocess.PIPE, text=True)
+        entry = self.ledger.record_process(sink.pid, role="bench-shaper-sink")
+        try:
+            assert sink.stdout is not None
+            if sink.stdout.readline().strip() != "ready":
+                raise RuntimeError("the UDP sink did not start")
+            out = self.sh(path.pids[0], f"{self.udpload} send {path.dst_ip} {UDP_PORT} "
+                                        f"{rate:g} {seconds:g} {PAYLOAD}", timeout=seconds + 30)
+            got = sink.stdout.read()
+            sink.wait(timeout=10)
+        finally:
+            self._end(sink, entry)
+        sent, sent_s = _frames(out)
+        received, _ = _frames(got)
+        return {"sent": sent, "sent_fps": sent / sent_s, "received": received,
+                "received_fps": received / sent_s}
+
+    def _end(self, proc: subprocess.Popen, entry: Any) -> None:
+        """Forget a helper that exited; end (through the ledger) one that did not."""
+        if proc.poll() is not None:
+            self.ledger.forget(entry)
+        else:
+            self.ledger.release(entry)
+            proc.wait(timeout=10)
+
+    def tcp(self, path: Path_, seconds: float) -> float:
+        """iperf3 TCP goodput from the first to the last namespace, Mbit/s."""
+        server = subprocess.Popen(["nsenter", "-t", str(path.pids[-1]), "-n", "iperf3", "-s",
+                                   "-1", "-p", str(IPERF_PORT)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        entry = self.ledger.record_process(server.pid, role="bench-shaper-iperf3")
+        try:
+            from testbed.poll import wait_until
+
+            wait_until(lambda: self.sh(path.pids[-1], f"ss -Hltn sport = :{IPERF_PORT}").strip(),
+                       what="iperf3 to listen")
+            out = self.sh(path.pids[0], f"iperf3 -c {path.dst_ip} -p {IPERF_PORT} "
+                                        f"-t {seconds:g} -J --connect-timeout 3000",
+                          timeout=seconds + 30)
+            server.wait(timeout=10)
+        finally:
+            self._end(server, entry)
+        return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def _frames(line: str) -> tuple[int, float]:
+    fields = dict(part.split("=") for part in line.split())
+    return int(fields["frames"]), float(fields["seconds"])
+
+
+def _cpu_s(pid: int) -> float:
+    from testbed.calibrate import process_cpu_seconds
+
+    return process_cpu_seconds(pid)
+
+
+def _relayed(delayer: Any, link_id: str) -> int:
+    return delayer.stats(link_id)["a_to_b"]["forwarded"]
+
+
+def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
+          ceiling: float, progress: Any) -> list[dict[str, Any]]:
+    """Offered rates up the ladder (to ``ceiling``) until two steps in a row miss 0.2 ms."""
+    from testbed.poll import wait_until
+
+    steps: list[dict[str, Any]] = []
+    misses = 0
+    for rate in LADDER:
+        if rate > ceiling * 1.1:
+            break
+        before = delayer.stats(link_id)["a_to_b"]
+        delayer.lateness(reset=True)
+        cpu0, t0 = _cpu_s(delayer.pid), time.monotonic()
+        load = lab.udp(path, rate, seconds)
+        wait_until(lambda: delayer.stats(link_id)["a_to_b"]["held"] == 0, what="the queue")
+        cpu = 100 * (_cpu_s(delayer.pid) - cpu0) / (time.monotonic() - t0)
+        late = delayer.lateness()
+        after = delayer.stats(link_id)["a_to_b"]
+        relayed = after["forwarded"] - before["forwarded"]
+        lost = sum(after[k] - before[k] for k in ("dropped_queue", "dropped_write"))
+        step = {"offered_fps": rate, "sent_fps": load["sent_fps"],
+                "relayed_fps": relayed / seconds, "received_fps": load["received_fps"],
+                "lost_in_shaper": lost, "late_p99_us": late["p99_us"],
+                "late_max_us": late["max_us"], "cpu_pct": cpu}
+        steps.append(step)
+        progress(f"    offered {rate:>9,}/s  relayed {step['relayed_fps']:>10,.0f}/s  "
+                 f"sink {step['received_fps']:>10,.0f}/s  p99 {late['p99_us'] or 0:8.1f} us  "
+                 f"max {late['max_us'] or 0:9.1f} us  cpu {cpu:5.1f} %")
+        ok = (late["p99_us"] or 0) < LATE_LIMIT_US and lost == 0
+        misses = 0 if ok else misses + 1
+        if misses >= 2 or load["sent_fps"] < 0.8 * rate:
+            break
+    return steps
+
+
+def accurate(steps: list[dict[str, Any]], limit_us: float) -> float:
+    """The highest relayed rate of a step with p99 lateness under ``limit_us`` and nothing
+    lost inside the shaper (0 if none)."""
+    good = [s["relayed_fps"] for s in steps
+            if s["late_p99_us"] is not None and s["late_p99_us"] < limit_us
+            and s["lost_in_shaper"] == 0]
+    return max(good, default=0.0)
+
+
+def measure_data_path(lab: Lab, name: str, quick: bool, ceiling: float,
+                      progress: Any) -> dict[str, Any]:
+    """Frame-rate ladder and TCP (1 and 3 hops) through delayers on ``name``'s data path."""
+    from testbed.emulation.delayer import start_delayer
+
+    seconds, tcp_s = (0.6, 2.0) if quick else (1.0, 3.0)
+    delayer = start_delayer(lab.ledger, lab.sandbox.workdir / name, data_path=DATA_PATHS[name])
+    out: dict[str, Any] = {"scheduling": delayer.ping()["scheduling"]}
+    try:
+        one = lab.path(1, delayer)
+        link_id = f"{lab.sandbox.prefix}{lab._n}-l0"
+        progress(f"  {name}: frame-rate ladder over one {DELAY_MS:g} ms link "
+                 f"({delayer.ping()['scheduling']})")
+        out["steps"] = sweep(lab, one, delayer, link_id, seconds, ceiling, progress)
+        out["accurate_fps"] = accurate(out["steps"], LATE_LIMIT_US)
+        out["accurate_fps_0.7ms"] = accurate(out["steps"], PY_LATE_LIMIT_US)
+        cpu0, t0 = _cpu_s(delayer.pid), time.monotonic()
+        out["tcp_1hop_mbit"] = lab.tcp(one, tcp_s)
+        out["tcp_1hop_cpu_pct"] = 100 * (_cpu_s(delayer.pid) - cpu0) / (time.monotonic() - t0)
+        lab.drop(one)
+        three = lab.path(3, delayer)
+        out["tcp_3hop_mbit"] = lab.tcp(three, tcp_s)
+        lab.drop(three)
+        progress(f"  {name}: accurate {out['accurate_fps']:,.0f} frames/s, TCP 1 hop "
+                 f"{out['tcp_1hop_mbit']:,.0f} Mbit/s (delayer CPU "
+                 f"{out['tcp_1hop_cpu_pct']:.0f} %), 3 hops {out['tcp_3hop_mbit']:,.0f} Mbit/s")
+    finally:
+        delayer.stop()
+    return out
+
+
+def run(quick: bool, progress: Any = print) -> dict[str, Any]:
+    """Measure veth, the compiled shaper and the Python delayer in one run."""
+    from testbed.emulation.shaper.build import build
+
+    result: dict[str, Any] = {"delay_ms": DELAY_MS, "late_limit_us": LATE_LIMIT_US}
+    try:
+        build()
+    except (RuntimeError, OSError) as exc:
+        result["build_error"] = str(exc)
+    with Sandbox("shaper") as sandbox:
+        lab = Lab(sandbox)
+        seconds, tcp_s = (0.6, 2.0) if quick else (1.0, 3.0)
+        one = lab.path(1)
+        veth = lab.udp(one, 0, seconds)
+        veth["tcp_1hop_mbit"] = lab.tcp(one, tcp_s)
+        lab.drop(one)
+        three = lab.path(3)
+        veth["tcp_3hop_mbit"] = lab.tcp(three, tcp_s)
+        lab.drop(three)
+        result["veth"] = veth
+        progress(f"  veth: generator {veth['sent_fps']:,.0f} frames/s (sink "
+                 f"{veth['received_fps']:,.0f}/s), TCP 1 hop {veth['tcp_1hop_mbit']:,.0f} "
+                 f"Mbit/s, 3 hops {veth['tcp_3hop_mbit']:,.0f} Mbit/s")
+        for name in DATA_PATHS:
+            if name == "shaper-c" and "build_error" in result:
+                continue
+            result[name] = measure_data_path(lab, name, quick, veth["sent_fps"], progress)
+        sandbox.snapshot()
+        errors = sandbox.teardown()
+        result["leftovers"] = errors + sandbox.verify()
+    return result
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else math.nan
+
+
+def keys(result: dict[str, Any]) -> dict[str, float]:
+    """The run's headline figures under their JSON keys (NaN where not measured)."""
+    c, veth = result.get("shaper-c", {}), result.get("veth", {})
+    return {
+        "shaper.frames_per_s_accurate": float(c.get("accurate_fps", math.nan)),
+        "shaper.frames_per_s_veth": float(veth.get("sent_fps", math.nan)),
+        "shaper.tcp_ratio_vs_veth": _ratio(c.get("tcp_1hop_mbit"), veth.get("tcp_1hop_mbit")),
+        "shaper.tcp_3hop_ratio_vs_veth": _ratio(c.get("tcp_3hop_mbit"),
+                                                veth.get("tcp_3hop_mbit")),
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """Both data paths side by side with the veth peer."""
+    veth = result["veth"]
+    rows = [("", "frames/s p99<0.2ms", "frames/s p99<0.7ms", "TCP 1 hop Mbit/s", "ratio",
+             "TCP 3 hops Mbit/s", "ratio", "CPU % (TCP)")]
+    rows.append(("veth", f"{veth['sent_fps']:,.0f} (generator)", "", f"{veth['tcp_1hop_mbit']:,.0f}",
+                 "1.00", f"{veth['tcp_3hop_mbit']:,.0f}", "1.00", ""))
+    for name in DATA_PATHS:
+        r = result.get(name)
+        if r is None:
+            continue
+        rows.append((name, f"{r['accurate_fps']:,.0f}", f"{r['accurate_fps_0.7ms']:,.0f}",
+                     f"{r['tcp_1hop_mbit']:,.0f}",
+                     f"{_ratio(r['tcp_1hop_mbit'], veth['tcp_1hop_mbit']):.2f}",
+                     f"{r['tcp_3hop_mbit']:,.0f}",
+                     f"{_ratio(r['tcp_3hop_mbit'], veth['tcp_3hop_mbit']):.2f}",
+                     f"{r['tcp_1hop_cpu_pct']:.0f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter steps and transfers")
+    parser.add_argument("--json", help="write the full result here")
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    print(table(result))
+    print(json.dumps(keys(result), indent=1))
+    if result.get("leftovers"):
+        print(f"LEFT BEHIND: {result['leftovers']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
