@@ -39,7 +39,7 @@ from testbed.emulation import links as linkmod
 from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
-from testbed.emulation.names import reserve_prefix
+from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok
 from testbed.emulation.run_secret import SecretFile, start_run_secret
@@ -488,8 +488,9 @@ class EventScheduler(threading.Thread):
 
 
 def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
-             progress: Progress) -> EmulatedTopology:
-    """Start the helpers, build the network and start every service."""
+             progress: Progress, max_ports: int = BRIDGE_MAX_PORTS) -> EmulatedTopology:
+    """Start the helpers, build the network and start every service (a switch with more
+    than ``max_ports`` links is built as a fabric of bridges)."""
     backend = resolve_backend(scenario.executor.shaping)
     infra = Infrastructure(ledger=ledger, workdir=workdir, backend=backend, prefix=prefix)
     t0 = time.monotonic()
@@ -497,7 +498,8 @@ def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
     progress(f"helpers up ({backend} shaping) in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
     with ledger.phase():  # one fsync for the hundreds of records of a large network
-        net = build_network(scenario.topology, prefix, ledger, backend, infra, scenario.seed)
+        net = build_network(scenario.topology, prefix, ledger, backend, infra, scenario.seed,
+                            max_ports)
     progress(f"network of {len(net.hosts)} hosts and {len(net.switches)} switches built in "
              f"{time.monotonic() - t0:.1f} s")
     topo = EmulatedTopology(scenario=scenario, infra=infra, net=net, workdir=workdir)

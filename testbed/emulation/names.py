@@ -34,7 +34,7 @@ import os
 import secrets
 import string
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -157,45 +157,127 @@ def release_stale_prefixes(root: Path | None = None) -> list[str]:
 
 # ---------------------------------------------------------------- interface names
 
+#: Ports a Linux bridge may take: the kernel's limit is 1023 (BR_MAX_PORTS 1024, port 0
+#: reserved); a switch with more links is built as a fabric of bridges (:class:`Fabric`).
+BRIDGE_MAX_PORTS = 1000
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One scenario switch built as a two-level tree of Linux bridges, because it has
+    more links than one bridge takes: a ``root`` bridge joined to every leaf bridge by a
+    veth trunk (``trunks[k]`` is ``(leaf end, root end)`` of leaf ``k``); the switch's
+    links are spread over the leaves in link order, at most ``max_ports - 1`` per leaf.
+    A tree has no loop, so no spanning tree is needed and every host reaches every
+    other through at most three bridges."""
+
+    root: str
+    leaves: tuple[str, ...]
+    trunks: tuple[tuple[str, str], ...]
+
+    @property
+    def bridges(self) -> tuple[str, ...]:
+        return (self.root, *self.leaves)
+
+
 @dataclass(frozen=True)
 class InterfacePlan:
     """Every interface name a topology gets with one prefix.
 
-    ``switches`` maps a scenario switch to its bridge name; ``links`` holds, in the
-    topology's link order, the interface names at each end (``<prefix>s<i>-e<port>`` on
-    a switch, ``<host>-eth<port>`` in a host's namespace).
+    ``switches`` maps a scenario switch to its bridge name (the root bridge of a
+    fabric); ``links`` holds, in the topology's link order, the interface names at each
+    end (``<bridge>-e<port>`` on a switch, ``<host>-eth<port>`` in a host's namespace);
+    ``attach`` the bridge each end is a port of (None for a host's end); ``fabrics`` the
+    switches built as trees of bridges.
     """
 
     prefix: str
     switches: dict[str, str]
     links: tuple[tuple[str, str], ...]
+    attach: tuple[tuple[str | None, str | None], ...] = ()
+    fabrics: dict[str, Fabric] = field(default_factory=dict)
+
+    @property
+    def bridges(self) -> list[str]:
+        """Every bridge to make: one per switch, a root and its leaves per fabric."""
+        return [b for sw, name in self.switches.items()
+                for b in (self.fabrics[sw].bridges if sw in self.fabrics else (name,))]
 
     @property
     def root_names(self) -> list[str]:
-        """The names made in the root namespace: bridges and switch ports."""
+        """The names made in the root namespace: bridges, switch ports, trunks."""
         ports = [n for pair in self.links for n in pair if n.startswith(self.prefix)]
-        return [*self.switches.values(), *ports]
+        trunks = [n for fabric in self.fabrics.values() for pair in fabric.trunks
+                  for n in pair]
+        return [*self.bridges, *ports, *trunks]
 
 
-def interface_plan(topology: Topology, prefix: str) -> InterfacePlan:
+def plan_fabric(bridge: str, ports: int, max_ports: int) -> Fabric | None:
+    """The fabric for a switch named ``bridge`` with ``ports`` links when one bridge of
+    at most ``max_ports`` ports cannot hold them; None when it can."""
+    if not isinstance(max_ports, int) or isinstance(max_ports, bool) or max_ports < 3:
+        raise EmulationError(f"max_ports: expected an integer of at least 3 (a leaf "
+                             f"bridge takes a host and its trunk), got {max_ports!r}")
+    if ports <= max_ports:
+        return None
+    per_leaf = max_ports - 1  # one port of every leaf is its trunk
+    count = -(-ports // per_leaf)
+    if count > max_ports:
+        raise EmulationError(f"switch bridge {bridge}: {ports} links need {count} leaf "
+                             f"bridges, more than a root bridge of {max_ports} ports takes")
+    leaves = tuple(f"{bridge}f{k}" for k in range(count))
+    trunks = tuple((f"{leaf}-t", f"{bridge}-e{k}") for k, leaf in enumerate(leaves))
+    for name in (*leaves, *(n for pair in trunks for n in pair)):
+        _check_length(name, f"fabric of bridge {bridge!r}")
+    return Fabric(root=bridge, leaves=leaves, trunks=trunks)
+
+
+def interface_plan(topology: Topology, prefix: str,
+                   max_ports: int | None = BRIDGE_MAX_PORTS) -> InterfacePlan:
     """Name every bridge and link end of ``topology``; raise :class:`EmulationError`
-    naming the first interface longer than Linux's 15 characters."""
+    naming the first interface longer than Linux's 15 characters. A switch with more
+    than ``max_ports`` links becomes a :class:`Fabric` (None: never, e.g. for Open
+    vSwitch bridges, which have no such limit)."""
     switches: dict[str, str] = {}
     for node in topology.nodes:
         if node.is_switch:
             switches[node.name] = f"{prefix}s{len(switches)}"
             _check_length(switches[node.name], f"bridge of switch {node.name!r}")
+    degree: dict[str, int] = {}
+    for link in topology.links:
+        for end in (link.a, link.b):
+            degree[end] = degree.get(end, 0) + 1
+    fabrics: dict[str, Fabric] = {}
+    if max_ports is not None:
+        for switch, bridge in switches.items():
+            fabric = plan_fabric(bridge, degree.get(switch, 0), max_ports)
+            if fabric is not None:
+                fabrics[switch] = fabric
+    per_leaf = (max_ports or 0) - 1  # host ports of a fabric's leaf bridge
     ports: dict[str, int] = {}
     links = []
+    attach = []
     for link in topology.links:
-        pair = []
+        pair: list[str] = []
+        where: list[str | None] = []
         for end in (link.a, link.b):
             port = ports.get(end, 0)
             ports[end] = port + 1
-            pair.append(f"{switches[end]}-e{port}" if end in switches else f"{end}-eth{port}")
+            if end in fabrics:
+                bridge = fabrics[end].leaves[port // per_leaf]
+                pair.append(f"{bridge}-e{port % per_leaf}")
+            elif end in switches:
+                bridge = switches[end]
+                pair.append(f"{bridge}-e{port}")
+            else:
+                bridge = None
+                pair.append(f"{end}-eth{port}")
+            where.append(bridge)
             _check_length(pair[-1], f"port {port} of node {end!r}, link {link.name}")
         links.append((pair[0], pair[1]))
-    return InterfacePlan(prefix=prefix, switches=switches, links=tuple(links))
+        attach.append((where[0], where[1]))
+    return InterfacePlan(prefix=prefix, switches=switches, links=tuple(links),
+                         attach=tuple(attach), fabrics=fabrics)
 
 
 def _check_length(name: str, what: str) -> None:

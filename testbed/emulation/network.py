@@ -11,6 +11,12 @@ against Linux's 15 characters and against the interfaces that already exist (Min
 deletes an existing bridge or veth of the same name, so building over one is refused).
 Each bridge and switch port is recorded in the ledger before it is made, with the
 prefix, and confirmed with its ifindex once it exists.
+
+A Linux-bridge switch with more links than one bridge takes (``max_ports``, below the
+kernel's 1023) is built as a fabric (:class:`testbed.emulation.names.Fabric`): a root
+bridge and leaf bridges ``<bridge>f<k>`` joined by plain veth trunks, the switch's links
+spread over the leaves. The scenario still sees one switch: ``switches`` maps it to the
+root bridge, ``fabrics`` lists its leaves.
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ from testbed.emulation import links as linkmod
 from testbed.emulation.cgroups import NodeCgroup
 from testbed.emulation.firewall_guard import guard_bridges
 from testbed.emulation.ledger import Entry, Ledger
-from testbed.emulation.names import InterfacePlan, check_absent, interface_plan
+from testbed.emulation.names import (
+    BRIDGE_MAX_PORTS,
+    InterfacePlan,
+    check_absent,
+    interface_plan,
+)
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
 
@@ -42,8 +53,10 @@ class BuiltNetwork:
 
     net: Mininet
     hosts: dict[str, Host]  # scenario node name -> Mininet host
-    switches: dict[str, Any]  # scenario switch name -> Mininet switch
+    switches: dict[str, Any]  # scenario switch name -> Mininet switch (a fabric's root)
     links: dict[str, Any]  # "a-b" -> Mininet link
+    bridges: dict[str, Any] = field(default_factory=dict)  # bridge name -> Mininet switch
+    fabrics: dict[str, list[Any]] = field(default_factory=dict)  # switch -> leaf switches
     cgroups: dict[str, NodeCgroup] = field(default_factory=dict)
     backend: str = "userspace"
     delayer: Any = None
@@ -64,16 +77,20 @@ class BuiltNetwork:
 
 
 def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
-                  services: Any, seed: int = 0) -> BuiltNetwork:
+                  services: Any, seed: int = 0,
+                  max_ports: int = BRIDGE_MAX_PORTS) -> BuiltNetwork:
     """Create hosts, switches and shaped links, start them, and record every resource.
 
     ``seed`` seeds each link's loss and jitter draws (``seed * 1000 + link index``).
     ``services`` is the object that provides what the node runtimes need (the delayer
     for userspace shaping, the Docker engine for docker nodes, OVS and the controller
     for ``switch: ovs``); see :class:`testbed.emulation.executor.Infrastructure`.
+    ``max_ports`` is the most ports one Linux bridge is given before a switch is built
+    as a fabric of bridges.
     """
     setLogLevel(os.environ.get("TESTBED_MININET_LOG", "error"))
-    plan = interface_plan(topology, prefix)
+    plan = interface_plan(topology, prefix,
+                          max_ports if topology.switch == "linuxbridge" else None)
     check_absent(plan.root_names)
     switch_cls: Any = LinuxBridge
     controller = None
@@ -87,9 +104,11 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     bridges = []
     try:
         bridges = _add_nodes(built, topology, plan, ledger, services)
-        for index, (link, names) in enumerate(zip(topology.links, plan.links, strict=True)):
-            a, b = built.hosts.get(link.a) or built.switches[link.a], \
-                built.hosts.get(link.b) or built.switches[link.b]
+        _add_trunks(built, plan, ledger)
+        for index, (link, names, (on_a, on_b)) in enumerate(
+                zip(topology.links, plan.links, plan.attach, strict=True)):
+            a = built.bridges[on_a] if on_a else built.hosts[link.a]
+            b = built.bridges[on_b] if on_b else built.hosts[link.b]
             spec = {**link.to_dict(), "seed": seed * 1000 + index}
             ports = [ledger.intend_interface("link", name, prefix) for name in names
                      if name.startswith(prefix)]
@@ -102,7 +121,7 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
         net.start()
         ledger.confirm_interfaces(bridges)
         if topology.switch == "linuxbridge":
-            guard_bridges(ledger, [sw.name for sw in built.switches.values()])
+            guard_bridges(ledger, list(built.bridges))
         if controller is not None:
             for switch in built.switches.values():
                 services.wait_switch_connected(switch)
@@ -119,10 +138,14 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
     bridges = []
     for node in topology.nodes:
         if node.role == "switch":
-            name = plan.switches[node.name]
-            bridges.append(ledger.intend_interface("bridge", name, plan.prefix))
-            switch = net.addSwitch(name, **services.switch_params())
-            built.switches[node.name] = switch
+            fabric = plan.fabrics.get(node.name)
+            names = fabric.bridges if fabric else (plan.switches[node.name],)
+            for name in names:
+                bridges.append(ledger.intend_interface("bridge", name, plan.prefix))
+                built.bridges[name] = net.addSwitch(name, **services.switch_params())
+            built.switches[node.name] = built.bridges[names[0]]
+            if fabric:
+                built.fabrics[node.name] = [built.bridges[leaf] for leaf in fabric.leaves]
             continue
         if node.runtime == "docker":
             host = net.addHost(node.name, cls=services.docker_host_class(),
@@ -136,6 +159,19 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
         host.cmd(IPV6_OFF)
         built.hosts[node.name] = host
     return bridges
+
+
+def _add_trunks(built: BuiltNetwork, plan: InterfacePlan, ledger: Ledger) -> None:
+    """Join every fabric's leaf bridges to its root with plain veth pairs (unshaped: a
+    fabric stands for one switch)."""
+    for fabric in plan.fabrics.values():
+        root = built.bridges[fabric.root]
+        for leaf, (leaf_end, root_end) in zip(fabric.leaves, fabric.trunks, strict=True):
+            ends = [ledger.intend_interface("link", name, plan.prefix)
+                    for name in (leaf_end, root_end)]
+            built.net.addLink(built.bridges[leaf], root, intfName1=leaf_end,
+                              intfName2=root_end)
+            ledger.confirm_interfaces(ends)
 
 
 def stop_network(built: BuiltNetwork) -> None:

@@ -1,5 +1,10 @@
 """Scale benchmark: build, start and tear down topologies of N hosts on one Linux bridge.
 
+Sizes 10, 50, 100, 200, 400 and 1000 hosts (``--quick``: 10 and 50), the harness and
+bare Mininet alternating in one run; every figure is printed with the machine's 1-minute
+load average when its measurement began and ended (``os.getloadavg``), since bring-up
+times on two cores depend on what else runs. ``keys`` gives the 1000-host figures.
+
 Harness side: a scenario built in code (one client + N-1 servers, every host linked to
 one Linux-bridge switch with 1 ms one-way delay, so the userspace delayer serves every
 link where the kernel has no netem; every host runs a tier server, the client its local
@@ -20,13 +25,26 @@ ledger too, so a crash leaves nothing that ``testbed clean`` could not remove.
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tests.bench import Sandbox, cpu_ms, memory_kb, percentile, process_group
 
 LINK_DELAY_MS = 1.0
 SERVICE_PORT = 8000
+SIZES = (10, 50, 100, 200, 400, 1000)
+QUICK_SIZES = (10, 50)
+#: A Linux bridge takes at most 1024 ports (BR_MAX_PORTS); one is kept spare.
+BRIDGE_PORT_LIMIT = 1023
+
+
+def load1() -> float:
+    """The machine's 1-minute load average now."""
+    return os.getloadavg()[0]
 
 
 def scenario_dict(n: int) -> dict[str, Any]:
@@ -110,9 +128,11 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
         progress(f"  [{n} hosts] {message}")
 
     with Sandbox(f"scale{n}") as sandbox:
+        out["load_before"] = load1()
         began = time.monotonic()
         topo = bring_up(scenario, sandbox.ledger, sandbox.workdir, sandbox.prefix, note)
         out["up_s"] = time.monotonic() - began
+        out["load_up"] = load1()
         try:
             helpers, network, services = stamps
             out["helpers_s"] = helpers - began
@@ -134,6 +154,7 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
             out["teardown_errors"] = sandbox.teardown()
             out["ledger_teardown_s"] = time.monotonic() - began
             out["down_s"] = out["stop_network_s"] + out["ledger_teardown_s"]
+            out["load_down"] = load1()
         out["left_behind"] = sandbox.verify()
     return out
 
@@ -145,8 +166,13 @@ def run_mininet(n: int) -> dict[str, Any]:
     from mininet.nodelib import LinuxBridge
 
     setLogLevel("error")
-    out: dict[str, Any] = {"hosts": n}
+    out: dict[str, Any] = {"hosts": n, "built": True}
+    if n + 1 > BRIDGE_PORT_LIMIT:
+        return {**out, "built": False,
+                "reason": f"{n} hosts need {n} ports on one Linux bridge, which takes "
+                          f"at most {BRIDGE_PORT_LIMIT}"}
     with Sandbox(f"mn{n}") as sandbox:
+        out["load_before"] = load1()
         began = time.monotonic()
         net = Mininet(topo=None, controller=None, switch=LinuxBridge, build=False,
                       autoSetMacs=True, waitConnected=False, inNamespace=False)
@@ -166,6 +192,7 @@ def run_mininet(n: int) -> dict[str, Any]:
             net.build()
             net.start()
             out["up_s"] = time.monotonic() - began
+            out["load_up"] = load1()
             pids = [h.pid for h in net.hosts] + [switch.pid]
             out.update(memory_kb(pids))
             sandbox.snapshot(pids)
@@ -173,23 +200,94 @@ def run_mininet(n: int) -> dict[str, Any]:
             began = time.monotonic()
             net.stop()
             out["down_s"] = time.monotonic() - began
+            out["load_down"] = load1()
             out["teardown_errors"] = sandbox.teardown()
         out["left_behind"] = sandbox.verify()
     return out
 
 
-def run(quick: bool, progress: Any = print) -> list[dict[str, Any]]:
-    """Harness and bare Mininet at each size; one row per size with both and ratios."""
+def _ratio(a: float, b: float | None) -> float:
+    return a / b if b else math.nan
+
+
+def run(quick: bool, progress: Any = print, sizes: Sequence[int] | None = None
+        ) -> dict[str, Any]:
+    """Harness and bare Mininet at each size; ``{"rows": [...]}``, one row per size with
+    both sides (``harness``, ``mininet``) and the ratios harness/Mininet."""
     rows = []
-    for n in (10, 50) if quick else (10, 50, 100, 200):
+    for n in sizes or (QUICK_SIZES if quick else SIZES):
         harness = run_harness(n, progress)
-        progress(f"  [{n} hosts] harness up {harness['up_s']:.2f} s, down "
-                 f"{harness['down_s']:.2f} s, PSS {harness['pss_kb'] / 1024:.0f} MB")
+        progress(f"  [{n} hosts] harness up {harness['up_s']:.2f} s (load "
+                 f"{harness['load_before']:.1f} -> {harness['load_up']:.1f}), down "
+                 f"{harness['down_s']:.2f} s (load {harness['load_down']:.1f}), "
+                 f"PSS {harness['pss_kb'] / 1024:.0f} MB")
         mininet = run_mininet(n)
-        progress(f"  [{n} hosts] mininet up {mininet['up_s']:.2f} s, down "
-                 f"{mininet['down_s']:.2f} s, PSS {mininet['pss_kb'] / 1024:.0f} MB")
+        if mininet["built"]:
+            progress(f"  [{n} hosts] mininet up {mininet['up_s']:.2f} s (load "
+                     f"{mininet['load_before']:.1f} -> {mininet['load_up']:.1f}), down "
+                     f"{mininet['down_s']:.2f} s, PSS {mininet['pss_kb'] / 1024:.0f} MB")
+        else:
+            progress(f"  [{n} hosts] mininet not built: {mininet['reason']}")
         rows.append({"hosts": n, "harness": harness, "mininet": mininet,
-                     "up_ratio": harness["up_s"] / mininet["up_s"],
-                     "network_ratio": harness["network_s"] / mininet["up_s"],
-                     "down_ratio": harness["down_s"] / mininet["down_s"]})
-    return rows
+                     "up_ratio": _ratio(harness["up_s"], mininet.get("up_s")),
+                     "network_ratio": _ratio(harness["network_s"], mininet.get("up_s")),
+                     "down_ratio": _ratio(harness["down_s"], mininet.get("down_s"))})
+    return {"rows": rows}
+
+
+def keys(result: dict[str, Any]) -> dict[str, float]:
+    """The 1000-host bring-up and teardown times (absent when 1000 hosts were not run)."""
+    for row in result["rows"]:
+        if row["hosts"] == 1000:
+            return {"scale.hosts_1000_up_s": row["harness"]["up_s"],
+                    "scale.hosts_1000_teardown_s": row["harness"]["down_s"]}
+    return {}
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def table(result: dict[str, Any]) -> str:
+    """One line per size: each side's up and down time with the load averages."""
+    header = ["hosts", "up s", "load", "network s", "services s", "down s", "load",
+              "mininet up s", "load", "mininet down s", "up ratio", "down ratio"]
+    lines = [header]
+    for row in result["rows"]:
+        h, m = row["harness"], row["mininet"]
+        lines.append([row["hosts"], h["up_s"], f"{h['load_before']:.1f}->{h['load_up']:.1f}",
+                      h["network_s"], h["services_s"], h["down_s"], f"{h['load_down']:.1f}",
+                      m.get("up_s"), f"{m['load_before']:.1f}->{m['load_up']:.1f}"
+                      if m["built"] else m["reason"][:30], m.get("down_s"),
+                      row["up_ratio"], row["down_ratio"]])
+    cells = [[_fmt(c) for c in line] for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
+                     for line in cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scale benchmark (as root) and print its table and keys."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_scale",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10 and 50 hosts only")
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                        help="these host counts instead")
+    args = parser.parse_args(argv)
+    if any(n < 2 for n in args.sizes or ()):
+        parser.error("--sizes: expected host counts of at least 2")
+    result = run(args.quick, sizes=args.sizes)
+    print(table(result))
+    for key, value in keys(result).items():
+        print(f"{key} = {value:.2f}")
+    left = [p for row in result["rows"] for side in ("harness", "mininet")
+            for p in row[side].get("left_behind", [])]
+    if left:
+        print(f"LEFT BEHIND: {left}")
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -129,3 +129,44 @@ def test_too_long_interface_name_is_refused_before_a_build() -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(EmulationError, match="'tbtoolong1s0-e10'"):  # a prefix too long
         names.interface_plan(_star(11), "tbtoolong1")
+
+
+def test_switch_within_the_port_limit_stays_one_bridge() -> None:
+    plan = names.interface_plan(_star(4), "tbabcd", max_ports=4)
+    assert plan.fabrics == {}
+    assert plan.bridges == ["tbabcds0"]
+    assert plan.attach == ((None, "tbabcds0"),) * 4
+
+
+def test_switch_past_the_port_limit_becomes_a_fabric_of_leaves() -> None:
+    plan = names.interface_plan(_star(6), "tbabcd", max_ports=3)
+    fabric = plan.fabrics["s0"]
+    assert fabric.root == plan.switches["s0"] == "tbabcds0"
+    assert fabric.leaves == ("tbabcds0f0", "tbabcds0f1", "tbabcds0f2")
+    assert fabric.trunks == (("tbabcds0f0-t", "tbabcds0-e0"), ("tbabcds0f1-t", "tbabcds0-e1"),
+                             ("tbabcds0f2-t", "tbabcds0-e2"))
+    # two hosts per leaf (its third port is the trunk), in link order
+    assert [b for _, b in plan.attach] == ["tbabcds0f0", "tbabcds0f0", "tbabcds0f1",
+                                           "tbabcds0f1", "tbabcds0f2", "tbabcds0f2"]
+    assert [n for _, n in plan.links] == ["tbabcds0f0-e0", "tbabcds0f0-e1", "tbabcds0f1-e0",
+                                          "tbabcds0f1-e1", "tbabcds0f2-e0", "tbabcds0f2-e1"]
+    assert set(plan.root_names) >= {"tbabcds0", "tbabcds0f1", "tbabcds0f2-t", "tbabcds0-e2"}
+    assert len(plan.root_names) == len(set(plan.root_names)) == 4 + 6 + 6
+
+
+def test_thousand_hosts_past_one_bridge_fill_leaves_of_the_default_size() -> None:
+    plan = names.interface_plan(_star(2500), "tbabcd")
+    leaves = plan.fabrics["s0"].leaves
+    assert len(leaves) == 3
+    per_leaf = [sum(1 for _, b in plan.attach if b == leaf) for leaf in leaves]
+    assert per_leaf == [names.BRIDGE_MAX_PORTS - 1] * 2 + [2500 - 2 * 999]
+    assert max(len(n) for n in plan.root_names) <= names.IFNAMSIZ
+    assert names.interface_plan(_star(2500), "tbabcd", max_ports=None).fabrics == {}
+
+
+def test_bad_port_limit_and_too_many_leaves_are_refused() -> None:
+    with pytest.raises(EmulationError, match="max_ports: expected an integer of at least 3"):
+        names.interface_plan(_star(4), "tbabcd", max_ports=2)
+    with pytest.raises(EmulationError, match="need 5 leaf bridges, more than a root bridge "
+                                             "of 3 ports"):
+        names.interface_plan(_star(10), "tbabcd", max_ports=3)
