@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from testbed.errors import TestbedError
 
@@ -102,12 +103,20 @@ class Policy(ABC):
     Subclasses set ``name`` and implement :meth:`choose`. ``seed`` makes any randomness
     reproducible: two instances built with the same seed make the same choices for the
     same inputs.
+
+    ``keeps_views`` (a class attribute) says whether the policy may hold on to the
+    :class:`View`, its ``targets`` mapping or a :class:`TargetState` after :meth:`choose`
+    returns. A policy that declares ``False`` reads them only during the call, so the
+    simulator shows it the same objects at every decision, updated in place beforehand
+    to exactly the values fresh ones would hold (building them per decision costs more
+    than most policies' own work).
     """
 
     seed: int = 0
     name: str = field(default="", init=False)
     sees_sizes: bool = field(default=False, init=False)
     needs_true_state: bool = field(default=False, init=False)
+    keeps_views: ClassVar[bool] = True
 
     @abstractmethod
     def choose(self, task: TaskInfo, view: View) -> Decision:

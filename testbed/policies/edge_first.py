@@ -21,6 +21,7 @@ observed communication delay (ties by name). Neither makes a latency estimate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from testbed.errors import TestbedError
 from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View, check_choice
@@ -45,6 +46,7 @@ class EdgeFirstPolicy(Policy):
     spill: str = "never"
     threshold: int | None = None
     name: str = field(default="edge-first", init=False)
+    keeps_views: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         """Check ``spill`` and ``threshold`` (a whole number of queued tasks, >= 0)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View, check_choice
 from testbed.policies.random_policy import serving_targets
@@ -50,6 +51,7 @@ class JSQPolicy(Policy):
 
     normalise: str = "none"
     name: str = field(default="jsq", init=False)
+    keeps_views: ClassVar[bool] = False
     # One immutable Decision per target name, reused (a jsq decision carries no estimate).
     _decisions: dict[str, Decision] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
@@ -87,6 +89,7 @@ class JSQScaledPolicy(Policy):
     """Join the target whose active workers would drain their backlog soonest."""
 
     name: str = field(default="jsq-s", init=False)
+    keeps_views: ClassVar[bool] = False
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick the smallest :func:`drain_time` (ties: lowest ``delay_s``, then name)."""

@@ -46,6 +46,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
@@ -161,6 +162,7 @@ class QueueAwarePolicy(Policy):
     _orders: dict[tuple[str, ...], tuple[str, ...]] = field(init=False, repr=False,
                                                             compare=False)
     _own_rates: bool = field(init=False, repr=False, compare=False)
+    keeps_views: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         """Validate the parameters and create the policy's own random stream."""

@@ -13,6 +13,7 @@ one) is shared with the other simple policies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class RandomPolicy(Policy):
 
     weights: str = "uniform"
     name: str = field(default="random", init=False)
+    keeps_views: ClassVar[bool] = False
     _rng: np.random.Generator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ import random
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
@@ -270,6 +270,7 @@ class Simulation:
         self.r_server = [r.server for r in routes]
         self.r_srv = [self.servers[r.server] for r in routes]
         self.r_base = [0.0] * m
+        self.r_back = [0.0] * m  # r_base * dk: the model-time shift of one message
         self.r_jit: list[tuple[float, ...]] = [()] * m
         self.r_loss = [0.0] * m
         self.r_var = [False] * m
@@ -278,6 +279,9 @@ class Simulation:
             self._refresh_route(p)
         specs = [self.model.servers[r.server] for r in routes]
         self.r_name = [spec.name for spec in specs]
+        self.r_client = [r.client for r in routes]
+        # The largest size a route's server accepts (a service time within the timeout).
+        self.r_max_size = [self.timeout * spec.speed for spec in specs]
         self.c_targets = [[(p, specs[p].name, specs[p].tier, specs[p].workers,
                             specs[p].mu * specs[p].speed, specs[p].speed) for p in ps]
                           for ps in self.model.client_routes]
@@ -298,11 +302,15 @@ class Simulation:
             [None] * m
         self.poll_send = [0.0] * m
         self.poll_req = [0.0] * m
+        # Per client, the earliest instant a poll answer in flight reaches it (a lower
+        # bound: a decision before it has nothing to promote).
+        self.c_next_answer = [_INF] * len(self.model.clients)
 
     def _refresh_route(self, p: int) -> None:
         """Recompute a route's delay, jitter, loss and reachability from its links."""
         links = self.model.routes[p].links
         self.r_base[p] = sum(self.l_delay[li] for li in links)
+        self.r_back[p] = self.r_base[p] * self.dk
         self.r_jit[p] = tuple(self.l_jitter[li] for li in links if self.l_jitter[li] > 0)
         keep = 1.0
         for li in links:
@@ -334,23 +342,30 @@ class Simulation:
         """Replay every task; return the per-task results.
 
         The loop merges the sorted trace with the event heap. Placing an arriving task is
-        the hottest path and runs inline, on local names: deliver the client's pending
-        observations, build the :class:`View` (its targets as last polled, or the true
-        state for ``needs_true_state`` policies), time ``policy.choose``, record the
-        decision and send the task.
+        the hottest path and runs inline, on local names bound once per run: deliver the
+        client's pending observations, build the :class:`View` (its targets as last
+        polled, or the true state for ``needs_true_state`` policies), time the policy's
+        ``choose``, record the decision and send the task. The server events run in the
+        closures of :meth:`_server_handlers`.
         """
         heap = self.heap
         for index, event in enumerate(self.model.events):
             heappush(heap, (event.at, _SCENARIO, index))
         for p in range(len(self.model.routes)):
             self._schedule_poll(p, 0.0)
-        complete, request, poll = self._complete, self._arrive, self._poll
-        promote, one_way, fail = self._promote, self._one_way, self._fail
+        arrive, complete = self._server_handlers()
+        poll, one_way, fail = self._poll, self._one_way, self._fail
+        promote_seen, true_view = self._promote_seen, self._true_view
         arrival, t_client, task_ids, size = self.arrival, self.t_client, self.task_ids, self.size
         policies, obs, client_names, c_names = self.policies, self.obs, self.client_names, \
             self.c_names
-        pending, r_state, seen_at, route_of = self.pending, self.r_state, self.r_seen_at, \
-            self.route_of
+        # What a client's policy is fixed to for the whole replay, hoisted per client.
+        chooses = [policy.choose for policy in policies]
+        true_state = [policy.needs_true_state for policy in policies]
+        sees_sizes = [policy.sees_sizes for policy in policies]
+        shared = [self._shared_view(k) for k in range(len(policies))]
+        r_state, seen_at, route_of, next_answer = self.r_state, self.r_seen_at, \
+            self.route_of, self.c_next_answer
         r_up, r_var, r_base = self.r_up, self.r_var, self.r_base
         res = self.res
         col_route, col_decision, col_age, col_estimate, col_network = \
@@ -368,7 +383,7 @@ class Simulation:
                 if kind == _COMPLETE:
                     complete(t, x)
                 elif kind == _REQUEST:
-                    request(x, t)
+                    arrive(x, t)
                 elif kind == _POLL:
                     poll(t, x)
                 elif kind == _SCENARIO:
@@ -383,41 +398,52 @@ class Simulation:
             queue = obs[k]
             if queue and queue[0][0] <= now:
                 self._deliver(k, now)
-            policy = policies[k]
-            if policy.needs_true_state:
-                states = self._true_view(k, now)
-            else:  # the targets as the client last observed them, seen at ``now``
-                states = {}
-                for p, name in c_names[k]:
-                    pend = pending[p]
-                    if pend is not None and pend[0] <= now:
-                        promote(p)
-                    fields = r_state[p].copy()
+            if not true_state[k] and next_answer[k] <= now:
+                promote_seen(k, now)
+            reuse = shared[k]
+            if reuse is not None:  # the client's objects, updated in place
+                view, states, info, fields_of = reuse
+                for p, fields in fields_of:
                     fields["age_s"] = (now - seen_at[p]) * inv_k
-                    state = _new(TargetState)
-                    _set_attr(state, "__dict__", fields)
-                    states[name] = state
-            client = client_names[k]
-            view = _new(View)
-            _set_attr(view, "__dict__", {"now": now, "client": client, "targets": states})
-            info = _new(TaskInfo)
-            _set_attr(info, "__dict__", {"task_id": task_ids[i], "client": client,
-                                         "arrival": now,
-                                         "size": size[i] if policy.sees_sizes else None})
+                vars(view)["now"] = now
+                fields = vars(info)
+                fields["task_id"] = task_ids[i]
+                fields["arrival"] = now
+                if sees_sizes[k]:
+                    fields["size"] = size[i]
+            else:
+                if true_state[k]:
+                    states = true_view(k, now)
+                else:  # the targets as the client last observed them, seen at ``now``
+                    states = {}
+                    for p, name in c_names[k]:
+                        fields = r_state[p].copy()
+                        fields["age_s"] = (now - seen_at[p]) * inv_k
+                        state = _new(TargetState)
+                        _set_attr(state, "__dict__", fields)
+                        states[name] = state
+                client = client_names[k]
+                view = _new(View)
+                _set_attr(view, "__dict__", {"now": now, "client": client, "targets": states})
+                info = _new(TaskInfo)
+                _set_attr(info, "__dict__", {"task_id": task_ids[i], "client": client,
+                                             "arrival": now,
+                                             "size": size[i] if sees_sizes[k] else None})
             began = clock()
-            decision = policy.choose(info, view)
+            decision = chooses[k](info, view)
             took = clock() - began
             target = decision.target
             p = route_of[k].get(target)
             if p is None:
                 raise TestbedError(
-                    f"policy {policy.name!r} chose unknown target {target!r} for task "
+                    f"policy {policies[k].name!r} chose unknown target {target!r} for task "
                     f"{task_ids[i]}; targets: {', '.join(states)}")
             col_route[i] = p
             col_decision[i] = took / 1000.0
             col_age[i] = states[target].age_s
-            if decision.estimate_s is not None:
-                col_estimate[i] = decision.estimate_s
+            estimate = decision.estimate_s
+            if estimate is not None:
+                col_estimate[i] = estimate
             if not r_up[p]:
                 fail(i, TIMEOUT, now + timeout, self._timeout_text("a link is down"))
             else:
@@ -427,7 +453,7 @@ class Simulation:
                 else:
                     col_network[i] = d
                     if d == 0.0 or dk == 0.0:
-                        request(i, now)
+                        arrive(i, now)
                     else:
                         heappush(heap, (now + d * dk, _REQUEST, i))
             i += 1
@@ -438,6 +464,47 @@ class Simulation:
         return res
 
     # ---------------------------------------------------------------- decisions
+    def _promote_seen(self, k: int, now: float) -> None:
+        """Cache every poll answer client ``k`` has seen by ``now``; reset its bound."""
+        pending, promote = self.pending, self._promote
+        earliest = _INF
+        for p in self.model.client_routes[k]:
+            pend = pending[p]
+            if pend is not None:
+                if pend[0] <= now:
+                    promote(p)
+                elif pend[0] < earliest:
+                    earliest = pend[0]
+        self.c_next_answer[k] = earliest
+
+    def _shared_view(self, k: int) -> tuple[View, dict[str, TargetState], TaskInfo,
+                                            list[tuple[int, dict[str, object]]]] | None:
+        """Client ``k``'s one View, targets mapping, TaskInfo and each target's fields, if
+        its policy does not keep views (``keeps_views``) and reads the observed state.
+
+        Each target's :class:`TargetState` holds its route's cached fields themselves
+        (:meth:`_promote` updates them), so a decision only sets ``age_s``, the view's
+        ``now`` and the task's fields: the objects then hold exactly what freshly built
+        ones would.
+        """
+        policy = self.policies[k]
+        if policy.keeps_views or policy.needs_true_state:
+            return None
+        states: dict[str, TargetState] = {}
+        fields_of = []
+        for p, name in self.c_names[k]:
+            state = _new(TargetState)
+            _set_attr(state, "__dict__", self.r_state[p])
+            states[name] = state
+            fields_of.append((p, self.r_state[p]))
+        client = self.client_names[k]
+        view = _new(View)
+        _set_attr(view, "__dict__", {"now": 0.0, "client": client, "targets": states})
+        info = _new(TaskInfo)
+        _set_attr(info, "__dict__", {"task_id": 0, "client": client, "arrival": 0.0,
+                                     "size": None})
+        return view, states, info, fields_of
+
     def _deliver(self, k: int, now: float) -> None:
         """Hand client ``k``'s policy every outcome whose response it has seen by ``now``."""
         queue = self.obs[k]
@@ -478,82 +545,100 @@ class Simulation:
         return states
 
     # ------------------------------------------------------------------ servers
-    def _arrive(self, i: int, now: float) -> None:
-        """Task ``i``'s request reaches its server."""
-        res = self.res
-        p = res.route[i]
-        s = self.r_srv[p]
-        if not s.accepting:
-            self._fail(i, ERROR, now + self.r_base[p] * self.dk,
-                       f"connection refused: service {self.r_name[p]} is not running")
-            return
-        if self.size[i] > self.timeout * s.spec.speed:
-            # The tier server refuses (400) a task it could only serve after the client
-            # gave up, before it counts as an arrival.
-            self._fail(i, ERROR, now + self.r_base[p] * self.dk,
-                       f"HTTP 400: size: expected at most {self.timeout * s.spec.speed:g}, "
-                       f"a service time within the task timeout of {self.timeout:g} model s")
-            return
-        res.server_arrival[i] = now
-        s.arrivals.append(now)
-        res.queue_at_arrival[i] = len(s.queue)
-        if s.busy < s.active and not s.queue:
-            self._start(s, i, now)
-        else:
-            s.queue.append(i)
+    def _server_handlers(self) -> tuple[Callable[[int, float], None],
+                                        Callable[[float, int], None]]:
+        """The per-task server events, as closures over the replay's columns and route
+        constants (local names instead of attribute look-ups on every task).
 
-    def _start(self, s: _Server, i: int, now: float) -> None:
-        """A worker of ``s`` takes task ``i``; schedule when it is freed."""
+        ``arrive(i, now)``: task ``i``'s request reaches its server. ``complete(now,
+        i)``: task ``i`` frees its worker, its response leaves for the client and the
+        next queued task starts.
+        """
         res = self.res
-        end = now + self.size[i] / s.speed
-        res.start[i] = now
-        res.end[i] = end
-        release = end
-        p = res.route[i]
-        deadline = self.arrival[i] + self.timeout
-        if end + self.r_base[p] * self.dk > deadline:
-            # The client gives up first; its disconnect frees the worker on arrival.
-            self._fail(i, TIMEOUT, deadline, self._timeout_text("service too late"))
-            release = max(now, min(end, deadline + self.r_base[p] * self.dk))
-        self.release[i] = release
-        s.busy += 1
-        s.in_service.add(i)
-        heappush(self.heap, (release, _COMPLETE, i))
+        route, server_arrival, start_at, end_at, seen_at, network, queue_at, outcome = (
+            res.route, res.server_arrival, res.start, res.end, res.seen, res.network,
+            res.queue_at_arrival, res.outcome)
+        r_srv, r_base, r_back, r_up, r_var, r_name, r_max_size = (
+            self.r_srv, self.r_base, self.r_back, self.r_up, self.r_var, self.r_name,
+            self.r_max_size)
+        size, arrival, release, heap = self.size, self.arrival, self.release, self.heap
+        observing, obs, t_client = self.observing, self.obs, self.t_client
+        timeout, dk = self.timeout, self.dk
+        one_way, fail, timeout_text = self._one_way, self._fail, self._timeout_text
 
-    def _complete(self, now: float, i: int) -> None:
-        """Task ``i`` frees its worker: answer the client, start the next queued task."""
-        res = self.res
-        p = res.route[i]
-        s = self.r_srv[p]
-        in_service = s.in_service
-        if i not in in_service:  # the service crashed meanwhile
-            return
-        in_service.remove(i)
-        s.busy -= 1
-        if res.outcome[i] == PENDING:
-            deadline = self.arrival[i] + self.timeout
-            if not self.r_up[p]:
-                d = _INF
+        def start(s: _Server, i: int, now: float) -> None:
+            """A worker of ``s`` takes task ``i``; schedule when it is freed."""
+            end = now + size[i] / s.speed
+            start_at[i] = now
+            end_at[i] = end
+            freed = end
+            back = r_back[route[i]]
+            deadline = arrival[i] + timeout
+            if end + back > deadline:
+                # The client gives up first; its disconnect frees the worker on arrival.
+                fail(i, TIMEOUT, deadline, timeout_text("service too late"))
+                freed = max(now, min(end, deadline + back))
+            release[i] = freed
+            s.busy += 1
+            s.in_service.add(i)
+            heappush(heap, (freed, _COMPLETE, i))
+
+        def arrive(i: int, now: float) -> None:
+            p = route[i]
+            s = r_srv[p]
+            if not s.accepting:
+                fail(i, ERROR, now + r_back[p],
+                     f"connection refused: service {r_name[p]} is not running")
+                return
+            if size[i] > r_max_size[p]:
+                # The tier server refuses (400) a task it could only serve after the
+                # client gave up, before it counts as an arrival.
+                fail(i, ERROR, now + r_back[p],
+                     f"HTTP 400: size: expected at most {r_max_size[p]:g}, a service time "
+                     f"within the task timeout of {timeout:g} model s")
+                return
+            server_arrival[i] = now
+            s.arrivals.append(now)
+            queue = s.queue
+            queue_at[i] = len(queue)
+            if s.busy < s.active and not queue:
+                start(s, i, now)
             else:
-                d = self._one_way(p) if self.r_var[p] else self.r_base[p]
-            seen = now + d * self.dk
-            if d == _INF or seen > deadline:
-                self._fail(i, TIMEOUT, deadline, self._timeout_text("response late or lost"))
-            else:
-                res.network[i] += d
-                res.outcome[i] = OK
-                res.seen[i] = seen
-                k = self.t_client[i]
-                if self.observing[k]:
-                    heappush(self.obs[k], (seen, i))
-        queue = s.queue
-        while queue and s.busy < s.active:
-            j = queue.popleft()
-            if self.arrival[j] + self.timeout <= now:
-                self._fail(j, TIMEOUT, self.arrival[j] + self.timeout,
-                           self._timeout_text("still queued"))
-            else:
-                self._start(s, j, now)
+                queue.append(i)
+
+        def complete(now: float, i: int) -> None:
+            p = route[i]
+            s = r_srv[p]
+            in_service = s.in_service
+            if i not in in_service:  # the service crashed meanwhile
+                return
+            in_service.remove(i)
+            s.busy -= 1
+            if outcome[i] == PENDING:
+                deadline = arrival[i] + timeout
+                if not r_up[p]:
+                    d = _INF
+                else:
+                    d = one_way(p) if r_var[p] else r_base[p]
+                seen = now + d * dk
+                if d == _INF or seen > deadline:
+                    fail(i, TIMEOUT, deadline, timeout_text("response late or lost"))
+                else:
+                    network[i] += d
+                    outcome[i] = OK
+                    seen_at[i] = seen
+                    k = t_client[i]
+                    if observing[k]:
+                        heappush(obs[k], (seen, i))
+            queue = s.queue
+            while queue and s.busy < s.active:
+                j = queue.popleft()
+                if arrival[j] + timeout <= now:
+                    fail(j, TIMEOUT, arrival[j] + timeout, timeout_text("still queued"))
+                else:
+                    start(s, j, now)
+
+        return arrive, complete
 
     def _rate(self, s: _Server, now: float) -> float:
         """The server's arrival rate over its window, per model second."""
@@ -619,6 +704,8 @@ class Simulation:
         seen = now + d_resp * self.dk
         answer = (len(s.queue), s.busy, s.active, self._rate(s, now), now)
         self.pending[p] = (seen, d_req + d_resp, answer)
+        k = self.r_client[p]
+        self.c_next_answer[k] = min(self.c_next_answer[k], seen)
         self._schedule_poll(p, max(send + self.poll_every, seen))
 
     # ------------------------------------------------------------------- events

@@ -24,7 +24,9 @@ runs 20k tasks and 3 rounds; ``--million`` also times one million tasks with ``h
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import random
 import statistics
 import time
 from collections import deque
@@ -33,9 +35,10 @@ from typing import Any
 
 from testbed.policies import make_policy
 from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
+from testbed.queueing import mmc_wait
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.scenario.model import Scenario
-from testbed.sim.tiers import OK
+from testbed.sim.tiers import OK, SimModel
 from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, simulate
 from workloads import generate
 from workloads.trace import Task
@@ -43,6 +46,10 @@ from workloads.trace import Task
 RHO = 0.8
 CAPACITY = 34.0  # 2 locals x 1 + edge 4 x 2 + cloud 16 x 1.5 tasks per model second
 T_975_29 = 2.045
+#: The bare M/M/c: workers, their rate, and the trivial policy (one target to choose).
+MMC_WORKERS = 10
+MMC_MU = 1.0
+MMC_POLICY = "jsq"
 
 
 def bench_scenario(duration: float) -> Scenario:
@@ -205,42 +212,189 @@ def agree(latency: dict[str, tuple[float, float]]) -> bool:
     return all(abs(a[0] - b[0]) <= a[1] + b[1] for a in values for b in values)
 
 
+def mmc_model() -> SimModel:
+    """One client, one tier of :data:`MMC_WORKERS` workers at rate :data:`MMC_MU`, a
+    zero-delay link, and no polling after the first answer (the trivial policy's one
+    target makes the state irrelevant): a bare M/M/c queue."""
+    scenario = scenario_from_dict({
+        "name": "mmc", "seed": 1,
+        "topology": {"nodes": [{"name": "c1", "role": "client"},
+                               {"name": "srv", "role": "server", "tier": "edge"}],
+                     "links": [{"a": "c1", "b": "srv"}]},
+        "services": [{"name": "tier", "program": "tier_server", "node": "srv",
+                      "params": {"workers": MMC_WORKERS, "mu": MMC_MU}}],
+        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": MMC_MU}},
+        "policies": [MMC_POLICY], "duration": 1.0})
+    return dataclasses.replace(build_model(scenario), poll_interval_s=math.inf)
+
+
+def mmc_trace(count: int, seed: int) -> list[Task]:
+    """``count`` Poisson arrivals at rho = :data:`RHO` with exponential sizes."""
+    rng = random.Random(seed)
+    lam = RHO * MMC_WORKERS * MMC_MU
+    tasks, now = [], 0.0
+    for i in range(count):
+        now += rng.expovariate(lam)
+        tasks.append(Task(i, "c1", now, rng.expovariate(MMC_MU), "small"))
+    return tasks
+
+
+def wait_ci(waits: Sequence[float]) -> tuple[float, float]:
+    """Mean wait and its 95 % batch-means half-width, the first 5 % (warm-up) dropped."""
+    return mean_ci(waits[len(waits) // 20:])
+
+
+def run_mmc_ours(model: SimModel, tasks: list[Task]) -> dict[str, Any]:
+    """Our simulator on the bare M/M/c: tasks per second and the mean wait."""
+    began = time.perf_counter()
+    res = simulate(model, tasks, MMC_POLICY, seed=1)
+    took = time.perf_counter() - began
+    if any(o != OK for o in res.outcome):
+        raise RuntimeError("M/M/c: a task did not complete; the comparison needs all")
+    waits = [res.start[i] - res.server_arrival[i] for i in range(len(tasks))]
+    return {"tasks_per_s": len(tasks) / took, "wall_s": took, "wait": wait_ci(waits)}
+
+
+def run_mmc_simpy(model: SimModel, tasks: list[Task]) -> dict[str, Any]:
+    """The bare M/M/c as one writes it in SimPy: a source process and one resource of
+    ``c`` workers. It places nothing (the queue has one target), so testbed.sim's policy
+    call and view are costs the peer does not pay."""
+    import simpy
+
+    spec = model.servers[0]
+    env = simpy.Environment()
+    server = simpy.Resource(env, capacity=spec.workers)
+    waits = [math.nan] * len(tasks)
+
+    def task(i: int) -> Any:
+        at_server = env.now
+        with server.request() as request:
+            yield request
+            waits[i] = env.now - at_server
+            yield env.timeout(tasks[i].size / spec.speed)
+
+    def source() -> Any:
+        for i, t in enumerate(tasks):
+            yield env.timeout(t.arrival - env.now)
+            env.process(task(i))
+
+    began = time.perf_counter()
+    env.process(source())
+    env.run()
+    took = time.perf_counter() - began
+    return {"tasks_per_s": len(tasks) / took, "wall_s": took, "wait": wait_ci(waits)}
+
+
+def compare_mmc(count: int, rounds: int) -> dict[str, Any]:
+    """Speeds and mean waits of testbed.sim and SimPy on a bare M/M/c, against Erlang C."""
+    model = mmc_model()
+    tasks = mmc_trace(count, 1)
+    ours, peer = [], []
+    for _ in range(rounds):
+        ours.append(run_mmc_ours(model, tasks))
+        peer.append(run_mmc_simpy(model, tasks))
+    erlang = mmc_wait(RHO * MMC_WORKERS * MMC_MU, MMC_MU, MMC_WORKERS)
+    mean, half = ours[0]["wait"]
+    peer_mean, peer_half = peer[0]["wait"]
+    return {
+        "tasks": count, "workers": MMC_WORKERS, "policy": MMC_POLICY,
+        "speed": {"testbed": statistics.median(r["tasks_per_s"] for r in ours),
+                  "simpy": statistics.median(r["tasks_per_s"] for r in peer)},
+        "ratio": statistics.median(a["tasks_per_s"] / b["tasks_per_s"]
+                                   for a, b in zip(ours, peer, strict=True)),
+        "wait": {"testbed": ours[0]["wait"], "simpy": peer[0]["wait"], "erlang_c": erlang},
+        "agree_simpy": abs(mean - peer_mean) <= half + peer_half,
+        "agree_erlang_c": abs(mean - erlang) <= half,
+        "rounds_testbed": [r["tasks_per_s"] for r in ours],
+        "rounds_simpy": [r["tasks_per_s"] for r in peer]}
+
+
+def measure(count: int, rounds: int, mmc_count: int) -> dict[str, Any]:
+    """Every comparison: the continuum model per policy, then the bare M/M/c."""
+    scenario = bench_scenario(count / (RHO * CAPACITY))
+    tasks = trace_for(scenario, 1)
+    return {"tasks": len(tasks), "rounds": rounds, "time_scale": scenario.time_scale,
+            "poll_interval_ms": scenario.executor.poll_interval_ms,
+            "continuum": {policy: compare(scenario, tasks, policy, rounds)
+                          for policy in ("jsq", "hybrid")},
+            "mmc": compare_mmc(mmc_count, rounds)}
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """The benchmark as ``tests.bench.run`` calls it: 20k continuum tasks, 200k M/M/c
+    tasks and 3 rounds with ``quick``, else 100k, 500k and 5."""
+    if quick:
+        return measure(20_000, 3, 200_000)
+    return measure(100_000, 5, 500_000)
+
+
+def keys(result: dict[str, Any]) -> dict[str, float]:
+    """The paired median speed ratios against SimPy, under their summary names."""
+    return {"sim.continuum_hybrid_ratio_vs_simpy":
+            result["continuum"]["hybrid"]["ratio"]["simpy"],
+            "sim.mmc_ratio_vs_simpy": result["mmc"]["ratio"]}
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    """The comparisons as text tables."""
+    print(f"continuum at rho = {RHO}: {result['tasks']} tasks, time_scale "
+          f"{result['time_scale']:g}, polls every {result['poll_interval_ms']:g} ms; "
+          f"testbed and SimPy: median of {result['rounds']} alternating rounds, Ciw: one run")
+    print(f"{'policy':<8} {'simulator':<10} {'tasks/s':>10} {'testbed/this':>13} "
+          f"{'mean latency s (95% CI)':>25}")
+    for policy, row in result["continuum"].items():
+        for label in ("testbed", "simpy", "ciw"):
+            mean, half = row["latency"][label]
+            print(f"{policy:<8} {label:<10} {row['speed'][label]:>10.0f} "
+                  f"{row['ratio'][label]:>13.2f} {mean:>15.3f} +- {half:.3f}")
+        print(f"{policy:<8} rounds, tasks/s: testbed "
+              f"{', '.join(f'{v:.0f}' for v in row['rounds_testbed'])}; simpy "
+              f"{', '.join(f'{v:.0f}' for v in row['rounds_simpy'])}; mean latencies "
+              f"{'agree' if agree(row['latency']) else 'DISAGREE'} within their intervals")
+    mmc = result["mmc"]
+    print(f"\nbare M/M/{mmc['workers']} at rho = {RHO} (mu {MMC_MU:g}, exponential sizes, no "
+          f"network, no polling, policy {mmc['policy']}): {mmc['tasks']} tasks, median of "
+          f"{result['rounds']} alternating rounds")
+    print(f"{'simulator':<10} {'tasks/s':>10} {'testbed/this':>13} {'mean wait s (95% CI)':>25}")
+    for label in ("testbed", "simpy"):
+        mean, half = mmc["wait"][label]
+        ratio = 1.0 if label == "testbed" else mmc["ratio"]
+        print(f"{label:<10} {mmc['speed'][label]:>10.0f} {ratio:>13.2f} "
+              f"{mean:>15.4f} +- {half:.4f}")
+    print(f"{'erlang-c':<10} {'':>10} {'':>13} {mmc['wait']['erlang_c']:>15.4f}")
+    print(f"rounds, tasks/s: testbed {', '.join(f'{v:.0f}' for v in mmc['rounds_testbed'])}; "
+          f"simpy {', '.join(f'{v:.0f}' for v in mmc['rounds_simpy'])}; testbed's mean wait "
+          f"{'agrees' if mmc['agree_simpy'] else 'DISAGREES'} with SimPy's within their "
+          f"intervals and Erlang C is {'inside' if mmc['agree_erlang_c'] else 'OUTSIDE'} "
+          f"its interval")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_sim",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20k tasks, 3 rounds")
+    parser.add_argument("--quick", action="store_true",
+                        help="20k continuum and 200k M/M/c tasks, 3 rounds")
     parser.add_argument("--tasks", type=int, default=None,
-                        help="tasks per comparison (default 100k, --quick 20k)")
+                        help="continuum tasks per comparison (default 100k, --quick 20k)")
+    parser.add_argument("--mmc-tasks", type=int, default=None,
+                        help="M/M/c tasks (default 500k, --quick 200k)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="testbed/SimPy rounds per policy (default 5, --quick 3)")
+                        help="testbed/SimPy rounds per comparison (default 5, --quick 3)")
     parser.add_argument("--million", action="store_true",
                         help="also time 1,000,000 tasks with hybrid")
     args = parser.parse_args(argv)
     count = args.tasks or (20_000 if args.quick else 100_000)
+    mmc_count = args.mmc_tasks or (200_000 if args.quick else 500_000)
     rounds = args.rounds or (3 if args.quick else 5)
-    scenario = bench_scenario(count / (RHO * CAPACITY))
-    tasks = trace_for(scenario, 1)
-    print(f"continuum at rho = {RHO}: {len(tasks)} tasks, time_scale "
-          f"{scenario.time_scale:g}, polls every {scenario.executor.poll_interval_ms:g} ms; "
-          f"testbed and SimPy: median of {rounds} alternating rounds, Ciw: one run")
-    print(f"{'policy':<8} {'simulator':<10} {'tasks/s':>10} {'testbed/this':>13} "
-          f"{'mean latency s (95% CI)':>25}")
-    for policy in ("jsq", "hybrid"):
-        result = compare(scenario, tasks, policy, rounds)
-        for label in ("testbed", "simpy", "ciw"):
-            mean, half = result["latency"][label]
-            print(f"{policy:<8} {label:<10} {result['speed'][label]:>10.0f} "
-                  f"{result['ratio'][label]:>13.2f} {mean:>15.3f} +- {half:.3f}")
-        print(f"{policy:<8} rounds, tasks/s: testbed "
-              f"{', '.join(f'{v:.0f}' for v in result['rounds_testbed'])}; simpy "
-              f"{', '.join(f'{v:.0f}' for v in result['rounds_simpy'])}; mean latencies "
-              f"{'agree' if agree(result['latency']) else 'DISAGREE'} within their intervals")
+    result = measure(count, rounds, mmc_count)
+    print_tables(result)
+    print("summary: " + ", ".join(f"{key} = {value:.2f}" for key, value in keys(result).items()))
     if args.million:
         big = bench_scenario(1_000_000 / (RHO * CAPACITY))
         million = trace_for(big, 2)
-        result = run_ours(big, million, "hybrid")
-        print(f"hybrid, {len(million)} tasks: {result['wall_s']:.1f} s "
-              f"({result['tasks_per_s']:.0f} tasks/s; target < 20 s)")
+        single = run_ours(big, million, "hybrid")
+        print(f"hybrid, {len(million)} tasks: {single['wall_s']:.1f} s "
+              f"({single['tasks_per_s']:.0f} tasks/s; target < 20 s)")
     return 0
 
 

@@ -9,6 +9,9 @@
 * the simulator fills in the frozen :class:`TargetState`, :class:`View` and
   :class:`TaskInfo` objects instead of calling their ``__init__``: checked equal to,
   printed like and as immutable as normally built ones.
+* a policy that keeps no views (``keeps_views = False``) is shown the same objects at
+  every decision, updated in place: checked equal, decision by decision, to the fresh
+  ones a keeping policy gets, with the same results.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -144,3 +147,45 @@ def test_simulator_objects_equal_normally_built_ones() -> None:
             with pytest.raises(dataclasses.FrozenInstanceError):
                 obj.client = "x"  # type: ignore[misc]
         assert all(t.age_s >= 0 for t in view.targets.values())
+
+
+@dataclass
+class Snapshotter(Policy):
+    """Like :class:`Keeper`, but declares it keeps no views: keeps rebuilt copies."""
+
+    name: str = field(default="snapshotter", init=False)
+    keeps_views: ClassVar[bool] = False
+    shown: list[tuple[TaskInfo, View]] = field(default_factory=list)
+
+    def choose(self, task: TaskInfo, view: View) -> Decision:
+        copy = View(view.now, view.client, {n: rebuilt(t) for n, t in view.targets.items()})
+        self.shown.append((rebuilt(task), copy))
+        return Decision(min(view.targets), None)
+
+
+def test_views_updated_in_place_hold_what_fresh_ones_would() -> None:
+    """A policy with ``keeps_views = False`` is shown the same objects each time, updated
+    in place; at every decision they equal the fresh ones a keeping policy gets, and
+    the replay's results are the same."""
+    data = load_scenario("continuum").resolved()
+    data["duration"] = 60.0
+    scenario = scenario_from_dict(data)
+    model = build_model(scenario)
+    tasks = generate("bursty-pareto", scenario.workload.params, list(model.clients),
+                     scenario.duration, 1)
+    index = {name: k for k, name in enumerate(model.clients)}
+    columns = ([t.task_id for t in tasks], [index[t.client] for t in tasks],
+               [t.arrival for t in tasks], [t.size for t in tasks])
+    keepers = [Keeper() for _ in model.clients]
+    fresh = Simulation(model, *columns, keepers, seed=3).run()
+    snapshotters = [Snapshotter() for _ in model.clients]
+    shared = Simulation(model, *columns, snapshotters, seed=3).run()
+    for keeper, snapshotter in zip(keepers, snapshotters, strict=True):
+        assert len(snapshotter.shown) == len(keeper.shown) > 100
+        for (task, view), (task_copy, view_copy) in zip(keeper.shown, snapshotter.shown,
+                                                        strict=True):
+            assert task == task_copy and view == view_copy
+            assert repr(view) == repr(view_copy)
+    for column in ("route", "server_arrival", "start", "end", "seen", "network",
+                   "queue_at_arrival", "estimate", "state_age", "outcome"):
+        assert bytes(getattr(fresh, column)) == bytes(getattr(shared, column)), column
