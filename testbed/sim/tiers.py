@@ -305,6 +305,8 @@ class Simulation:
         # Per client, the earliest instant a poll answer in flight reaches it (a lower
         # bound: a decision before it has nothing to promote).
         self.c_next_answer = [_INF] * len(self.model.clients)
+        # The TargetState a client keeping no views is shown for each route (_shared_view).
+        self.r_shared: list[TargetState | None] = [None] * m
 
     def _refresh_route(self, p: int) -> None:
         """Recompute a route's delay, jitter, loss and reachability from its links."""
@@ -402,15 +404,14 @@ class Simulation:
                 promote_seen(k, now)
             reuse = shared[k]
             if reuse is not None:  # the client's objects, updated in place
-                view, states, info, fields_of = reuse
-                for p, fields in fields_of:
-                    fields["age_s"] = (now - seen_at[p]) * inv_k
-                vars(view)["now"] = now
-                fields = vars(info)
-                fields["task_id"] = task_ids[i]
-                fields["arrival"] = now
+                view, states, info, targets_of = reuse
+                for p, state in targets_of:
+                    _set_attr(state, "age_s", (now - seen_at[p]) * inv_k)
+                _set_attr(view, "now", now)
+                _set_attr(info, "task_id", task_ids[i])
+                _set_attr(info, "arrival", now)
                 if sees_sizes[k]:
-                    fields["size"] = size[i]
+                    _set_attr(info, "size", size[i])
             else:
                 if true_state[k]:
                     states = true_view(k, now)
@@ -478,32 +479,29 @@ class Simulation:
         self.c_next_answer[k] = earliest
 
     def _shared_view(self, k: int) -> tuple[View, dict[str, TargetState], TaskInfo,
-                                            list[tuple[int, dict[str, object]]]] | None:
-        """Client ``k``'s one View, targets mapping, TaskInfo and each target's fields, if
-        its policy does not keep views (``keeps_views``) and reads the observed state.
+                                            list[tuple[int, TargetState]]] | None:
+        """Client ``k``'s one View, targets mapping and TaskInfo, and each route's
+        TargetState, if its policy keeps no views (``keeps_views``) and reads the
+        observed state.
 
-        Each target's :class:`TargetState` holds its route's cached fields themselves
-        (:meth:`_promote` updates them), so a decision only sets ``age_s``, the view's
-        ``now`` and the task's fields: the objects then hold exactly what freshly built
-        ones would.
+        The objects are built once through their constructors (whose instances read
+        their fields faster than ones given a ``__dict__``); :meth:`_promote` updates a
+        target's fields when a poll answer arrives and each decision sets ``age_s``, the
+        view's ``now`` and the task's fields, so they hold exactly what fresh ones would.
         """
         policy = self.policies[k]
         if policy.keeps_views or policy.needs_true_state:
             return None
         states: dict[str, TargetState] = {}
-        fields_of = []
+        targets_of = []
         for p, name in self.c_names[k]:
-            state = _new(TargetState)
-            _set_attr(state, "__dict__", self.r_state[p])
-            states[name] = state
-            fields_of.append((p, self.r_state[p]))
+            state = states[name] = TargetState(**self.r_state[p])
+            self.r_shared[p] = state
+            targets_of.append((p, state))
         client = self.client_names[k]
-        view = _new(View)
-        _set_attr(view, "__dict__", {"now": 0.0, "client": client, "targets": states})
-        info = _new(TaskInfo)
-        _set_attr(info, "__dict__", {"task_id": 0, "client": client, "arrival": 0.0,
-                                     "size": None})
-        return view, states, info, fields_of
+        view = View(now=0.0, client=client, targets=states)
+        info = TaskInfo(task_id=0, client=client, arrival=0.0, size=None)
+        return view, states, info, targets_of
 
     def _deliver(self, k: int, now: float) -> None:
         """Hand client ``k``'s policy every outcome whose response it has seen by ``now``."""
@@ -686,6 +684,10 @@ class Simulation:
         fields["arrival_rate"] = arrival_rate
         fields["delay_s"] = DELAY_EWMA_ALPHA * rtt + (1.0 - DELAY_EWMA_ALPHA) * fields["delay_s"]
         self.r_seen_at[p] = at
+        state = self.r_shared[p]
+        if state is not None:
+            for key in ("queue", "busy", "active", "arrival_rate", "delay_s"):
+                _set_attr(state, key, fields[key])
 
     def _poll(self, now: float, p: int) -> None:
         """Route ``p``'s poll reaches its server (or fails); answer and poll again."""
