@@ -1,15 +1,20 @@
-"""Run the harness benchmarks and print their results as one plain table.
+"""Run the harness benchmarks and print their results as plain tables.
 
-``python -m tests.bench.run [--quick] [--json FILE]`` from the repository root, as root.
+``python -m tests.bench.run [--quick] [--json FILE]`` from the repository root, as root:
 
 * dispatcher throughput and per-task overhead against a minimal aiohttp client
   (:mod:`tests.bench.bench_dispatch`);
-* build/start/teardown time and memory of 10..200-host topologies against bare Mininet
-  (:mod:`tests.bench.bench_scale`).
+* the link shapers (compiled and Python) against a plain veth: frame rate with accurate
+  delays, TCP over one and three delayed hops (:mod:`tests.bench.bench_shaper`);
+* bring-up and teardown of 10..1000-host topologies against bare Mininet
+  (:mod:`tests.bench.bench_scale`);
+* the simulator against SimPy on the continuum model and on a bare M/M/c
+  (:mod:`tests.bench.bench_sim`, always at its quick size here).
 
-``--quick`` runs fewer tasks and only 10 and 50 hosts (about half a minute). Every
-number is a measurement of this run; nothing is asserted about timing. The exit status
-is 1 if a run left anything behind (an interface, a process, a namespace, a ledger).
+``--quick`` runs every benchmark at its small size. Every number is a measurement of
+this run; nothing is asserted about timing. The headline figures are printed against
+their goals and written under ``keys`` in the JSON file. The exit status is 1 if a run
+left anything behind (an interface, a process, a namespace, a ledger).
 
 ``--sim`` runs instead the three benchmarks that need no root: the simulator's speed
 against SimPy and Ciw (:mod:`tests.bench.bench_sim`), the decision time per policy
@@ -27,13 +32,48 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-TARGET_HOSTS = 200
-TARGET_UP_S = 15.0
-TARGET_DOWN_S = 5.0
-TARGET_MEMORY_MB = 4096.0
+#: The goals of the headline figures: key -> (what is compared, goal, description).
+GOALS: dict[str, tuple[str, float, str]] = {
+    "shaper.tcp_ratio_vs_veth": (">=", 0.8, "TCP through one delayed link / veth"),
+    "shaper.tcp_3hop_ratio_vs_veth": (">=", 0.6, "TCP through 3 delayed hops / veth"),
+    "scale.hosts_1000_up_s": ("<", 60.0, "1000 hosts up until every service answers, s"),
+    "scale.hosts_1000_teardown_s": ("<", 15.0, "1000 hosts torn down, s"),
+    "sim.continuum_hybrid_ratio_vs_simpy": (">=", 5.0, "continuum with hybrid / SimPy"),
+    "sim.mmc_ratio_vs_simpy": (">=", 3.0, "bare M/M/c / SimPy"),
+}
+#: Frames per second the shaper should keep with accurate delays, and the fallbacks when
+#: the load generator cannot offer that much over plain veth.
+SHAPER_FRAMES_GOAL = 500_000.0
+SHAPER_OF_VETH = 0.8
+SHAPER_FRAMES_FLOOR = 200_000.0
+
+
+def shaper_goal(veth_fps: float) -> float:
+    """The accurate frame rate to reach given what the generator offers over veth."""
+    if math.isnan(veth_fps) or veth_fps >= SHAPER_FRAMES_GOAL:
+        return SHAPER_FRAMES_GOAL
+    return max(SHAPER_OF_VETH * veth_fps, SHAPER_FRAMES_FLOOR)
+
+
+def goal_rows(keys: Mapping[str, float]) -> list[list[Any]]:
+    """key | value | goal | met/MISSED (``not measured`` when a key is absent or NaN)."""
+    def judged(key: str, op: str, goal: float, what: str) -> list[Any]:
+        value = keys.get(key, math.nan)
+        if value is None or math.isnan(value):
+            return [key, what, None, f"{op} {goal:g}", "not measured"]
+        ok = value >= goal if op == ">=" else value < goal
+        return [key, what, value, f"{op} {goal:g}", "met" if ok else "MISSED"]
+
+    veth = keys.get("shaper.frames_per_s_veth", math.nan)
+    rows = [judged("shaper.frames_per_s_accurate", ">=", shaper_goal(veth),
+                   "frames/s, every link's p99 lateness < 0.2 ms"),
+            ["shaper.frames_per_s_veth", "load generator over plain veth", veth, "", ""]]
+    rows += [judged(key, *goal) for key, goal in GOALS.items()]
+    return rows
 
 
 def _cell(value: Any, digits: int = 2) -> str:
@@ -54,41 +94,22 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _target(ok: bool, text: str) -> str:
-    return f"{text}: {'met' if ok else 'MISSED'}"
-
-
-def summary_rows(dispatch: dict[str, Any], scale: list[dict[str, Any]]) -> list[list[Any]]:
-    """benchmark | metric | harness | peer | harness/peer | target."""
-    rows: list[list[Any]] = [
-        ["dispatch", "saturation throughput, tasks/s", dispatch["dispatcher_tasks_per_s"],
-         dispatch["peer_tasks_per_s"], dispatch["throughput_ratio"], ""],
-        ["dispatch", "overhead per task p50, ms", dispatch["dispatcher_overhead_p50_ms"],
-         dispatch["peer_overhead_p50_ms"], dispatch["overhead_p50_ratio"], ""],
-        ["dispatch", "overhead per task p99, ms", dispatch["dispatcher_overhead_p99_ms"],
-         dispatch["peer_overhead_p99_ms"], dispatch["overhead_p99_ratio"], ""],
+def summary_rows(dispatch: dict[str, Any]) -> list[list[Any]]:
+    """metric | harness | peer | harness/peer of the dispatcher benchmark."""
+    return [
+        ["saturation throughput, tasks/s", dispatch["dispatcher_tasks_per_s"],
+         dispatch["peer_tasks_per_s"], dispatch["throughput_ratio"]],
+        ["overhead per task p50, ms", dispatch["dispatcher_overhead_p50_ms"],
+         dispatch["peer_overhead_p50_ms"], dispatch["overhead_p50_ratio"]],
+        ["overhead per task p99, ms", dispatch["dispatcher_overhead_p99_ms"],
+         dispatch["peer_overhead_p99_ms"], dispatch["overhead_p99_ratio"]],
     ]
-    for row in scale:
-        h, m, n = row["harness"], row["mininet"], row["hosts"]
-        at_target = n == TARGET_HOSTS
-        mem_mb, mn_mem_mb = h["pss_kb"] / 1024, m["pss_kb"] / 1024
-        rows += [
-            [f"scale {n}", "up until all answer, s", h["up_s"], m["up_s"], row["up_ratio"],
-             _target(h["up_s"] < TARGET_UP_S, f"< {TARGET_UP_S:g} s") if at_target else ""],
-            [f"scale {n}", "teardown, s", h["down_s"], m["down_s"], row["down_ratio"],
-             _target(h["down_s"] < TARGET_DOWN_S, f"< {TARGET_DOWN_S:g} s")
-             if at_target else ""],
-            [f"scale {n}", "memory (PSS), MB", mem_mb, mn_mem_mb, mem_mb / mn_mem_mb,
-             _target(mem_mb < TARGET_MEMORY_MB, f"< {TARGET_MEMORY_MB / 1024:g} GB")
-             if at_target else ""],
-        ]
-    return rows
 
 
-def scale_detail_rows(scale: list[dict[str, Any]]) -> list[list[Any]]:
+def scale_detail_rows(scale: dict[str, Any]) -> list[list[Any]]:
     """The harness's scale numbers split into their parts."""
     rows = []
-    for row in scale:
+    for row in scale["rows"]:
         h = row["harness"]
         rows.append([row["hosts"], h["load_s"], h["helpers_s"], h["network_s"],
                      row["network_ratio"], h["services_s"], h["service_cpu_ms_p50"],
@@ -110,10 +131,28 @@ def machine() -> dict[str, Any]:
             "command": "python -m tests.bench.run " + " ".join(sys.argv[1:])}
 
 
+def _left_and_errors(dispatch: dict[str, Any], shaper: dict[str, Any],
+                     scale: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """What any benchmark left behind, and the teardown errors it reported."""
+    sides = [dispatch, *(row[side] for row in scale["rows"] for side in ("harness", "mininet"))]
+    return ([p for side in sides for p in side.get("left_behind", [])]
+            + shaper.get("leftovers", []),
+            [e for side in sides for e in side.get("teardown_errors", [])])
+
+
+def _timed(name: str, run: Callable[[], dict[str, Any]], took: dict[str, float]
+           ) -> dict[str, Any]:
+    print(f"== {name}", flush=True)
+    began = time.monotonic()
+    result = run()
+    took[name] = time.monotonic() - began
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.run",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, about 30 s")
+    parser.add_argument("--quick", action="store_true", help="every benchmark at its small size")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results")
     parser.add_argument("--sim", action="store_true",
                         help="only the simulator and decision-time benchmarks (no root)")
@@ -131,29 +170,31 @@ def main(argv: list[str] | None = None) -> int:
         print("run from the repository root (the launcher imports tests.bench from there)")
         return 2
     from testbed.emulation.executor import stop_on_signals
-    from tests.bench import bench_dispatch, bench_scale
+    from tests.bench import bench_dispatch, bench_scale, bench_shaper, bench_sim
 
     info = machine()
     began = time.monotonic()
+    took: dict[str, float] = {}
     with stop_on_signals():
-        print("== dispatcher throughput and overhead")
-        dispatch = bench_dispatch.run(args.quick)
-        print("== scale: harness bring_up vs bare Mininet")
-        scale = bench_scale.run(args.quick)
+        dispatch = _timed("dispatcher throughput and overhead",
+                          lambda: bench_dispatch.run(args.quick), took)
+        shaper = _timed("link shapers against plain veth",
+                        lambda: bench_shaper.run(args.quick), took)
+        scale = _timed("scale: harness bring_up vs bare Mininet",
+                       lambda: bench_scale.run(args.quick), took)
+        sim = _timed("simulator against SimPy", lambda: bench_sim.run(True), took)
     info["wall_s"] = time.monotonic() - began
+    info["wall_s_per_benchmark"] = took
     info["backend"] = dispatch["backend"]
-    left = dispatch["left_behind"] + [p for row in scale for side in ("harness", "mininet")
-                                      for p in row[side]["left_behind"]]
-    errors = dispatch["teardown_errors"] + [e for row in scale
-                                            for side in ("harness", "mininet")
-                                            for e in row[side]["teardown_errors"]]
+    keys = {**bench_shaper.keys(shaper), **bench_scale.keys(scale), **bench_sim.keys(sim)}
+    left, errors = _left_and_errors(dispatch, shaper, scale)
     print()
     print(f"Results {info['date']}, `{info['command'].strip()}`, kernel {info['kernel']}, "
           f"{info['cpus']} CPUs, link shaping: {info['backend']}, {info['wall_s']:.0f} s")
     print()
-    print(_table(["benchmark", "metric", "harness", "peer", "harness/peer", "target"],
-                 summary_rows(dispatch, scale)))
+    print(_table(["key", "what", "value", "goal", ""], goal_rows(keys)))
     print()
+    print(_table(["dispatch", "harness", "peer", "harness/peer"], summary_rows(dispatch)))
     print(f"dispatch: {dispatch['n_saturation']} tasks per saturation round (medians of "
           f"{dispatch['rounds']} rounds, ratio = median of the per-round ratios; dispatcher "
           f"{', '.join(f'{v:.0f}' for v in dispatch['dispatcher_tasks_per_s_all'])}, peer "
@@ -161,12 +202,19 @@ def main(argv: list[str] | None = None) -> int:
           f"{dispatch['n_low']} tasks at {bench_dispatch.LOW_RATE:g}/s for the overhead, "
           f"at most {dispatch['max_inflight']} in flight")
     print()
+    print(bench_shaper.table(shaper))
+    print()
+    print(bench_scale.table(scale))
+    print()
     print(_table(SCALE_DETAIL_HEADER, scale_detail_rows(scale)))
+    print()
+    bench_sim.print_tables(sim)
     print()
     print(f"left behind: {left or 'nothing'}; teardown errors: {errors or 'none'}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "dispatch": dispatch,
-                                         "scale": scale}, indent=1, default=str))
+        args.json.write_text(json.dumps({"machine": info, "keys": keys, "dispatch": dispatch,
+                                         "shaper": shaper, "scale": scale, "sim": sim},
+                                        indent=1, default=str))
     return 1 if left or errors else 0
 
 
