@@ -106,6 +106,12 @@ LINK_PARAMS = ("delay_ms", "jitter_ms", "loss_pct", "queue", "seed")
 #: Names of the two data paths, as ``ping`` reports them and run metadata records them.
 DATA_PATHS = {"c": "shaper-c", "python": "delayer-py"}
 DATA_PATH_ENV = "TESTBED_SHAPER"
+#: Tuning of the compiled shaper's loop threads: SCHED_FIFO priority (0: SCHED_OTHER), how
+#: close (us) a release must be to be awaited by polling rather than sleeping, and how many
+#: threads share the links (default 1: on 2 CPUs a second thread measured slower, as the
+#: threads then compete with the hosts' own processes).
+FIFO_ENV, SPIN_ENV = "TESTBED_SHAPER_FIFO", "TESTBED_SHAPER_SPIN_US"
+THREADS_ENV = "TESTBED_SHAPER_THREADS"
 
 
 class _Timespec(ctypes.Structure):
@@ -749,7 +755,9 @@ def choose_data_path(requested: str) -> tuple[CShaper | None, str]:
         lib, reason = load_shaper()
         if lib is not None:
             try:
-                shaper = CShaper(lib, fifo_priority=50)
+                shaper = CShaper(lib, fifo_priority=int(os.environ.get(FIFO_ENV, "50")),
+                                 spin_ns=int(float(os.environ.get(SPIN_ENV, "50")) * 1000),
+                                 threads=int(os.environ.get(THREADS_ENV, "1")))
             except OSError as exc:
                 reason = str(exc)
         if shaper is None and requested == "c":

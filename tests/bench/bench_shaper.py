@@ -41,6 +41,10 @@ PY_LATE_LIMIT_US = 700.0
 UDP_PORT = 9000
 IPERF_PORT = 5201
 PAYLOAD = 18
+#: TCP buffer limits (min default max) in every namespace, veth peer included: the default
+#: 6 MB maximum caps one flow at about 3 MB in flight, under a 2-6 ms RTT's bandwidth-delay
+#: product at 10+ Gbit/s, so the buffers and not the link would be measured.
+TCP_BUFFERS = "4096 131072 67108864"
 LADDER = (20_000, 30_000, 40_000, 60_000, 80_000, 120_000, 160_000, 200_000, 250_000,
           300_000, 350_000, 400_000, 500_000, 600_000, 800_000, 1_000_000)
 DATA_PATHS = {"shaper-c": "c", "delayer-py": "python"}
@@ -85,7 +89,8 @@ class Lab:
         wait_until(lambda: Path(f"/proc/{proc.pid}/ns/net").stat().st_ino != root,
                    what="the namespace to exist")
         self.sh(proc.pid, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
-                          "net.ipv6.conf.default.disable_ipv6=1 net.ipv4.ip_forward=1 && "
+                          "net.ipv6.conf.default.disable_ipv6=1 net.ipv4.ip_forward=1 "
+                          f"net.ipv4.tcp_rmem='{TCP_BUFFERS}' net.ipv4.tcp_wmem='{TCP_BUFFERS}' && "
                           "ip link set lo up")
         return proc.pid
 

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "shaper.c"
 LIBRARY = HERE / "build" / "libtbshaper.so"
-ABI_VERSION = 1
+ABI_VERSION = 3
 #: Buckets of the process-wide lateness histogram (LatenessHistogram's 64 << 5).
 HIST_BUCKETS = 64 << 5
 
@@ -33,7 +33,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     ptr, i64, u64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
     signatures = {
         "shaper_abi_version": ([], ctypes.c_int),
-        "shaper_new": ([ctypes.c_int], ptr),
+        "shaper_new": ([ctypes.c_int, i64, ctypes.c_int], ptr),
+        "shaper_threads": ([ptr], ctypes.c_int),
         "shaper_scheduling": ([ptr], ctypes.c_int),
         "shaper_add": ([ptr, ctypes.c_int, ctypes.c_int], i64),
         "shaper_configure": ([ptr, i64, i64, i64, ctypes.c_double, i64, ctypes.c_int, u64],
@@ -76,21 +77,26 @@ class HistogramCopy:
 
 
 class CShaper:
-    """One compiled shaper: a loop thread relaying frames between TAP fds.
+    """One compiled shaper: loop threads relaying frames between TAP fds.
 
     Every method is safe to call from the control thread while the loop runs: the library
     serialises them with the loop on one mutex.
     """
 
-    def __init__(self, lib: ctypes.CDLL, fifo_priority: int = 0) -> None:
+    def __init__(self, lib: ctypes.CDLL, fifo_priority: int = 0, spin_ns: int = 0,
+                 threads: int = 1) -> None:
         self._lib = lib
-        self._ptr = lib.shaper_new(fifo_priority)
+        self._ptr = lib.shaper_new(fifo_priority, spin_ns, threads)
         if not self._ptr:
             raise OSError("shaper_new failed (out of memory or file descriptors)")
 
     def scheduling(self) -> int:
         """The loop thread's SCHED_FIFO priority, 0 for SCHED_OTHER, -errno if refused."""
         return self._lib.shaper_scheduling(self._ptr)
+
+    def threads(self) -> int:
+        """How many loop threads relay frames."""
+        return self._lib.shaper_threads(self._ptr)
 
     def add(self, src_fd: int, dst_fd: int) -> int:
         """Relay frames read from ``src_fd`` to ``dst_fd``; returns the direction's id."""

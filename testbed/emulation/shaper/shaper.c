@@ -73,7 +73,7 @@ struct heap_item {
     int64_t id;
 };
 
-struct shaper {
+struct worker {
     pthread_mutex_t lock;
     pthread_t thread;
     int running;
@@ -86,6 +86,7 @@ struct shaper {
     uint64_t hist[HIST_BUCKETS];
     uint64_t hist_n, hist_max;
     int sched_prio;
+    int64_t spin_ns; /* poll instead of sleeping when the next release is this close */
     int sched_result; /* 0 other, >0 fifo priority obtained, -errno on refusal */
     unsigned char *scratch;
 };
@@ -115,7 +116,7 @@ static uint64_t rng_next(uint64_t *state) {
 
 static double rng_unit(uint64_t *state) { return (rng_next(state) >> 11) * 0x1.0p-53; }
 
-static void hist_add(struct shaper *s, int64_t ns) {
+static void hist_add(struct worker *s, int64_t ns) {
     uint64_t v = ns < 0 ? 0 : (uint64_t)ns;
     int bits = v ? 64 - __builtin_clzll(v) : 0;
     int shift = bits > LATE_SUB_BITS ? bits - LATE_SUB_BITS : 0;
@@ -125,7 +126,7 @@ static void hist_add(struct shaper *s, int64_t ns) {
 }
 
 /* -- heap of directions' head release times (stale entries skipped on pop) -- */
-static int heap_push(struct shaper *s, int64_t due, int64_t id) {
+static int heap_push(struct worker *s, int64_t due, int64_t id) {
     if (s->heap_n == s->heap_cap) {
         int64_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
         struct heap_item *h = realloc(s->heap, cap * sizeof *h);
@@ -145,7 +146,7 @@ static int heap_push(struct shaper *s, int64_t due, int64_t id) {
     return 0;
 }
 
-static struct heap_item heap_pop(struct shaper *s) {
+static struct heap_item heap_pop(struct worker *s) {
     struct heap_item top = s->heap[0], last = s->heap[--s->heap_n];
     int64_t i = 0, n = s->heap_n;
     for (;;) {
@@ -173,14 +174,14 @@ static void clear_queue(struct direction *d, uint64_t *counter) {
     d->scheduled = -1;
 }
 
-static void unwatch(struct shaper *s, struct direction *d) {
+static void unwatch(struct worker *s, struct direction *d) {
     if (d->watched) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, d->src_fd, NULL);
         d->watched = 0;
     }
 }
 
-static void emit(struct shaper *s, struct direction *d, const unsigned char *data, uint32_t len,
+static void emit(struct worker *s, struct direction *d, const unsigned char *data, uint32_t len,
                  int64_t due) {
     if (write(d->dst_fd, data, len) < 0) {
         d->dropped_write++;
@@ -193,8 +194,7 @@ static void emit(struct shaper *s, struct direction *d, const unsigned char *dat
     hist_add(s, late);
 }
 
-static void read_direction(struct shaper *s, int64_t id, struct direction *d) {
-    int64_t now = now_ns();
+static void read_direction(struct worker *s, int64_t id, struct direction *d) {
     for (int i = 0; i < READ_BATCH; i++) {
         ssize_t n = read(d->src_fd, s->scratch + FRAME_HDR,
                          BIG_FRAME - FRAME_HDR);
@@ -204,6 +204,7 @@ static void read_direction(struct shaper *s, int64_t id, struct direction *d) {
             unwatch(s, d);
             return;
         }
+        int64_t now = now_ns(); /* each frame's own arrival, not the batch's */
         d->received++;
         if (!d->up) {
             d->dropped_down++;
@@ -255,7 +256,7 @@ static void read_direction(struct shaper *s, int64_t id, struct direction *d) {
     }
 }
 
-static void release_due(struct shaper *s) {
+static void release_due(struct worker *s) {
     int64_t now = now_ns();
     while (s->heap_n && s->heap[0].due <= now) {
         struct heap_item it = heap_pop(s);
@@ -289,11 +290,12 @@ static void release_due(struct shaper *s) {
 }
 
 static void *loop(void *arg) {
-    struct shaper *s = arg;
+    struct worker *s = arg;
     struct epoll_event evs[MAX_EVENTS];
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    int timeout = -1;
     for (;;) {
-        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, -1);
+        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
         if (n < 0 && errno != EINTR) break;
         pthread_mutex_lock(&s->lock);
         for (int i = 0; i < n; i++) {
@@ -312,6 +314,9 @@ static void *loop(void *arg) {
             if (d && d->watched) read_direction(s, (int64_t)key, d);
         }
         if (s->heap_n) release_due(s);
+        /* A release due within spin_ns is awaited by polling (epoll_wait with no timeout)
+         * rather than by sleeping: waking an idle (virtual) CPU costs tens of us. */
+        timeout = s->heap_n && s->heap[0].due - now_ns() <= s->spin_ns ? 0 : -1;
         pthread_mutex_unlock(&s->lock);
     }
     return NULL;
@@ -319,13 +324,44 @@ static void *loop(void *arg) {
 
 /* -- the API called from Python (ctypes) -- */
 
-/* A shaper with its loop thread running; `fifo_prio` > 0 asks for SCHED_FIFO. */
-struct shaper *shaper_new(int fifo_prio) {
-    struct shaper *s = calloc(1, sizeof *s);
+/* A shaper: `n` workers, each a loop thread with its own epoll set, timer and heap. A
+ * direction lives on one worker; its public id is local id * n + worker index. */
+struct shaper {
+    int n;
+    int64_t adds;
+    pthread_mutex_t add_lock;
+    struct worker *w[];
+};
+
+static void worker_free(struct worker *s) {
+    if (s->running) {
+        uint64_t one = 1;
+        if (write(s->stopfd, &one, sizeof one) < 0) { /* the loop still stops on join */ }
+        pthread_join(s->thread, NULL);
+    }
+    for (int64_t i = 0; i < s->ndirs; i++) {
+        if (s->dirs[i]) {
+            clear_queue(s->dirs[i], NULL);
+            free(s->dirs[i]->late);
+            free(s->dirs[i]);
+        }
+    }
+    free(s->dirs);
+    free(s->heap);
+    free(s->scratch);
+    if (s->epfd > 0) close(s->epfd);
+    if (s->timerfd > 0) close(s->timerfd);
+    if (s->stopfd > 0) close(s->stopfd);
+    free(s);
+}
+
+static struct worker *worker_new(int fifo_prio, int64_t spin_ns) {
+    struct worker *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     s->armed_at = -1;
     s->sched_prio = fifo_prio;
+    s->spin_ns = spin_ns;
     s->scratch = malloc(BIG_FRAME);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -342,24 +378,45 @@ struct shaper *shaper_new(int fifo_prio) {
     s->sched_result = err ? -err : (fifo_prio > 0 ? fifo_prio : 0);
     return s;
 fail:
-    if (s->epfd > 0) close(s->epfd);
-    if (s->timerfd > 0) close(s->timerfd);
-    if (s->stopfd > 0) close(s->stopfd);
-    free(s->scratch);
-    free(s);
+    worker_free(s);
     return NULL;
 }
 
-/* The scheduling the loop obtained: FIFO priority, 0 for SCHED_OTHER, -errno if refused. */
-int shaper_scheduling(struct shaper *s) {
-    pthread_mutex_lock(&s->lock);
-    int r = s->sched_result;
-    pthread_mutex_unlock(&s->lock);
-    return r;
+/* A shaper with `threads` loop threads running; `fifo_prio` > 0 asks for SCHED_FIFO;
+ * releases due within `spin_ns` are awaited by polling (0: always sleep until the timer
+ * fires). */
+struct shaper *shaper_new(int fifo_prio, int64_t spin_ns, int threads) {
+    if (threads < 1) threads = 1;
+    struct shaper *sh = calloc(1, sizeof *sh + threads * sizeof(struct worker *));
+    if (!sh) return NULL;
+    pthread_mutex_init(&sh->add_lock, NULL);
+    for (int i = 0; i < threads; i++) {
+        sh->w[i] = worker_new(fifo_prio, spin_ns);
+        if (!sh->w[i]) {
+            for (int j = 0; j < i; j++) worker_free(sh->w[j]);
+            free(sh);
+            return NULL;
+        }
+        sh->n++;
+    }
+    return sh;
 }
 
-/* Start forwarding frames read from src_fd to dst_fd; returns the direction's id or -errno. */
-int64_t shaper_add(struct shaper *s, int src_fd, int dst_fd) {
+/* The loop threads' scheduling: FIFO priority, 0 for SCHED_OTHER, -errno if refused. */
+int shaper_scheduling(struct shaper *sh) { return sh->w[0]->sched_result; }
+
+/* How many loop threads relay frames. */
+int shaper_threads(struct shaper *sh) { return sh->n; }
+
+/* Start forwarding frames read from src_fd to dst_fd; returns the direction's id or -errno.
+ * Directions are spread over the workers so that link k's two directions land on workers
+ * k and k + 1 (mod n): a chain of links splits its heavy direction across threads. */
+int64_t shaper_add(struct shaper *sh, int src_fd, int dst_fd) {
+    pthread_mutex_lock(&sh->add_lock);
+    int64_t nth = sh->adds++;
+    pthread_mutex_unlock(&sh->add_lock);
+    int wi = (int)((nth / 2 + nth % 2) % sh->n);
+    struct worker *s = sh->w[wi];
     struct direction *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
     d->src_fd = src_fd;
@@ -382,7 +439,7 @@ int64_t shaper_add(struct shaper *s, int src_fd, int dst_fd) {
     int64_t id = s->ndirs++;
     s->dirs[id] = d;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)id};
-    int64_t ret = id;
+    int64_t ret = id * sh->n + wi;
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, src_fd, &ev) < 0) {
         ret = -errno;
         s->dirs[id] = NULL;
@@ -394,15 +451,21 @@ int64_t shaper_add(struct shaper *s, int src_fd, int dst_fd) {
     return ret;
 }
 
-static struct direction *get(struct shaper *s, int64_t id) {
-    return id >= 0 && id < s->ndirs ? s->dirs[id] : NULL;
+/* The worker of public id `id`, locked, and the direction (NULL if there is none). */
+static struct direction *get(struct shaper *sh, int64_t id, struct worker **out) {
+    struct worker *s = sh->w[id >= 0 ? id % sh->n : 0];
+    pthread_mutex_lock(&s->lock);
+    *out = s;
+    if (id < 0) return NULL;
+    int64_t local = id / sh->n;
+    return local < s->ndirs ? s->dirs[local] : NULL;
 }
 
 /* Set a direction's shaping; `reseed` restarts its PRNG from `seed`. */
-int shaper_configure(struct shaper *s, int64_t id, int64_t delay_ns, int64_t jitter_ns,
+int shaper_configure(struct shaper *sh, int64_t id, int64_t delay_ns, int64_t jitter_ns,
                      double loss_pct, int64_t limit, int reseed, uint64_t seed) {
-    pthread_mutex_lock(&s->lock);
-    struct direction *d = get(s, id);
+    struct worker *s;
+    struct direction *d = get(sh, id, &s);
     if (d) {
         d->delay_ns = delay_ns;
         d->jitter_ns = jitter_ns;
@@ -415,9 +478,9 @@ int shaper_configure(struct shaper *s, int64_t id, int64_t delay_ns, int64_t jit
 }
 
 /* Bring a direction up or down; going down drops its held frames (dropped_down). */
-int shaper_set_up(struct shaper *s, int64_t id, int up) {
-    pthread_mutex_lock(&s->lock);
-    struct direction *d = get(s, id);
+int shaper_set_up(struct shaper *sh, int64_t id, int up) {
+    struct worker *s;
+    struct direction *d = get(sh, id, &s);
     if (d) {
         d->up = up;
         if (!up) clear_queue(d, &d->dropped_down);
@@ -427,15 +490,15 @@ int shaper_set_up(struct shaper *s, int64_t id, int up) {
 }
 
 /* Forget a direction: stop polling its fd (the caller closes the fds afterwards). */
-int shaper_remove(struct shaper *s, int64_t id) {
-    pthread_mutex_lock(&s->lock);
-    struct direction *d = get(s, id);
+int shaper_remove(struct shaper *sh, int64_t id) {
+    struct worker *s;
+    struct direction *d = get(sh, id, &s);
     if (d) {
         unwatch(s, d);
         clear_queue(d, NULL);
         free(d->late);
         free(d);
-        s->dirs[id] = NULL;
+        s->dirs[id / sh->n] = NULL;
     }
     pthread_mutex_unlock(&s->lock);
     return d ? 0 : -ENOENT;
@@ -447,12 +510,12 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* Counters, held frames and the p99/max of the last LATE_SAMPLES lateness values. */
-int shaper_stats(struct shaper *s, int64_t id, struct shaper_stats *out) {
+int shaper_stats(struct shaper *sh, int64_t id, struct shaper_stats *out) {
     int64_t *copy = malloc(LATE_SAMPLES * sizeof *copy);
     if (!copy) return -ENOMEM;
     int64_t n = 0;
-    pthread_mutex_lock(&s->lock);
-    struct direction *d = get(s, id);
+    struct worker *s;
+    struct direction *d = get(sh, id, &s);
     if (d) {
         out->received = d->received;
         out->forwarded = d->forwarded;
@@ -484,44 +547,32 @@ int shaper_stats(struct shaper *s, int64_t id, struct shaper_stats *out) {
     return 0;
 }
 
-/* Copy the process-wide lateness histogram (HIST_BUCKETS counts); `reset` zeroes it. */
-int shaper_histogram(struct shaper *s, uint64_t *counts, uint64_t *n, uint64_t *max,
+/* Sum the workers' lateness histograms (HIST_BUCKETS counts); `reset` zeroes them. */
+int shaper_histogram(struct shaper *sh, uint64_t *counts, uint64_t *n, uint64_t *max,
                      int reset) {
-    pthread_mutex_lock(&s->lock);
-    memcpy(counts, s->hist, sizeof s->hist);
-    *n = s->hist_n;
-    *max = s->hist_max;
-    if (reset) {
-        memset(s->hist, 0, sizeof s->hist);
-        s->hist_n = s->hist_max = 0;
+    memset(counts, 0, HIST_BUCKETS * sizeof *counts);
+    *n = *max = 0;
+    for (int i = 0; i < sh->n; i++) {
+        struct worker *s = sh->w[i];
+        pthread_mutex_lock(&s->lock);
+        for (int b = 0; b < HIST_BUCKETS; b++) counts[b] += s->hist[b];
+        *n += s->hist_n;
+        if (s->hist_max > *max) *max = s->hist_max;
+        if (reset) {
+            memset(s->hist, 0, sizeof s->hist);
+            s->hist_n = s->hist_max = 0;
+        }
+        pthread_mutex_unlock(&s->lock);
     }
-    pthread_mutex_unlock(&s->lock);
     return HIST_BUCKETS;
 }
 
-/* Stop the loop thread and free everything (the caller closes the TAP fds). */
-void shaper_free(struct shaper *s) {
-    if (!s) return;
-    if (s->running) {
-        uint64_t one = 1;
-        if (write(s->stopfd, &one, sizeof one) < 0) { /* the loop still stops on join */ }
-        pthread_join(s->thread, NULL);
-    }
-    for (int64_t i = 0; i < s->ndirs; i++) {
-        if (s->dirs[i]) {
-            clear_queue(s->dirs[i], NULL);
-            free(s->dirs[i]->late);
-            free(s->dirs[i]);
-        }
-    }
-    free(s->dirs);
-    free(s->heap);
-    free(s->scratch);
-    close(s->epfd);
-    close(s->timerfd);
-    close(s->stopfd);
-    free(s);
+/* Stop the loop threads and free everything (the caller closes the TAP fds). */
+void shaper_free(struct shaper *sh) {
+    if (!sh) return;
+    for (int i = 0; i < sh->n; i++) worker_free(sh->w[i]);
+    free(sh);
 }
 
 /* The ABI version the Python binding checks before use. */
-int shaper_abi_version(void) { return 1; }
+int shaper_abi_version(void) { return 3; }
