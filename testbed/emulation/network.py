@@ -28,9 +28,15 @@ from typing import Any
 from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import Host
-from mininet.nodelib import LinuxBridge
 
 from testbed.emulation import links as linkmod
+from testbed.emulation.batched_nodes import (
+    LEAVE_DOWN,
+    BatchedBridge,
+    BatchedHost,
+    finish_config,
+    send,
+)
 from testbed.emulation.cgroups import NodeCgroup
 from testbed.emulation.firewall_guard import guard_bridges
 from testbed.emulation.ledger import Entry, Ledger
@@ -92,7 +98,7 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
     plan = interface_plan(topology, prefix,
                           max_ports if topology.switch == "linuxbridge" else None)
     check_absent(plan.root_names)
-    switch_cls: Any = LinuxBridge
+    switch_cls: Any = BatchedBridge
     controller = None
     if topology.switch == "ovs":
         switch_cls = services.ovs_switch_class()
@@ -112,12 +118,14 @@ def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,
             spec = {**link.to_dict(), "seed": seed * 1000 + index}
             ports = [ledger.intend_interface("link", name, prefix) for name in names
                      if name.startswith(prefix)]
-            created = linkmod.make_link(net, a, b, spec, backend, services.delayer, names)
+            created = linkmod.make_link(net, a, b, spec, backend, services.delayer, names,
+                                        **_raised_later(backend, a, b))
             ledger.confirm_interfaces(ports)
             built.links[f"{link.a}-{link.b}"] = created
         if controller is not None:
             net.addController(controller)
         net.build()
+        finish_config(built.hosts.values())
         net.start()
         ledger.confirm_interfaces(bridges)
         if topology.switch == "linuxbridge":
@@ -151,14 +159,28 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
             host = net.addHost(node.name, cls=services.docker_host_class(),
                                **services.docker_host_params(node))
         else:
-            host = net.addHost(node.name)
+            host = net.addHost(node.name, cls=BatchedHost)
             if node.cpu is not None or node.memory_mb is not None:
                 built.cgroups[node.name] = NodeCgroup(ledger, plan.prefix, node.name,
                                                       node.cpu, node.memory_mb)
         ledger.record_process(host.pid, what=f"mininet host {node.name}", term="SIGHUP")
-        host.cmd(IPV6_OFF)
+        if isinstance(host, BatchedHost):
+            send(host, IPV6_OFF)  # the shells work side by side; collected below
+        else:
+            host.cmd(IPV6_OFF)
         built.hosts[node.name] = host
+    finish_config(built.hosts.values())
     return bridges
+
+
+def _raised_later(backend: str, *ends: Any) -> dict[str, Any]:
+    """Mininet link options that skip raising each end in its own round trip when the
+    end's node raises it in its batch (a batched host or bridge; delayer TAPs only, the
+    netem link class configures its interfaces itself)."""
+    if backend != "userspace":
+        return {}
+    return {f"params{i}": dict(LEAVE_DOWN) for i, end in enumerate(ends, start=1)
+            if isinstance(end, (BatchedHost, BatchedBridge))}
 
 
 def _add_trunks(built: BuiltNetwork, plan: InterfacePlan, ledger: Ledger) -> None:
@@ -170,7 +192,8 @@ def _add_trunks(built: BuiltNetwork, plan: InterfacePlan, ledger: Ledger) -> Non
             ends = [ledger.intend_interface("link", name, plan.prefix)
                     for name in (leaf_end, root_end)]
             built.net.addLink(built.bridges[leaf], root, intfName1=leaf_end,
-                              intfName2=root_end)
+                              intfName2=root_end, params1=dict(LEAVE_DOWN),
+                              params2=dict(LEAVE_DOWN))
             ledger.confirm_interfaces(ends)
 
 
