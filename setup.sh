@@ -14,7 +14,8 @@ DEBS=(python3 python3-venv python3-dev mininet bridge-utils iproute2 iptables et
       iputils-ping iperf iperf3 net-tools docker.io openvswitch-switch openvswitch-common procps
       opencv-doc
       chromium
-      util-linux psmisc kmod)
+      util-linux psmisc kmod
+      gcc libc6-dev)
 
 missing=()
 for pkg in "${DEBS[@]}"; do
@@ -69,4 +70,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
 fi
+# The compiled link shaper (the delayer's fast data path). A failed build is not fatal:
+# it prints one line and the delayer relays frames in Python.
+.venv/bin/python -m testbed.emulation.shaper.build | sed 's/^/setup.sh: /' || true
 echo "setup.sh: ready (.venv/bin/testbed)"

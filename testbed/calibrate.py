@@ -9,8 +9,11 @@
 * TCP throughput with ``iperf3`` (bounded duration) for each bandwidth, with no delay;
 * a baseline row with the link unshaped (delay 0, no bandwidth cap), both quantities.
 
-With the userspace backend each throughput row also reports the delayer's CPU use
-(percent of one core) during the transfer. Its names carry a prefix reserved on the
+Every shaping engine present is measured in turn (``--backend auto``): ``netem`` where the
+kernel has it, the userspace delayer with its compiled data path (``shaper-c``) where that is
+built, and with its Python one (``delayer-py``); each row names its engine. With the
+userspace engines each throughput row also reports the delayer's CPU use (percent of one
+core) during the transfer. Its names carry a prefix reserved on the
 machine like a run's (:func:`testbed.emulation.names.reserve_prefix`, held until its
 ledger is gone), so it never meets a live run's bridge. Every process, bridge and
 interface the calibration creates is recorded in a run ledger (interfaces as intents
@@ -38,10 +41,14 @@ from testbed.emulation.delayer import DelayerClient, start_delayer
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.links import ShapedLink, make_link, set_link_params
 from testbed.emulation.names import reserve_prefix
-from testbed.emulation.shaping import resolve_backend
+from testbed.emulation.shaper import load as load_shaper
+from testbed.emulation.shaping import detect_backend, resolve_backend
 from testbed.errors import EmulationError
 
 IPERF_PORT = 5201
+#: The shaping engines: netem, and the userspace delayer on each of its data paths.
+ENGINES = {"netem": ("netem", None), "shaper-c": ("userspace", "c"),
+           "delayer-py": ("userspace", "python")}
 RTT_RE = re.compile(r"time=([\d.]+) ms")
 
 
@@ -58,10 +65,33 @@ class Pair:
     backend: str
 
 
+def engines_for(requested: str = "auto") -> list[str]:
+    """The engines to calibrate: every one present for ``auto``, the userspace data paths
+    present for ``userspace``, or the one named (refused if it is not present here)."""
+    if requested in ENGINES:
+        backend, data_path = ENGINES[requested]
+        resolve_backend(backend)
+        if data_path == "c" and load_shaper()[0] is None:
+            raise EmulationError(f"shaping engine 'shaper-c' is not built: {load_shaper()[1]}")
+        return [requested]
+    backends = [resolve_backend(requested)] if requested != "auto" else \
+        [*(["netem"] if detect_backend() == "netem" else []), "userspace"]
+    engines = []
+    for backend in backends:
+        if backend == "netem":
+            engines.append("netem")
+        else:
+            engines += [*(["shaper-c"] if load_shaper()[0] is not None else []), "delayer-py"]
+    return engines
+
+
 @contextmanager
 def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
-                 link_spec: Any = None) -> Iterator[Pair]:
+                 link_spec: Any = None, data_path: str | None = None) -> Iterator[Pair]:
     """Build the two-host network, yield it, and remove everything it made on exit.
+
+    ``data_path`` picks the delayer's (``c``, ``python``; None: detection) for the
+    userspace backend.
 
     Without ``prefix``, one is reserved for ``ledger`` (given back when the ledger is
     removed); a given one must be reserved by the caller. Names fit Linux's 15 bytes:
@@ -78,7 +108,7 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
     delayer = None
     try:
         if backend == "userspace":
-            delayer = start_delayer(ledger, workdir)
+            delayer = start_delayer(ledger, workdir, data_path=data_path)
             assert delayer.entry is not None
             entries.append(delayer.entry)
         h1 = net.addHost(f"{prefix}h1", ip="10.0.0.1/24")
@@ -181,30 +211,41 @@ def _row(backend: str, delay: float, bw: float | None, rtts: Sequence[float] | N
 def calibrate(backend: str = "auto", delays_ms: Sequence[float] = (5, 20, 100),
               bws_mbit: Sequence[float] = (10, 100), probes: int = 200,
               iperf_seconds: float = 3.0, ledger: Ledger | None = None) -> list[dict]:
-    """Measure RTT per one-way delay and TCP throughput per bandwidth; one dict per case."""
-    backend = resolve_backend(backend)
+    """Measure RTT per one-way delay and TCP throughput per bandwidth for every engine of
+    :func:`engines_for` ``(backend)``; one dict per case, ``backend`` naming the engine."""
+    engines = engines_for(backend)
     own = ledger is None
     ledger = ledger or Ledger(f"calibrate-{os.getpid()}-{time.time_ns()}")
-    results = []
+    results: list[dict] = []
     try:
-        with pair_network(backend, ledger) as pair:
-            ip2 = pair.h2.IP()
-            cpu_pid = pair.delayer.pid if pair.delayer else None
-            mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger,
-                                   cpu_pid=cpu_pid)
-            results.append(_row(backend, 0.0, None, ping_rtts(pair.h1, ip2, probes), mbit, cpu))
-            for delay in delays_ms:
-                set_link_params(pair.link, delay_ms=float(delay), bw_mbit=None)
-                rtts = ping_rtts(pair.h1, ip2, probes)
-                results.append(_row(backend, float(delay), None, rtts, None, None))
-            for bw in bws_mbit:
-                set_link_params(pair.link, delay_ms=0.0, bw_mbit=float(bw))
-                mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger,
-                                       cpu_pid=cpu_pid)
-                results.append(_row(backend, 0.0, float(bw), None, mbit, cpu))
+        for engine in engines:
+            results += _calibrate_engine(engine, delays_ms, bws_mbit, probes, iperf_seconds,
+                                         ledger)
     finally:
         if own:
             ledger.teardown()
+    return results
+
+
+def _calibrate_engine(engine: str, delays_ms: Sequence[float], bws_mbit: Sequence[float],
+                      probes: int, iperf_seconds: float, ledger: Ledger) -> list[dict]:
+    """The calibration cases of one engine, on a network of its own."""
+    backend, data_path = ENGINES[engine]
+    results = []
+    with pair_network(backend, ledger, data_path=data_path) as pair:
+        ip2 = pair.h2.IP()
+        cpu_pid = pair.delayer.pid if pair.delayer else None
+        mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger, cpu_pid=cpu_pid)
+        results.append(_row(engine, 0.0, None, ping_rtts(pair.h1, ip2, probes), mbit, cpu))
+        for delay in delays_ms:
+            set_link_params(pair.link, delay_ms=float(delay), bw_mbit=None)
+            rtts = ping_rtts(pair.h1, ip2, probes)
+            results.append(_row(engine, float(delay), None, rtts, None, None))
+        for bw in bws_mbit:
+            set_link_params(pair.link, delay_ms=0.0, bw_mbit=float(bw))
+            mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger,
+                                   cpu_pid=cpu_pid)
+            results.append(_row(engine, 0.0, float(bw), None, mbit, cpu))
     return results
 
 

@@ -278,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     stu.set_defaults(fn=_cmd_study)
 
     cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth")
-    cal.add_argument("--backend", choices=("auto", "netem", "userspace"), default="auto")
+    cal.add_argument("--backend", default="auto",
+                     choices=("auto", "netem", "userspace", "shaper-c", "delayer-py"),
+                     help="auto: every shaping engine present; userspace: its data paths")
     cal.add_argument("--probes", type=int, default=200)
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(fn=_cmd_calibrate)

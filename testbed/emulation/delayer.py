@@ -76,7 +76,7 @@ from typing import Any
 
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.netns import setns
-from testbed.emulation.shaper import CShaper
+from testbed.emulation.shaper import LIBRARY, CShaper
 from testbed.emulation.shaper import load as load_shaper
 from testbed.errors import EmulationError
 
@@ -744,15 +744,16 @@ class Delayer:
             pass
 
 
-def choose_data_path(requested: str) -> tuple[CShaper | None, str]:
-    """The compiled shaper for ``auto``/``c`` when its library loads, else None (the Python
-    loop relays); plus the reason, logged in one line. ``c`` refuses to fall back."""
+def choose_data_path(requested: str, library: Path = LIBRARY) -> tuple[CShaper | None, str]:
+    """The compiled shaper (from ``library``) for ``auto``/``c`` when it loads, else None
+    (the Python loop relays); plus the reason, logged in one line. ``c`` refuses to fall
+    back."""
     if requested not in ("auto", *DATA_PATHS):
         raise ValueError(f"data path must be one of {['auto', *DATA_PATHS]}, "
                          f"got {requested!r}")
     shaper, reason = None, "requested"
     if requested != "python":
-        lib, reason = load_shaper()
+        lib, reason = load_shaper(library)
         if lib is not None:
             try:
                 shaper = CShaper(lib, fifo_priority=int(os.environ.get(FIFO_ENV, "50")),

@@ -5,7 +5,9 @@ Two backends emulate a link's one-way delay, jitter, loss and queue cap:
 * ``netem``: the kernel's ``sch_netem`` qdisc (through Mininet's ``TCLink``), available on
   ordinary distribution kernels;
 * ``userspace``: the delayer process of :mod:`testbed.emulation.delayer`, for kernels built
-  without netem (the project's CI machine).
+  without netem (the project's CI machine). Its frames are relayed by the compiled shaper
+  (``shaper-c``) where its library is built, else by the delayer's Python loop
+  (``delayer-py``); :func:`shaping_engine` names the one a run used.
 
 Bandwidth is shaped with HTB in both cases. tc shapes egress only, so both ends of a link
 get a shaper and each direction is limited by the shaper of the interface it leaves.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from typing import Any
 
 from testbed.errors import EmulationError
 
@@ -52,6 +55,16 @@ def resolve_backend(requested: str = "auto") -> str:
         raise EmulationError("link backend 'netem' was requested but this kernel has no "
                              "sch_netem (tc netem qdisc); use 'userspace' or 'auto'")
     return requested
+
+
+def shaping_engine(backend: str, delayer: Any = None) -> str:
+    """What shaped a run's links: ``netem``, or the delayer's data path (``shaper-c`` or
+    ``delayer-py``, as its ``ping`` reports it) for the userspace backend."""
+    if backend != "userspace":
+        return backend
+    if delayer is None:
+        raise EmulationError("the userspace link backend needs a running delayer")
+    return str(delayer.ping()["data_path"])
 
 
 def htb_commands(ifname: str, bw_mbit: float) -> list[str]:

@@ -44,6 +44,8 @@ def test_continuum_compares_policies_on_one_trace(run_scenario) -> None:
         assert (edge.network_s > 0.0059).all()
     meta = run.metadata
     assert meta["shaping_backend"] in ("netem", "userspace")
+    assert meta["shaping_engine"] in ({"netem"} if meta["shaping_backend"] == "netem"
+                                      else {"shaper-c", "delayer-py"})
     assert meta["machine"]["kernel"]
     assert meta["trace"]["n"] == len(tasks)
     assert meta["scenario"]["duration"] == 12

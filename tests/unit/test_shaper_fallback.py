@@ -1,0 +1,59 @@
+"""Choosing the delayer's data path: the compiled shaper when its library loads, else the
+Python loop with the reason, and a refusal when the compiled one is demanded but missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation.delayer import DATA_PATHS, choose_data_path
+from testbed.emulation.shaper import load
+from testbed.emulation.shaper.build import build
+from testbed.errors import EmulationError
+
+
+def test_a_missing_library_falls_back_with_the_reason(tmp_path: Path) -> None:
+    missing = tmp_path / "libtbshaper.so"
+    reason = (f"{missing} is not built (setup.sh builds it: "
+              "python -m testbed.emulation.shaper.build)")
+    assert load(missing) == (None, reason)
+    shaper, reason = choose_data_path("auto", library=missing)
+    assert shaper is None and "is not built" in reason
+
+
+def test_a_broken_library_falls_back_with_the_reason(tmp_path: Path) -> None:
+    broken = tmp_path / "libtbshaper.so"
+    broken.write_bytes(b"\x7fELF not really a shared object")
+    shaper, reason = choose_data_path("auto", library=broken)
+    assert shaper is None and "does not load" in reason
+
+
+def test_the_compiled_path_demanded_but_missing_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(EmulationError, match="compiled shaper was requested"):
+        choose_data_path("c", library=tmp_path / "nothing.so")
+
+
+def test_python_is_used_when_asked_even_if_the_library_loads(tmp_path: Path) -> None:
+    built = build(tmp_path / "libtbshaper.so")
+    assert load(built)[0] is not None
+    assert choose_data_path("python", library=built) == (None, "requested")
+
+
+def test_the_built_library_is_chosen_and_runs_its_thread(tmp_path: Path) -> None:
+    shaper, reason = choose_data_path("auto", library=build(tmp_path / "libtbshaper.so"))
+    try:
+        assert shaper is not None and reason.startswith("loaded ")
+        assert shaper.threads() == 1
+        assert shaper.histogram(reset=False).n == 0
+        with pytest.raises(OSError, match="no direction 7"):
+            shaper.stats(7)
+    finally:
+        if shaper is not None:
+            shaper.close()
+    assert set(DATA_PATHS.values()) == {"shaper-c", "delayer-py"}
+
+
+def test_bad_data_path_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="data path must be one of"):
+        choose_data_path("rust")
