@@ -62,7 +62,8 @@ class TargetState:
     service_rate: float  # mu per worker, tasks per model-second, speed factor included
     arrival_rate: float  # tier's own arrival rate over a sliding window, all clients
     delay_s: float  # observed communication delay (request + response), physical seconds
-    age_s: float  # how old this state was when the decision used it (wall seconds)
+    age_s: float  # how old this state was when the decision used it (wall seconds); nan
+    #               for a policy that reads no ages (``Policy.reads_age``) in the simulator
     speed: float | None = None  # the tier's speed factor (size / speed = service time)
     backlog: Backlog | None = None  # exact work at the tier; only for needs_true_state
 
@@ -109,7 +110,10 @@ class Policy(ABC):
     returns. A policy that declares ``False`` reads them only during the call, so the
     simulator shows it the same objects at every decision, updated in place beforehand
     to exactly the values fresh ones would hold (building them per decision costs more
-    than most policies' own work).
+    than most policies' own work). ``reads_age`` (a class attribute) says whether
+    :meth:`choose` reads :attr:`TargetState.age_s`, the one field that changes at every
+    decision; a policy that keeps no views and declares ``False`` is shown ``age_s =
+    nan`` by the simulator, which then need not compute it.
     """
 
     seed: int = 0
@@ -117,6 +121,7 @@ class Policy(ABC):
     sees_sizes: bool = field(default=False, init=False)
     needs_true_state: bool = field(default=False, init=False)
     keeps_views: ClassVar[bool] = True
+    reads_age: ClassVar[bool] = True
 
     @abstractmethod
     def choose(self, task: TaskInfo, view: View) -> Decision:

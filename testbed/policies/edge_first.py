@@ -47,6 +47,7 @@ class EdgeFirstPolicy(Policy):
     threshold: int | None = None
     name: str = field(default="edge-first", init=False)
     keeps_views: ClassVar[bool] = False
+    reads_age: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         """Check ``spill`` and ``threshold`` (a whole number of queued tasks, >= 0)."""

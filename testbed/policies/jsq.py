@@ -52,6 +52,7 @@ class JSQPolicy(Policy):
     normalise: str = "none"
     name: str = field(default="jsq", init=False)
     keeps_views: ClassVar[bool] = False
+    reads_age: ClassVar[bool] = False
     # One immutable Decision per target name, reused (a jsq decision carries no estimate).
     _decisions: dict[str, Decision] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
@@ -90,6 +91,7 @@ class JSQScaledPolicy(Policy):
 
     name: str = field(default="jsq-s", init=False)
     keeps_views: ClassVar[bool] = False
+    reads_age: ClassVar[bool] = False
 
     def choose(self, task: TaskInfo, view: View) -> Decision:
         """Pick the smallest :func:`drain_time` (ties: lowest ``delay_s``, then name)."""

@@ -163,6 +163,7 @@ class QueueAwarePolicy(Policy):
                                                             compare=False)
     _own_rates: bool = field(init=False, repr=False, compare=False)
     keeps_views: ClassVar[bool] = False
+    reads_age: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         """Validate the parameters and create the policy's own random stream."""

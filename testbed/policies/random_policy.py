@@ -46,6 +46,7 @@ class RandomPolicy(Policy):
     weights: str = "uniform"
     name: str = field(default="random", init=False)
     keeps_views: ClassVar[bool] = False
+    reads_age: ClassVar[bool] = False
     _rng: np.random.Generator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

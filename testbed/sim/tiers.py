@@ -404,14 +404,14 @@ class Simulation:
                 promote_seen(k, now)
             reuse = shared[k]
             if reuse is not None:  # the client's objects, updated in place
-                view, states, info, targets_of = reuse
-                for p, state in targets_of:
+                view, states, info, aged, view_fields, info_fields = reuse
+                for p, state in aged:
                     _set_attr(state, "age_s", (now - seen_at[p]) * inv_k)
-                _set_attr(view, "now", now)
-                _set_attr(info, "task_id", task_ids[i])
-                _set_attr(info, "arrival", now)
+                view_fields["now"] = now
+                info_fields["task_id"] = task_ids[i]
+                info_fields["arrival"] = now
                 if sees_sizes[k]:
-                    _set_attr(info, "size", size[i])
+                    info_fields["size"] = size[i]
             else:
                 if true_state[k]:
                     states = true_view(k, now)
@@ -441,7 +441,7 @@ class Simulation:
                     f"{task_ids[i]}; targets: {', '.join(states)}")
             col_route[i] = p
             col_decision[i] = took / 1000.0
-            col_age[i] = states[target].age_s
+            col_age[i] = 0.0 if true_state[k] else (now - seen_at[p]) * inv_k
             estimate = decision.estimate_s
             if estimate is not None:
                 col_estimate[i] = estimate
@@ -478,30 +478,35 @@ class Simulation:
                     earliest = pend[0]
         self.c_next_answer[k] = earliest
 
-    def _shared_view(self, k: int) -> tuple[View, dict[str, TargetState], TaskInfo,
-                                            list[tuple[int, TargetState]]] | None:
-        """Client ``k``'s one View, targets mapping and TaskInfo, and each route's
-        TargetState, if its policy keeps no views (``keeps_views``) and reads the
-        observed state.
+    def _shared_view(self, k: int) -> tuple[
+            View, dict[str, TargetState], TaskInfo, list[tuple[int, TargetState]],
+            dict[str, object], dict[str, object]] | None:
+        """Client ``k``'s one View, targets mapping and TaskInfo, if its policy keeps no
+        views (``keeps_views``) and reads the observed state; with the route of each
+        TargetState whose ``age_s`` the policy reads, and the view's and task's fields.
 
-        The objects are built once through their constructors (whose instances read
-        their fields faster than ones given a ``__dict__``); :meth:`_promote` updates a
-        target's fields when a poll answer arrives and each decision sets ``age_s``, the
-        view's ``now`` and the task's fields, so they hold exactly what fresh ones would.
+        Each route's :class:`TargetState` is built once through its constructor (its
+        instances read their fields faster than ones given a ``__dict__``);
+        :meth:`_promote` updates it when a poll answer arrives, and each decision sets
+        ``age_s`` (``nan`` for a policy that reads no ages, ``reads_age``), the view's
+        ``now`` and the task's fields, so the objects hold what fresh ones would.
         """
         policy = self.policies[k]
         if policy.keeps_views or policy.needs_true_state:
             return None
         states: dict[str, TargetState] = {}
-        targets_of = []
+        aged = []
         for p, name in self.c_names[k]:
             state = states[name] = TargetState(**self.r_state[p])
             self.r_shared[p] = state
-            targets_of.append((p, state))
+            if policy.reads_age:
+                aged.append((p, state))
+            else:
+                _set_attr(state, "age_s", _NAN)
         client = self.client_names[k]
         view = View(now=0.0, client=client, targets=states)
         info = TaskInfo(task_id=0, client=client, arrival=0.0, size=None)
-        return view, states, info, targets_of
+        return view, states, info, aged, vars(view), vars(info)
 
     def _deliver(self, k: int, now: float) -> None:
         """Hand client ``k``'s policy every outcome whose response it has seen by ``now``."""

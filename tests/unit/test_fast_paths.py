@@ -11,7 +11,8 @@
   printed like and as immutable as normally built ones.
 * a policy that keeps no views (``keeps_views = False``) is shown the same objects at
   every decision, updated in place: checked equal, decision by decision, to the fresh
-  ones a keeping policy gets, with the same results.
+  ones a keeping policy gets (``age_s`` nan if it declares ``reads_age = False``), with
+  the same results.
 """
 
 from __future__ import annotations
@@ -163,10 +164,24 @@ class Snapshotter(Policy):
         return Decision(min(view.targets), None)
 
 
-def test_views_updated_in_place_hold_what_fresh_ones_would() -> None:
+@dataclass
+class AgelessSnapshotter(Snapshotter):
+    """A :class:`Snapshotter` that declares it reads no ages."""
+
+    reads_age: ClassVar[bool] = False
+
+
+def without_ages(view: View) -> View:
+    """``view`` with every target's ``age_s`` set to 0."""
+    return dataclasses.replace(view, targets={
+        name: dataclasses.replace(t, age_s=0.0) for name, t in view.targets.items()})
+
+
+@pytest.mark.parametrize("policy", [Snapshotter, AgelessSnapshotter])
+def test_views_updated_in_place_hold_what_fresh_ones_would(policy: type[Snapshotter]) -> None:
     """A policy with ``keeps_views = False`` is shown the same objects each time, updated
-    in place; at every decision they equal the fresh ones a keeping policy gets, and
-    the replay's results are the same."""
+    in place; at every decision they equal the fresh ones a keeping policy gets (but for
+    ``age_s``, nan when it reads no ages), and the replay's results are the same."""
     data = load_scenario("continuum").resolved()
     data["duration"] = 60.0
     scenario = scenario_from_dict(data)
@@ -178,12 +193,15 @@ def test_views_updated_in_place_hold_what_fresh_ones_would() -> None:
                [t.arrival for t in tasks], [t.size for t in tasks])
     keepers = [Keeper() for _ in model.clients]
     fresh = Simulation(model, *columns, keepers, seed=3).run()
-    snapshotters = [Snapshotter() for _ in model.clients]
+    snapshotters = [policy() for _ in model.clients]
     shared = Simulation(model, *columns, snapshotters, seed=3).run()
     for keeper, snapshotter in zip(keepers, snapshotters, strict=True):
         assert len(snapshotter.shown) == len(keeper.shown) > 100
         for (task, view), (task_copy, view_copy) in zip(keeper.shown, snapshotter.shown,
                                                         strict=True):
+            if not policy.reads_age:
+                assert all(math.isnan(t.age_s) for t in view_copy.targets.values())
+                view, view_copy = without_ages(view), without_ages(view_copy)
             assert task == task_copy and view == view_copy
             assert repr(view) == repr(view_copy)
     for column in ("route", "server_arrival", "start", "end", "seen", "network",
