@@ -220,23 +220,27 @@ class QueueAwarePolicy(Policy):
             rates = self.arrival_rates(view, able) if able else []
         memo = self._memo
         ranked = []  # (score, decision) of each target able to serve, in name order
-        best, best_score = 0, math.inf
+        best, best_score = None, math.inf
         for key in order:
             target = targets[key]
-            if target.active > 0 and target.service_rate > 0:
+            active, rate = target.active, target.service_rate
+            if active > 0 and rate > 0:
                 lam = target.arrival_rate if rates is None else rates[len(ranked)]
-                memo_key = (target.name, target.queue, target.active, target.c,
-                            target.service_rate, target.delay_s, lam)
+                memo_key = (target.name, target.queue, active, target.c, rate,
+                            target.delay_s, lam)
                 known = memo.get(memo_key) or self._rank(target, lam, memo_key)
-                if known[0] < best_score:
-                    best, best_score = len(ranked), known[0]
+                score = known[0]
+                if score < best_score:
+                    best, best_score = known, score
+                elif best is None:  # every score so far infinite: the first one
+                    best = known
                 ranked.append(known)
-        if not ranked:
+        if best is None:
             return Decision(least_loaded(serving_targets(view)).name, None)
         uniforms = self._uniforms
         if (uniforms.pop() if uniforms else self._uniform()) < self.epsilon:
-            best = min(int(self._uniform() * len(ranked)), len(ranked) - 1)
-        return ranked[best][1]
+            best = ranked[min(int(self._uniform() * len(ranked)), len(ranked) - 1)]
+        return best[1]
 
     def _rank(self, target: TargetState, lam: float,
               key: tuple[str, int, int, int, float, float, float]) -> tuple[float, Decision]:
@@ -294,9 +298,13 @@ class HybridPolicy(QueueAwarePolicy):
         return blend_weight(target.queue, target.c)
 
     def wait(self, target: TargetState, lam: float) -> float:
-        """``(1 - beta) W_model + beta W_queue``."""
+        """``(1 - beta) W_model + beta W_queue`` (``W_model``, which then has no weight, is
+        not computed when ``beta >= 1``)."""
+        beta = self.weight(target)
         w_queue = queue_wait(target.queue, target.active, target.service_rate)
-        return blend(self.weight(target), self.w_model(target, lam), w_queue)
+        if beta >= 1.0:
+            return w_queue
+        return blend(beta, self.w_model(target, lam), w_queue)
 
 
 @dataclass

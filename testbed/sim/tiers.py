@@ -361,13 +361,14 @@ class Simulation:
         arrival, t_client, task_ids, size = self.arrival, self.t_client, self.task_ids, self.size
         policies, obs, client_names, c_names = self.policies, self.obs, self.client_names, \
             self.c_names
-        # What a client's policy is fixed to for the whole replay, hoisted per client.
-        chooses = [policy.choose for policy in policies]
-        true_state = [policy.needs_true_state for policy in policies]
-        sees_sizes = [policy.sees_sizes for policy in policies]
-        shared = [self._shared_view(k) for k in range(len(policies))]
-        r_state, seen_at, route_of, next_answer = self.r_state, self.r_seen_at, \
-            self.route_of, self.c_next_answer
+        # Per client, what is fixed for the whole replay: its shared view objects (all
+        # None unless the policy keeps no views), the policy's bound choose, its routes
+        # by target name and whether it sees sizes and needs the true state.
+        plans = [(*(self._shared_view(k) or (None,) * 6), policy.choose, self.route_of[k],
+                  policy.sees_sizes, policy.needs_true_state)
+                 for k, policy in enumerate(policies)]
+        observed = any(self.observing)
+        r_state, seen_at, next_answer = self.r_state, self.r_seen_at, self.c_next_answer
         r_up, r_var, r_base = self.r_up, self.r_var, self.r_base
         res = self.res
         col_route, col_decision, col_age, col_estimate, col_network = \
@@ -379,7 +380,7 @@ class Simulation:
         now = arrival[0] if n else _INF
         handled = 0
         while True:
-            if heap and heap[0][0] <= now:
+            while heap and heap[0][0] <= now:
                 t, kind, x = heappop(heap)
                 handled += 1
                 if kind == _COMPLETE:
@@ -392,28 +393,28 @@ class Simulation:
                     self._apply(t, x)
                 else:
                     self._leave_end(t, x)
-                continue
             if i == n:
                 break
             # Task i arrives at ``now``: place it and send it.
             k = t_client[i]
-            queue = obs[k]
-            if queue and queue[0][0] <= now:
-                self._deliver(k, now)
-            if not true_state[k] and next_answer[k] <= now:
+            if observed:
+                queue = obs[k]
+                if queue and queue[0][0] <= now:
+                    self._deliver(k, now)
+            if next_answer[k] <= now:
                 promote_seen(k, now)
-            reuse = shared[k]
-            if reuse is not None:  # the client's objects, updated in place
-                view, states, info, aged, view_fields, info_fields = reuse
+            (view, states, info, aged, view_fields, info_fields, choose, routes, sees_sizes,
+             true_state) = plans[k]
+            if view is not None:  # the client's objects, updated in place
                 for p, state in aged:
                     _set_attr(state, "age_s", (now - seen_at[p]) * inv_k)
                 view_fields["now"] = now
                 info_fields["task_id"] = task_ids[i]
                 info_fields["arrival"] = now
-                if sees_sizes[k]:
+                if sees_sizes:
                     info_fields["size"] = size[i]
             else:
-                if true_state[k]:
+                if true_state:
                     states = true_view(k, now)
                 else:  # the targets as the client last observed them, seen at ``now``
                     states = {}
@@ -429,19 +430,19 @@ class Simulation:
                 info = _new(TaskInfo)
                 _set_attr(info, "__dict__", {"task_id": task_ids[i], "client": client,
                                              "arrival": now,
-                                             "size": size[i] if sees_sizes[k] else None})
+                                             "size": size[i] if sees_sizes else None})
             began = clock()
-            decision = chooses[k](info, view)
+            decision = choose(info, view)
             took = clock() - began
             target = decision.target
-            p = route_of[k].get(target)
+            p = routes.get(target)
             if p is None:
                 raise TestbedError(
                     f"policy {policies[k].name!r} chose unknown target {target!r} for task "
                     f"{task_ids[i]}; targets: {', '.join(states)}")
             col_route[i] = p
             col_decision[i] = took / 1000.0
-            col_age[i] = 0.0 if true_state[k] else (now - seen_at[p]) * inv_k
+            col_age[i] = 0.0 if true_state else (now - seen_at[p]) * inv_k
             estimate = decision.estimate_s
             if estimate is not None:
                 col_estimate[i] = estimate
@@ -712,7 +713,8 @@ class Simulation:
         answer = (len(s.queue), s.busy, s.active, self._rate(s, now), now)
         self.pending[p] = (seen, d_req + d_resp, answer)
         k = self.r_client[p]
-        self.c_next_answer[k] = min(self.c_next_answer[k], seen)
+        if not self.policies[k].needs_true_state:  # its view is never the polled one
+            self.c_next_answer[k] = min(self.c_next_answer[k], seen)
         self._schedule_poll(p, max(send + self.poll_every, seen))
 
     # ------------------------------------------------------------------- events
