@@ -369,8 +369,9 @@ class EmulatedTopology:
     def wait_services(self, names: list[str] | None = None) -> float:
         """Wait until every (or each named) service answers ``/health`` on its own host."""
         took = 0.0
+        wanted = None if names is None else set(names)
         for svc in self.scenario.services:
-            if names is not None and svc.name not in names:
+            if wanted is not None and svc.name not in wanted:
                 continue
             host = self.net.hosts[svc.node]
             took += wait_http_ok(host.pid, [f"http://127.0.0.1:{svc.port}/health"],
