@@ -757,7 +757,7 @@ def choose_data_path(requested: str, library: Path = LIBRARY) -> tuple[CShaper |
         if lib is not None:
             try:
                 shaper = CShaper(lib, fifo_priority=int(os.environ.get(FIFO_ENV, "50")),
-                                 spin_ns=int(float(os.environ.get(SPIN_ENV, "50")) * 1000),
+                                 spin_ns=int(float(os.environ.get(SPIN_ENV, "30")) * 1000),
                                  threads=int(os.environ.get(THREADS_ENV, "1")))
             except OSError as exc:
                 reason = str(exc)

@@ -38,6 +38,12 @@
 #define BIG_FRAME (65536 + 1024)
 #define SMALL_FRAME 4096
 #define READ_BATCH 64
+#define POOL_MAX 1024
+/* Polling may use at most this share of the thread's time (a token bucket holding at most
+ * SPIN_BURST_NS): a SCHED_FIFO thread busy for 95 % of a second is throttled by the kernel
+ * for the rest of it, which would stall every link. */
+#define SPIN_SHARE 0.5
+#define SPIN_BURST_NS 2000000
 #define MAX_EVENTS 256
 #define EV_STOP UINT64_MAX
 #define EV_TIMER (UINT64_MAX - 1)
@@ -47,6 +53,7 @@ struct frame {
     struct frame *next;
     int64_t due;
     uint32_t len;
+    uint32_t big; /* a BIG_FRAME buffer, recycled through the worker's pool */
     unsigned char data[];
 };
 
@@ -88,7 +95,9 @@ struct worker {
     int sched_prio;
     int64_t spin_ns; /* poll instead of sleeping when the next release is this close */
     int sched_result; /* 0 other, >0 fifo priority obtained, -errno on refusal */
-    unsigned char *scratch;
+    struct frame *scratch; /* the big buffer the next read lands in */
+    struct frame *pool; /* free big buffers: reused, so a 64 KB frame costs no page faults */
+    int pool_n;
 };
 
 struct shaper_stats {
@@ -161,11 +170,33 @@ static struct heap_item heap_pop(struct worker *s) {
     return top;
 }
 
-static void clear_queue(struct direction *d, uint64_t *counter) {
+static struct frame *big_alloc(struct worker *s) {
+    struct frame *f = s->pool;
+    if (f) {
+        s->pool = f->next;
+        s->pool_n--;
+        return f;
+    }
+    f = malloc(BIG_FRAME);
+    if (f) f->big = 1;
+    return f;
+}
+
+static void frame_free(struct worker *s, struct frame *f) {
+    if (f->big && s->pool_n < POOL_MAX) {
+        f->next = s->pool;
+        s->pool = f;
+        s->pool_n++;
+    } else {
+        free(f);
+    }
+}
+
+static void clear_queue(struct worker *s, struct direction *d, uint64_t *counter) {
     struct frame *f = d->head;
     while (f) {
         struct frame *next = f->next;
-        free(f);
+        frame_free(s, f);
         f = next;
     }
     if (counter) *counter += d->held;
@@ -196,8 +227,7 @@ static void emit(struct worker *s, struct direction *d, const unsigned char *dat
 
 static void read_direction(struct worker *s, int64_t id, struct direction *d) {
     for (int i = 0; i < READ_BATCH; i++) {
-        ssize_t n = read(d->src_fd, s->scratch + FRAME_HDR,
-                         BIG_FRAME - FRAME_HDR);
+        ssize_t n = read(d->src_fd, s->scratch->data, BIG_FRAME - FRAME_HDR);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) return;
             d->read_errors++; /* the device vanished under us: stop polling it */
@@ -228,19 +258,19 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
         if (release < d->last_release) release = d->last_release;
         d->last_release = release;
         if (release <= now && !d->head) {
-            emit(s, d, s->scratch + FRAME_HDR, (uint32_t)n, release);
+            emit(s, d, s->scratch->data, (uint32_t)n, release);
             continue;
         }
         struct frame *f;
         if (n <= SMALL_FRAME) {
             f = malloc(sizeof *f + n);
             if (!f) { d->dropped_queue++; continue; }
-            memcpy(f->data, s->scratch + FRAME_HDR, n);
-        } else { /* hand the scratch buffer over, shrunk in place, and take a new one */
-            unsigned char *fresh = malloc(BIG_FRAME);
+            f->big = 0;
+            memcpy(f->data, s->scratch->data, n);
+        } else { /* queue the scratch buffer itself and read the next frame into another */
+            struct frame *fresh = big_alloc(s);
             if (!fresh) { d->dropped_queue++; continue; }
-            f = realloc(s->scratch, FRAME_HDR + n);
-            if (!f) f = (struct frame *)s->scratch;
+            f = s->scratch;
             s->scratch = fresh;
         }
         f->next = NULL;
@@ -268,7 +298,7 @@ static void release_due(struct worker *s) {
             if (!d->head) d->tail = NULL;
             d->held--;
             emit(s, d, f->data, f->len, f->due);
-            free(f);
+            frame_free(s, f);
         }
         if (d->head) {
             d->scheduled = d->head->due;
@@ -278,15 +308,17 @@ static void release_due(struct worker *s) {
         }
         now = now_ns();
     }
-    int64_t next = s->heap_n ? s->heap[0].due : -1;
-    if (next >= 0 && next != s->armed_at) {
-        struct itimerspec spec = {0};
-        int64_t at = next > 0 ? next : 1;
-        spec.it_value.tv_sec = at / 1000000000LL;
-        spec.it_value.tv_nsec = at % 1000000000LL;
-        timerfd_settime(s->timerfd, TFD_TIMER_ABSTIME, &spec, NULL);
-        s->armed_at = next;
-    }
+}
+
+/* Arm the timer at absolute time `at` (CLOCK_MONOTONIC ns) unless it already is. */
+static void arm(struct worker *s, int64_t at) {
+    if (at == s->armed_at) return;
+    struct itimerspec spec = {0};
+    int64_t when = at > 0 ? at : 1;
+    spec.it_value.tv_sec = when / 1000000000LL;
+    spec.it_value.tv_nsec = when % 1000000000LL;
+    timerfd_settime(s->timerfd, TFD_TIMER_ABSTIME, &spec, NULL);
+    s->armed_at = at;
 }
 
 static void *loop(void *arg) {
@@ -294,9 +326,14 @@ static void *loop(void *arg) {
     struct epoll_event evs[MAX_EVENTS];
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     int timeout = -1;
+    int64_t tokens = SPIN_BURST_NS, last = now_ns();
     for (;;) {
         int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
         if (n < 0 && errno != EINTR) break;
+        int64_t t = now_ns();
+        tokens += (int64_t)((t - last) * SPIN_SHARE) - (timeout == 0 && n == 0 ? t - last : 0);
+        if (tokens > SPIN_BURST_NS) tokens = SPIN_BURST_NS;
+        last = t;
         pthread_mutex_lock(&s->lock);
         for (int i = 0; i < n; i++) {
             uint64_t key = evs[i].data.u64;
@@ -314,9 +351,14 @@ static void *loop(void *arg) {
             if (d && d->watched) read_direction(s, (int64_t)key, d);
         }
         if (s->heap_n) release_due(s);
-        /* A release due within spin_ns is awaited by polling (epoll_wait with no timeout)
-         * rather than by sleeping: waking an idle (virtual) CPU costs tens of us. */
-        timeout = s->heap_n && s->heap[0].due - now_ns() <= s->spin_ns ? 0 : -1;
+        /* Waking an idle (virtual) CPU costs tens of us, so the timer fires spin_ns before
+         * the next release and the rest of the wait is polling (epoll_wait, no timeout). */
+        timeout = -1;
+        if (s->heap_n) {
+            int64_t lead = tokens > 0 ? s->spin_ns : 0;
+            if (s->heap[0].due - now_ns() <= lead) timeout = 0;
+            else arm(s, s->heap[0].due - lead);
+        }
         pthread_mutex_unlock(&s->lock);
     }
     return NULL;
@@ -341,10 +383,15 @@ static void worker_free(struct worker *s) {
     }
     for (int64_t i = 0; i < s->ndirs; i++) {
         if (s->dirs[i]) {
-            clear_queue(s->dirs[i], NULL);
+            clear_queue(s, s->dirs[i], NULL);
             free(s->dirs[i]->late);
             free(s->dirs[i]);
         }
+    }
+    while (s->pool) {
+        struct frame *next = s->pool->next;
+        free(s->pool);
+        s->pool = next;
     }
     free(s->dirs);
     free(s->heap);
@@ -362,7 +409,7 @@ static struct worker *worker_new(int fifo_prio, int64_t spin_ns) {
     s->armed_at = -1;
     s->sched_prio = fifo_prio;
     s->spin_ns = spin_ns;
-    s->scratch = malloc(BIG_FRAME);
+    s->scratch = big_alloc(s);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -483,7 +530,7 @@ int shaper_set_up(struct shaper *sh, int64_t id, int up) {
     struct direction *d = get(sh, id, &s);
     if (d) {
         d->up = up;
-        if (!up) clear_queue(d, &d->dropped_down);
+        if (!up) clear_queue(s, d, &d->dropped_down);
     }
     pthread_mutex_unlock(&s->lock);
     return d ? 0 : -ENOENT;
@@ -495,7 +542,7 @@ int shaper_remove(struct shaper *sh, int64_t id) {
     struct direction *d = get(sh, id, &s);
     if (d) {
         unwatch(s, d);
-        clear_queue(d, NULL);
+        clear_queue(s, d, NULL);
         free(d->late);
         free(d);
         s->dirs[id / sh->n] = NULL;
