@@ -18,7 +18,9 @@ or by the Python loop (``delayer-py``). Measured in one run:
 * TCP goodput with ``iperf3`` through one delayed link and through three, each against
   the same path of plain veths.
 
-Run it with ``flock /tmp/bench.lock python -m tests.bench.bench_shaper [--quick]``.
+Every figure is paired with its peer in the same run and printed with the load average
+beside it: other work on the machine moves them a lot. TCP is the median of interleaved
+rounds. Run it with ``python -m tests.bench.bench_shaper [--quick]`` (as root).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -58,6 +61,7 @@ class Path_:
     pids: list[int]
     dst_ip: str
     entries: list[Any] = field(default_factory=list)
+    link_ids: list[str] = field(default_factory=list)
 
 
 class Lab:
@@ -100,12 +104,14 @@ class Lab:
         pids = [self.netns(entries) for _ in range(hops + 1)]
         self._n += 1
         tag = f"{self.sandbox.prefix}{self._n}"
+        link_ids: list[str] = []
         for i in range(hops):
             a, b = f"{tag}l{i}a", f"{tag}l{i}b"
             if delayer is None:
                 self.sh(pids[i], f"ip link add {a} type veth peer name {b} netns {pids[i + 1]}")
             else:
-                delayer.add_link(f"{tag}-l{i}", (pids[i], a), (pids[i + 1], b),
+                link_ids.append(f"{tag}-l{i}")
+                delayer.add_link(link_ids[-1], (pids[i], a), (pids[i + 1], b),
                                  delay_ms=DELAY_MS)
             net = f"10.{200 + self._n % 50}.{i}"
             self.sh(pids[i], f"ip addr add {net}.1/24 dev {a} && ip link set {a} up")
@@ -122,14 +128,9 @@ class Lab:
                         self.sh(pids[i], f"ip route add {subnet}.0/24 via {right}.2")
                     elif j < i - 1:
                         self.sh(pids[i], f"ip route add {subnet}.0/24 via {left}.1")
-        path = Path_(pids, f"{last}.2", entries)
+        path = Path_(pids, f"{last}.2", entries, link_ids)
         self.sh(pids[0], f"ping -n -c 1 -W 5 {path.dst_ip}")  # ARP out of the way
         return path
-
-    def drop(self, path: Path_) -> None:
-        """End the path's namespaces (their veths and routes vanish with them)."""
-        for entry in reversed(path.entries):
-            self.ledger.release(entry)
 
     # -- load ------------------------------------------------------------------------------
     def udp(self, path: Path_, rate: float, seconds: float) -> dict[str, float]:
@@ -240,64 +241,81 @@ def accurate(steps: list[dict[str, Any]], limit_us: float) -> float:
     return max(good, default=0.0)
 
 
-def measure_data_path(lab: Lab, name: str, quick: bool, ceiling: float,
-                      progress: Any) -> dict[str, Any]:
-    """Frame-rate ladder and TCP (1 and 3 hops) through delayers on ``name``'s data path."""
-    from testbed.emulation.delayer import start_delayer
+def _load() -> float:
+    """The 1-minute load average (other work on the machine skews every figure here)."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
-    seconds, tcp_s = (0.6, 2.0) if quick else (1.0, 3.0)
-    delayer = start_delayer(lab.ledger, lab.sandbox.workdir / name, data_path=DATA_PATHS[name])
-    out: dict[str, Any] = {"scheduling": delayer.ping()["scheduling"]}
-    try:
-        one = lab.path(1, delayer)
-        link_id = f"{lab.sandbox.prefix}{lab._n}-l0"
-        progress(f"  {name}: frame-rate ladder over one {DELAY_MS:g} ms link "
-                 f"({delayer.ping()['scheduling']})")
-        out["steps"] = sweep(lab, one, delayer, link_id, seconds, ceiling, progress)
-        out["accurate_fps"] = accurate(out["steps"], LATE_LIMIT_US)
-        out["accurate_fps_0.7ms"] = accurate(out["steps"], PY_LATE_LIMIT_US)
-        cpu0, t0 = _cpu_s(delayer.pid), time.monotonic()
-        out["tcp_1hop_mbit"] = lab.tcp(one, tcp_s)
-        out["tcp_1hop_cpu_pct"] = 100 * (_cpu_s(delayer.pid) - cpu0) / (time.monotonic() - t0)
-        lab.drop(one)
-        three = lab.path(3, delayer)
-        out["tcp_3hop_mbit"] = lab.tcp(three, tcp_s)
-        lab.drop(three)
-        progress(f"  {name}: accurate {out['accurate_fps']:,.0f} frames/s, TCP 1 hop "
-                 f"{out['tcp_1hop_mbit']:,.0f} Mbit/s (delayer CPU "
-                 f"{out['tcp_1hop_cpu_pct']:.0f} %), 3 hops {out['tcp_3hop_mbit']:,.0f} Mbit/s")
-    finally:
-        delayer.stop()
-    return out
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
 
 
 def run(quick: bool, progress: Any = print) -> dict[str, Any]:
-    """Measure veth, the compiled shaper and the Python delayer in one run."""
+    """Measure veth, the compiled shaper and the Python delayer in one run.
+
+    Every path exists at once (both delayers running, the idle one costs nothing), so the
+    TCP transfers interleave veth, compiled and Python in rounds and each ratio pairs
+    transfers made minutes apart at most; the figures are medians over the rounds.
+    """
+    from testbed.emulation.delayer import start_delayer
     from testbed.emulation.shaper.build import build
 
-    result: dict[str, Any] = {"delay_ms": DELAY_MS, "late_limit_us": LATE_LIMIT_US}
+    seconds, tcp_s, rounds = (0.6, 2.0, 1) if quick else (1.0, 3.0, 2)
+    result: dict[str, Any] = {"delay_ms": DELAY_MS, "late_limit_us": LATE_LIMIT_US,
+                              "load_start": _load()}
+    names = list(DATA_PATHS)
     try:
         build()
     except (RuntimeError, OSError) as exc:
         result["build_error"] = str(exc)
+        names.remove("shaper-c")
     with Sandbox("shaper") as sandbox:
         lab = Lab(sandbox)
-        seconds, tcp_s = (0.6, 2.0) if quick else (1.0, 3.0)
-        one = lab.path(1)
-        veth = lab.udp(one, 0, seconds)
-        veth["tcp_1hop_mbit"] = lab.tcp(one, tcp_s)
-        lab.drop(one)
-        three = lab.path(3)
-        veth["tcp_3hop_mbit"] = lab.tcp(three, tcp_s)
-        lab.drop(three)
+        delayers = {name: start_delayer(lab.ledger, sandbox.workdir / name,
+                                        data_path=DATA_PATHS[name]) for name in names}
+        paths = {"veth": (lab.path(1), lab.path(3))}
+        for name, delayer in delayers.items():
+            paths[name] = (lab.path(1, delayer), lab.path(3, delayer))
+        veth = lab.udp(paths["veth"][0], 0, seconds)
+        veth["load"] = _load()
         result["veth"] = veth
         progress(f"  veth: generator {veth['sent_fps']:,.0f} frames/s (sink "
-                 f"{veth['received_fps']:,.0f}/s), TCP 1 hop {veth['tcp_1hop_mbit']:,.0f} "
-                 f"Mbit/s, 3 hops {veth['tcp_3hop_mbit']:,.0f} Mbit/s")
-        for name in DATA_PATHS:
-            if name == "shaper-c" and "build_error" in result:
-                continue
-            result[name] = measure_data_path(lab, name, quick, veth["sent_fps"], progress)
+                 f"{veth['received_fps']:,.0f}/s), load {veth['load']:.1f}")
+        for name, delayer in delayers.items():
+            out: dict[str, Any] = {"scheduling": delayer.ping()["scheduling"],
+                                   "load_before_ladder": _load()}
+            progress(f"  {name}: frame-rate ladder over one {DELAY_MS:g} ms link "
+                     f"({out['scheduling']}, load {out['load_before_ladder']:.1f})")
+            out["steps"] = sweep(lab, paths[name][0], delayer, paths[name][0].link_ids[0],
+                                 seconds, veth["sent_fps"], progress)
+            out["accurate_fps"] = accurate(out["steps"], LATE_LIMIT_US)
+            out["accurate_fps_0.7ms"] = accurate(out["steps"], PY_LATE_LIMIT_US)
+            result[name] = out
+        tcp: dict[tuple[str, int], list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        for rnd in range(rounds):
+            for hops in (1, 3):
+                for kind, pair in paths.items():
+                    delayer = delayers.get(kind)
+                    cpu0, t0 = (_cpu_s(delayer.pid) if delayer else 0.0), time.monotonic()
+                    mbit = lab.tcp(pair[0 if hops == 1 else 1], tcp_s)
+                    tcp.setdefault((kind, hops), []).append(mbit)
+                    if delayer is not None and hops == 1:
+                        cpu.setdefault(kind, []).append(
+                            100 * (_cpu_s(delayer.pid) - cpu0) / (time.monotonic() - t0))
+                progress(f"  TCP round {rnd + 1}, {hops} hop(s): " + ", ".join(
+                    f"{kind} {tcp[(kind, hops)][-1]:,.0f}" for kind in paths) +
+                    f" Mbit/s (load {_load():.1f})")
+        for kind in paths:
+            target = result[kind]
+            target["tcp_1hop_mbit"] = _median(tcp[(kind, 1)])
+            target["tcp_3hop_mbit"] = _median(tcp[(kind, 3)])
+            target["tcp_runs_mbit"] = {"1": tcp[(kind, 1)], "3": tcp[(kind, 3)]}
+            if kind in cpu:
+                target["tcp_1hop_cpu_pct"] = _median(cpu[kind])
+        for delayer in delayers.values():
+            delayer.stop()
+        result["load_end"] = _load()
         sandbox.snapshot()
         errors = sandbox.teardown()
         result["leftovers"] = errors + sandbox.verify()
@@ -338,7 +356,10 @@ def table(result: dict[str, Any]) -> str:
                      f"{_ratio(r['tcp_3hop_mbit'], veth['tcp_3hop_mbit']):.2f}",
                      f"{r['tcp_1hop_cpu_pct']:.0f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+    lines.append(f"load average {result['load_start']:.1f} at the start, "
+                 f"{result['load_end']:.1f} at the end")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
