@@ -222,7 +222,8 @@ def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
                 "lost_in_shaper": lost, "late_p99_us": late["p99_us"],
                 "late_max_us": late["max_us"], "cpu_pct": cpu}
         steps.append(step)
-        progress(f"    offered {rate:>9,}/s  relayed {step['relayed_fps']:>10,.0f}/s  "
+        progress(f"    offered {rate:>9,}/s  sent {load['sent_fps']:>9,.0f}/s  "
+                 f"relayed {step['relayed_fps']:>9,.0f}/s  "
                  f"sink {step['received_fps']:>10,.0f}/s  p99 {late['p99_us'] or 0:8.1f} us  "
                  f"max {late['max_us'] or 0:9.1f} us  cpu {cpu:5.1f} %")
         ok = (late["p99_us"] or 0) < LATE_LIMIT_US and lost == 0

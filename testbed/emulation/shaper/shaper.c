@@ -37,12 +37,13 @@
 #define HIST_BUCKETS (64 << LATE_SUB_BITS)
 #define BIG_FRAME (65536 + 1024)
 #define SMALL_FRAME 4096
-#define READ_BATCH 64
+#define READ_BATCH 16
 #define POOL_MAX 1024
-/* Polling may use at most this share of the thread's time (a token bucket holding at most
- * SPIN_BURST_NS): a SCHED_FIFO thread busy for 95 % of a second is throttled by the kernel
- * for the rest of it, which would stall every link. */
-#define SPIN_SHARE 0.5
+/* Polling is allowed while the thread has been busy (relaying or polling) for less than
+ * this share of its time (a token bucket holding at most SPIN_BURST_NS): a SCHED_FIFO
+ * thread busy for 95 % of a second is throttled by the kernel for the rest of it, which
+ * would stall every link. */
+#define BUSY_SHARE 0.75
 #define SPIN_BURST_NS 2000000
 #define MAX_EVENTS 256
 #define EV_STOP UINT64_MAX
@@ -328,10 +329,12 @@ static void *loop(void *arg) {
     int timeout = -1;
     int64_t tokens = SPIN_BURST_NS, last = now_ns();
     for (;;) {
+        int64_t waited = timeout ? now_ns() : 0;
         int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
         if (n < 0 && errno != EINTR) break;
         int64_t t = now_ns();
-        tokens += (int64_t)((t - last) * SPIN_SHARE) - (timeout == 0 && n == 0 ? t - last : 0);
+        int64_t busy = (t - last) - (timeout ? t - waited : 0);
+        tokens += (int64_t)((t - last) * BUSY_SHARE) - busy;
         if (tokens > SPIN_BURST_NS) tokens = SPIN_BURST_NS;
         last = t;
         pthread_mutex_lock(&s->lock);
