@@ -41,7 +41,7 @@ from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
 from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
-from testbed.emulation.probe import wait_http_ok
+from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
 from testbed.emulation.shaping import resolve_backend, shaping_engine
 from testbed.errors import EmulationError
@@ -368,15 +368,10 @@ class EmulatedTopology:
 
     def wait_services(self, names: list[str] | None = None) -> float:
         """Wait until every (or each named) service answers ``/health`` on its own host."""
-        took = 0.0
         wanted = None if names is None else set(names)
-        for svc in self.scenario.services:
-            if wanted is not None and svc.name not in wanted:
-                continue
-            host = self.net.hosts[svc.node]
-            took += wait_http_ok(host.pid, [f"http://127.0.0.1:{svc.port}/health"],
-                                 SERVICE_START_TIMEOUT_S)
-        return took
+        targets = [(self.net.hosts[svc.node].pid, f"http://127.0.0.1:{svc.port}/health")
+                   for svc in self.scenario.services if wanted is None or svc.name in wanted]
+        return wait_http_ok_each(targets, SERVICE_START_TIMEOUT_S)
 
     def schedule_events(self, start_at: float) -> EventScheduler:
         """Start applying the scenario's events at ``start_at + at / time_scale`` (wall
