@@ -70,7 +70,12 @@ class TargetState:
 
 @dataclass(frozen=True)
 class View:
-    """Everything a policy is shown for one decision."""
+    """Everything a policy is shown for one decision.
+
+    A caller never changes a ``targets`` mapping once it has shown it (changed targets
+    come in a new mapping; only ``age_s`` may be updated in place, for a policy that
+    keeps no views), so a policy may cache what it derives from a mapping on its identity.
+    """
 
     now: float  # model time
     client: str

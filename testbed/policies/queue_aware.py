@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import ClassVar
@@ -162,6 +162,9 @@ class QueueAwarePolicy(Policy):
     _orders: dict[tuple[str, ...], tuple[str, ...]] = field(init=False, repr=False,
                                                             compare=False)
     _own_rates: bool = field(init=False, repr=False, compare=False)
+    #: the last mapping ranked, its ranking and best entry (see :meth:`choose`)
+    _last: tuple[Mapping[str, TargetState], list[tuple[float, Decision]],
+                 tuple[float, Decision]] | None = field(init=False, repr=False, compare=False)
     keeps_views: ClassVar[bool] = False
     reads_age: ClassVar[bool] = False
 
@@ -178,6 +181,7 @@ class QueueAwarePolicy(Policy):
         self._uniforms = []
         self._memo = {}
         self._orders = {}
+        self._last = None
         # Each tier's own rate (arrival_rates not overridden): read inline by choose.
         self._own_rates = type(self).arrival_rates is QueueAwarePolicy.arrival_rates
 
@@ -205,7 +209,28 @@ class QueueAwarePolicy(Policy):
         target's score and decision depend only on its name, ``lam``, ``delay_s`` and
         the inputs of :meth:`wait`, which change only when the client polls, so they are
         memoised on those (:meth:`_rank`); the name order is cached per tuple of keys.
+        The ranking of the last mapping is kept too: shown the same mapping object
+        again (a caller never changes a mapping it has shown, see :class:`View`), the
+        policy only draws whether to explore.
         """
+        targets = view.targets
+        last = self._last
+        if last is not None and last[0] is targets:
+            ranked, best = last[1], last[2]
+        else:
+            ranked, best = self._ranking(view)
+            if best is None:
+                return Decision(least_loaded(serving_targets(view)).name, None)
+            self._last = (targets, ranked, best)
+        uniforms = self._uniforms
+        if (uniforms.pop() if uniforms else self._uniform()) < self.epsilon:
+            best = ranked[min(int(self._uniform() * len(ranked)), len(ranked) - 1)]
+        return best[1]
+
+    def _ranking(self, view: View) -> tuple[list[tuple[float, Decision]],
+                                            tuple[float, Decision] | None]:
+        """The (score, decision) of each target able to serve, in name order, and the
+        best one (the first of the lowest score; ``None`` if no target can serve)."""
         targets = view.targets
         keys = tuple(targets)
         order = self._orders.get(keys)
@@ -219,7 +244,7 @@ class QueueAwarePolicy(Policy):
             able = [t for key in order if (t := targets[key]).active > 0 and t.service_rate > 0]
             rates = self.arrival_rates(view, able) if able else []
         memo = self._memo
-        ranked = []  # (score, decision) of each target able to serve, in name order
+        ranked: list[tuple[float, Decision]] = []
         best, best_score = None, math.inf
         for key in order:
             target = targets[key]
@@ -235,12 +260,7 @@ class QueueAwarePolicy(Policy):
                 elif best is None:  # every score so far infinite: the first one
                     best = known
                 ranked.append(known)
-        if best is None:
-            return Decision(least_loaded(serving_targets(view)).name, None)
-        uniforms = self._uniforms
-        if (uniforms.pop() if uniforms else self._uniform()) < self.epsilon:
-            best = ranked[min(int(self._uniform() * len(ranked)), len(ranked) - 1)]
-        return best[1]
+        return ranked, best
 
     def _rank(self, target: TargetState, lam: float,
               key: tuple[str, int, int, int, float, float, float]) -> tuple[float, Decision]:

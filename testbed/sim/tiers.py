@@ -173,6 +173,16 @@ _new = object.__new__
 _set_attr = object.__setattr__
 
 
+def _shown_state(fields: dict[str, object], reads_age: bool) -> TargetState:
+    """A TargetState holding a copy of ``fields`` (``age_s`` nan unless ``reads_age``)."""
+    shown = fields.copy()
+    if not reads_age:
+        shown["age_s"] = _NAN
+    state = _new(TargetState)
+    _set_attr(state, "__dict__", shown)
+    return state
+
+
 class _Server:
     """Mutable state of one tier server during a replay."""
 
@@ -305,8 +315,11 @@ class Simulation:
         # Per client, the earliest instant a poll answer in flight reaches it (a lower
         # bound: a decision before it has nothing to promote).
         self.c_next_answer = [_INF] * len(self.model.clients)
-        # The TargetState a client keeping no views is shown for each route (_shared_view).
-        self.r_shared: list[TargetState | None] = [None] * m
+        # Per route shown in a client's shared view (_shared_view): the target's name,
+        # the view's fields, the (route, TargetState) pairs whose age_s is set per
+        # decision and whether the policy reads ages.
+        self.r_shared: list[tuple[str, dict[str, object], list[tuple[int, TargetState]],
+                                  bool] | None] = [None] * m
 
     def _refresh_route(self, p: int) -> None:
         """Recompute a route's delay, jitter, loss and reachability from its links."""
@@ -364,7 +377,7 @@ class Simulation:
         # Per client, what is fixed for the whole replay: its shared view objects (all
         # None unless the policy keeps no views), the policy's bound choose, its routes
         # by target name and whether it sees sizes and needs the true state.
-        plans = [(*(self._shared_view(k) or (None,) * 6), policy.choose, self.route_of[k],
+        plans = [(*(self._shared_view(k) or (None,) * 5), policy.choose, self.route_of[k],
                   policy.sees_sizes, policy.needs_true_state)
                  for k, policy in enumerate(policies)]
         observed = any(self.observing)
@@ -403,7 +416,7 @@ class Simulation:
                     self._deliver(k, now)
             if next_answer[k] <= now:
                 promote_seen(k, now)
-            (view, states, info, aged, view_fields, info_fields, choose, routes, sees_sizes,
+            (view, info, aged, view_fields, info_fields, choose, routes, sees_sizes,
              true_state) = plans[k]
             if view is not None:  # the client's objects, updated in place
                 for p, state in aged:
@@ -439,7 +452,7 @@ class Simulation:
             if p is None:
                 raise TestbedError(
                     f"policy {policies[k].name!r} chose unknown target {target!r} for task "
-                    f"{task_ids[i]}; targets: {', '.join(states)}")
+                    f"{task_ids[i]}; targets: {', '.join(view.targets)}")
             col_route[i] = p
             col_decision[i] = took / 1000.0
             col_age[i] = 0.0 if true_state else (now - seen_at[p]) * inv_k
@@ -480,34 +493,33 @@ class Simulation:
         self.c_next_answer[k] = earliest
 
     def _shared_view(self, k: int) -> tuple[
-            View, dict[str, TargetState], TaskInfo, list[tuple[int, TargetState]],
-            dict[str, object], dict[str, object]] | None:
-        """Client ``k``'s one View, targets mapping and TaskInfo, if its policy keeps no
-        views (``keeps_views``) and reads the observed state; with the route of each
-        TargetState whose ``age_s`` the policy reads, and the view's and task's fields.
+            View, TaskInfo, list[tuple[int, TargetState]], dict[str, object],
+            dict[str, object]] | None:
+        """Client ``k``'s one View and TaskInfo, if its policy keeps no views
+        (``keeps_views``) and reads the observed state; with the (route, TargetState)
+        pairs whose ``age_s`` the policy reads (``reads_age``), and the view's and the
+        task's fields, which each decision sets.
 
-        Each route's :class:`TargetState` is built once through its constructor (its
-        instances read their fields faster than ones given a ``__dict__``);
-        :meth:`_promote` updates it when a poll answer arrives, and each decision sets
-        ``age_s`` (``nan`` for a policy that reads no ages, ``reads_age``), the view's
-        ``now`` and the task's fields, so the objects hold what fresh ones would.
+        A target's :class:`TargetState` is never changed once shown, but for ``age_s``:
+        when a poll answer arrives, :meth:`_promote` shows a new one in a new mapping.
+        So a policy shown the same mapping object again sees the same targets.
         """
         policy = self.policies[k]
         if policy.keeps_views or policy.needs_true_state:
             return None
+        reads_age = policy.reads_age
         states: dict[str, TargetState] = {}
-        aged = []
-        for p, name in self.c_names[k]:
-            state = states[name] = TargetState(**self.r_state[p])
-            self.r_shared[p] = state
-            if policy.reads_age:
-                aged.append((p, state))
-            else:
-                _set_attr(state, "age_s", _NAN)
+        aged: list[tuple[int, TargetState]] = []
         client = self.client_names[k]
         view = View(now=0.0, client=client, targets=states)
+        view_fields = vars(view)
+        for p, name in self.c_names[k]:
+            state = states[name] = _shown_state(self.r_state[p], reads_age)
+            self.r_shared[p] = (name, view_fields, aged, reads_age)
+            if reads_age:
+                aged.append((p, state))
         info = TaskInfo(task_id=0, client=client, arrival=0.0, size=None)
-        return view, states, info, aged, vars(view), vars(info)
+        return view, info, aged, view_fields, vars(info)
 
     def _deliver(self, k: int, now: float) -> None:
         """Hand client ``k``'s policy every outcome whose response it has seen by ``now``."""
@@ -690,10 +702,16 @@ class Simulation:
         fields["arrival_rate"] = arrival_rate
         fields["delay_s"] = DELAY_EWMA_ALPHA * rtt + (1.0 - DELAY_EWMA_ALPHA) * fields["delay_s"]
         self.r_seen_at[p] = at
-        state = self.r_shared[p]
-        if state is not None:
-            for key in ("queue", "busy", "active", "arrival_rate", "delay_s"):
-                _set_attr(state, key, fields[key])
+        shared = self.r_shared[p]
+        if shared is not None:  # a new TargetState in a new mapping (_shared_view)
+            name, view_fields, aged, reads_age = shared
+            state = _shown_state(fields, reads_age)
+            targets = dict(view_fields["targets"])  # type: ignore[call-overload]
+            targets[name] = state
+            view_fields["targets"] = targets
+            for j, (q, _) in enumerate(aged):
+                if q == p:
+                    aged[j] = (p, state)
 
     def _poll(self, now: float, p: int) -> None:
         """Route ``p``'s poll reaches its server (or fails); answer and poll again."""

@@ -76,15 +76,21 @@ def state(draw: st.DrawFn, name: str) -> TargetState:
 
 @st.composite
 def view_sequences(draw: st.DrawFn) -> list[View]:
-    """Views drawn from a small pool of states per target, so states recur."""
+    """Views drawn from a small pool of states per target, so states recur; a view whose
+    states are the previous one's often shows the same mapping object, as the simulator
+    does for policies that keep no views."""
     names = draw(st.lists(st.sampled_from(["local", "edge", "cloud", "b", "a"]), min_size=1,
                           max_size=4, unique=True))
     pool = {n: draw(st.lists(state(n), min_size=1, max_size=4)) for n in names}
     picks = draw(st.lists(st.lists(st.integers(0, 3), min_size=len(names),
                                    max_size=len(names)), min_size=1, max_size=40))
-    return [View(float(j), "c1", {n: pool[n][pick % len(pool[n])]
-                                  for n, pick in zip(names, row, strict=True)})
-            for j, row in enumerate(picks)]
+    views: list[View] = []
+    for j, row in enumerate(picks):
+        targets = {n: pool[n][pick % len(pool[n])] for n, pick in zip(names, row, strict=True)}
+        if views and targets == views[-1].targets and draw(st.booleans()):
+            targets = views[-1].targets  # type: ignore[assignment]
+        views.append(View(float(j), "c1", targets))
+    return views
 
 
 @pytest.mark.parametrize("name", ESTIMATING)
