@@ -17,7 +17,7 @@ wait per unit of capacity, the drain time ``jsq-s`` uses.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -56,6 +56,9 @@ class JSQPolicy(Policy):
     # One immutable Decision per target name, reused (a jsq decision carries no estimate).
     _decisions: dict[str, Decision] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
+    #: the last targets mapping decided on and its decision (see :meth:`choose`)
+    _last: tuple[Mapping[str, TargetState], Decision] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Check ``normalise``."""
@@ -67,8 +70,20 @@ class JSQPolicy(Policy):
 
         One pass over the mapping: the key ends with the (unique) name, so the minimum
         is the one :func:`least_loaded` finds in :func:`serving_targets`'s sorted list,
-        without sorting or building that list on every decision.
+        without sorting or building that list on every decision. Shown the same mapping
+        object as last time (a shown mapping never changes, see :class:`View`), the
+        last decision is returned.
         """
+        targets = view.targets
+        last = self._last
+        if last is not None and last[0] is targets:
+            return last[1]
+        decision = self._choose(view)
+        self._last = (targets, decision)
+        return decision
+
+    def _choose(self, view: View) -> Decision:
+        """The decision for ``view``, computed (see :meth:`choose`)."""
         if self.normalise == "capacity":
             return shortest_drain(view)
         best_key = None
