@@ -20,7 +20,12 @@ children, the delayer and every Mininet node shell), and the teardown time
 Peer: bare Mininet building and starting N empty hosts on a ``LinuxBridge`` with plain
 veth links and no controller (``build + start``), then ``net.stop()``; its bridge and
 root-namespace interfaces carry a prefix reserved like a run's and are written in a
-ledger too, so a crash leaves nothing that ``testbed clean`` could not remove.
+ledger too, so a crash leaves nothing that ``testbed clean`` could not remove. One
+Linux bridge takes at most 1023 ports: past that the harness builds a fabric of
+bridges (:class:`testbed.emulation.names.Fabric`) and the peer is reported as not built,
+with the reason.
+
+Run alone: ``python -m tests.bench.bench_scale [--quick | --sizes N ...]`` (as root).
 """
 
 from __future__ import annotations
