@@ -113,9 +113,10 @@ class Policy(ABC):
     ``keeps_views`` (a class attribute) says whether the policy may hold on to the
     :class:`View`, its ``targets`` mapping or a :class:`TargetState` after :meth:`choose`
     returns. A policy that declares ``False`` reads them only during the call, so the
-    simulator shows it the same objects at every decision, updated in place beforehand
-    to exactly the values fresh ones would hold (building them per decision costs more
-    than most policies' own work). ``reads_age`` (a class attribute) says whether
+    simulator shows it one View and TaskInfo, updated in place before each decision,
+    and the same mapping until a target's state changes (building fresh objects per
+    decision costs more than most policies' own work); every field holds what a fresh
+    object would. ``reads_age`` (a class attribute) says whether
     :meth:`choose` reads :attr:`TargetState.age_s`, the one field that changes at every
     decision; a policy that keeps no views and declares ``False`` is shown ``age_s =
     nan`` by the simulator, which then need not compute it.

@@ -31,7 +31,11 @@ trace instead of being pushed on the heap, and a policy's observations are deliv
 lazily, right before that client's next decision (which is all a policy could notice).
 The frozen objects a policy is shown (:class:`TargetState`, :class:`View`,
 :class:`TaskInfo`) are filled in directly (see :data:`_new`), a target's fields from a
-per-route copy updated only when a poll answer arrives.
+per-route copy updated only when a poll answer arrives. A policy that keeps no views
+(``Policy.keeps_views``) is shown one View and TaskInfo per client, updated in place,
+and the same targets mapping until a poll answer changes it (``_shared_view``), so
+neither the engine nor the policy redo per decision what only a poll changes; per route,
+the message shift and the size limit are computed once.
 """
 
 from __future__ import annotations

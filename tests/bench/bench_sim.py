@@ -1,7 +1,8 @@
 """Simulator speed: ``testbed.sim`` against SimPy and Ciw models of the same system.
 
-``python -m tests.bench.bench_sim [--quick] [--tasks N] [--rounds R] [--million]`` from the
-repository root (no root needed; ``pip install .[test]`` brings SimPy and Ciw).
+``python -m tests.bench.bench_sim [--quick] [--tasks N] [--mmc-tasks N] [--rounds R]
+[--million]`` from the repository root (no root needed; ``pip install .[test]`` brings
+SimPy and Ciw). :func:`run` and :func:`keys` serve ``tests.bench.run``.
 
 The model is the built-in ``continuum`` scenario (two clients with a local tier each,
 the edge and the cloud, their link delays, polling every 100 ms wall at time_scale 20)
@@ -16,9 +17,18 @@ policy's own decision cost is part of all three; the SimPy model is
 
 Per policy, ``testbed.sim`` and SimPy run ``--rounds`` times, alternating; the tables
 show each one's median speed and the median of the per-round ratios (paired, so drifting
-background load matters less). Ciw, an order of magnitude slower, runs once. ``--quick``
-runs 20k tasks and 3 rounds; ``--million`` also times one million tasks with ``hybrid``
-(target: under 20 s). Nothing is asserted.
+background load matters less). Ciw, an order of magnitude slower, runs once.
+
+The kernel alone: a bare M/M/10 at rho = 0.8 (Poisson arrivals, exponential sizes, a
+zero-delay link, one answer to the first poll and no more), placed by ``jsq`` with its
+one target, against the same queue written plainly in SimPy (a source process and a
+resource; it calls no policy, so the policy call and the view are costs only
+``testbed.sim`` pays). Both replay the same trace, so their mean waits agree; the table
+prints them with the Erlang-C mean.
+
+``--quick`` runs 20k continuum tasks, 200k M/M/c tasks and 3 rounds (default 100k, 500k,
+5); ``--million`` also times one million tasks with ``hybrid`` (target: under 20 s).
+Nothing is asserted.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@
 * the simulator fills in the frozen :class:`TargetState`, :class:`View` and
   :class:`TaskInfo` objects instead of calling their ``__init__``: checked equal to,
   printed like and as immutable as normally built ones.
-* a policy that keeps no views (``keeps_views = False``) is shown the same objects at
-  every decision, updated in place: checked equal, decision by decision, to the fresh
-  ones a keeping policy gets (``age_s`` nan if it declares ``reads_age = False``), with
-  the same results.
+* a policy that keeps no views (``keeps_views = False``) is shown shared objects,
+  updated in place or replaced: checked equal, decision by decision, to the fresh ones
+  a keeping policy gets (``age_s`` nan if it declares ``reads_age = False``), with the
+  same results; the policies' reuse of the last ranking for a repeated mapping is part
+  of the view sequences above.
 """
 
 from __future__ import annotations
