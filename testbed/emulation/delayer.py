@@ -173,14 +173,19 @@ def _disable_ipv6(ifname: str) -> None:
         pass
 
 
-def _enable_offloads(fd: int) -> None:
-    """Give a virtio-net-header TAP 12-byte headers and checksum/TSO (and USO) offloads.
+def _enable_offloads(fd: int, offload: bool) -> None:
+    """Give a virtio-net-header TAP 12-byte headers and (``offload``) checksum/TSO/USO
+    offloads.
 
     With offloads on, the host's stack hands the TAP whole 64 KB TCP segments with partial
     checksums, described by the header in front of each frame; writing the frame with that
     header to the peer TAP hands the segment on whole. USO is tried first (kernels >= 6.2).
+    Without, the stack segments and checksums before the TAP and the header stays empty.
     """
     fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
+    if not offload:
+        fcntl.ioctl(fd, TUNSETOFFLOAD, 0)
+        return
     base = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
     try:
         fcntl.ioctl(fd, TUNSETOFFLOAD, base | TUN_F_USO4 | TUN_F_USO6)
@@ -188,13 +193,15 @@ def _enable_offloads(fd: int) -> None:
         fcntl.ioctl(fd, TUNSETOFFLOAD, base)
 
 
-def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False) -> int:
+def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False,
+             offload: bool = True) -> int:
     """Create TAP ``ifname`` inside the network namespace of ``netns_pid``; return its fd.
 
     The device lives in the namespace where ``/dev/net/tun`` was opened, so the calling
     thread enters the target namespace for the open and returns to ``home_ns`` after.
-    ``vnet`` makes a TAP whose frames carry a virtio-net header and segmentation offloads
-    (the compiled data path); without it frames are plain Ethernet (the Python one).
+    ``vnet`` makes a TAP whose frames carry a virtio-net header and (``offload``)
+    segmentation offloads (the compiled data path); without it frames are plain Ethernet
+    (the Python one).
     """
     if not ifname or len(ifname.encode()) > 15:
         raise ValueError(f"interface name must be 1..15 bytes, got {ifname!r}")
@@ -207,7 +214,7 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False) -> i
                 flags = IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if vnet else 0)
                 fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", ifname.encode(), flags))
                 if vnet:
-                    _enable_offloads(fd)
+                    _enable_offloads(fd, offload)
                 _disable_ipv6(ifname)
             except OSError:
                 os.close(fd)
@@ -592,6 +599,9 @@ class Delayer:
                     or not isinstance(end.get("ifname"), str):
                 raise TypeError(f"{side} must be {{pid: int, ifname: str}}")
             ends.append((end["pid"], end["ifname"]))
+        offload = req.get("offload", True)
+        if not isinstance(offload, bool):
+            raise TypeError(f"offload must be true or false, got {offload!r}")
         defaults = {"delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
                     "queue": DEFAULT_QUEUE, "seed": 0}
         params = validate_params(req, defaults)
@@ -600,7 +610,7 @@ class Delayer:
             for pid, ifname in ends:
                 try:
                     fds.append(open_tap(pid, ifname, self.home_ns,
-                                        vnet=self.shaper is not None))
+                                        vnet=self.shaper is not None, offload=offload))
                 except OSError as exc:
                     raise OSError(exc.errno, f"cannot create tap {ifname!r} in the "
                                   f"namespace of pid {pid}: {exc.strerror}") from exc

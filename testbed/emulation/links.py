@@ -25,7 +25,7 @@ from typing import Any
 
 from mininet.link import Link, TCLink
 from mininet.net import Mininet
-from mininet.node import Node
+from mininet.node import Node, OVSSwitch
 
 from testbed.emulation.delayer import DelayerClient
 from testbed.emulation.shaping import clear_command, htb_commands
@@ -137,8 +137,12 @@ class DelayedLink(Link):
         """Ask the delayer for the TAP pair instead of making a veth pair (Mininet hook)."""
         if node1 is None or node2 is None:
             raise EmulationError("DelayedLink needs both nodes to make its TAPs")
+        # Open vSwitch's userspace datapath reads its ports as plain frames, so a link to an
+        # OVS switch must never carry whole TSO segments (the delayer's compiled data path
+        # otherwise keeps them whole; the kernel segments before a TAP without offloads).
+        offload = not any(isinstance(n, OVSSwitch) for n in (node1, node2))
         self.delayer.add_link(self.link_id, (node1.pid, intfname1), (node2.pid, intfname2),
-                              **self.shape.delayer_fields())
+                              offload=offload, **self.shape.delayer_fields())
         self._in_delayer = True
 
     def _intfs(self) -> list[Any]:

@@ -276,3 +276,24 @@ def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:
     root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
                                 check=True).stdout
     assert "tbtA0" not in root_links and "tbtB0" not in root_links
+
+
+def test_compiled_path_taps_offload_segments_unless_told_not_to() -> None:
+    """The compiled path's TAPs take whole TSO segments (so TCP crosses a link in 64 KB
+    frames); ``offload: false`` (links to an Open vSwitch switch) makes the stack segment
+    before the TAP, and the Python path's plain TAPs never offload."""
+    def tso(pair: Pair, name: str) -> str:
+        out = pair.sh(pair.a, f"ethtool -k {name}").stdout
+        return next(line.split(":")[1].split()[0] for line in out.splitlines()
+                    if line.startswith("tcp-segmentation-offload"))
+
+    with delayer_pair("c") as pair:
+        pair.delayer.add_link("tbt-on", (pair.a, "tbtOn0"), (pair.b, "tbtOn1"))
+        pair.delayer.add_link("tbt-off", (pair.a, "tbtOff0"), (pair.b, "tbtOff1"),
+                              offload=False)
+        assert (tso(pair, "tbtOn0"), tso(pair, "tbtOff0")) == ("on", "off")
+        with pytest.raises(EmulationError, match="offload must be true or false"):
+            pair.delayer.add_link("tbt-bad", (pair.a, "tbtX0"), (pair.b, "tbtX1"), offload=1)
+    with delayer_pair("python") as pair:
+        pair.delayer.add_link("tbt-py", (pair.a, "tbtPy0"), (pair.b, "tbtPy1"))
+        assert tso(pair, "tbtPy0") == "off"
