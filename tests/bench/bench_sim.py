@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import math
 import random
 import statistics
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from testbed.policies import make_policy
@@ -194,13 +195,20 @@ def run_ciw(scenario: Scenario, tasks: list[Task], policy: str) -> dict[str, Any
     return {"tasks_per_s": len(tasks) / took, "wall_s": took, "latency": mean_ci(done)}
 
 
+def timed(replay: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``replay(*args)`` after a full garbage collection, so that neither side pays for
+    a collection of what earlier rounds left."""
+    gc.collect()
+    return replay(*args)
+
+
 def compare(scenario: Scenario, tasks: list[Task], policy: str,
             rounds: int) -> dict[str, Any]:
     """Speeds and mean latencies of the three implementations with ``policy``."""
     ours, simpy = [], []
     for _ in range(rounds):
-        ours.append(run_ours(scenario, tasks, policy))
-        simpy.append(run_simpy(scenario, tasks, policy))
+        ours.append(timed(run_ours, scenario, tasks, policy))
+        simpy.append(timed(run_simpy, scenario, tasks, policy))
     ciw = run_ciw(scenario, tasks, policy)
     speed = {"testbed": statistics.median(r["tasks_per_s"] for r in ours),
              "simpy": statistics.median(r["tasks_per_s"] for r in simpy),
@@ -301,8 +309,8 @@ def compare_mmc(count: int, rounds: int) -> dict[str, Any]:
     tasks = mmc_trace(count, 1)
     ours, peer = [], []
     for _ in range(rounds):
-        ours.append(run_mmc_ours(model, tasks))
-        peer.append(run_mmc_simpy(model, tasks))
+        ours.append(timed(run_mmc_ours, model, tasks))
+        peer.append(timed(run_mmc_simpy, model, tasks))
     erlang = mmc_wait(RHO * MMC_WORKERS * MMC_MU, MMC_MU, MMC_WORKERS)
     mean, half = ours[0]["wait"]
     peer_mean, peer_half = peer[0]["wait"]
