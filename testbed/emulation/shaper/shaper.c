@@ -38,7 +38,7 @@
 #define BIG_FRAME (65536 + 1024)
 #define SMALL_FRAME 4096
 #define READ_BATCH 16
-#define POOL_MAX 1024
+#define POOL_MAX 256
 /* Polling is allowed while the thread has been busy (relaying or polling) for less than
  * this share of its time (a token bucket holding at most SPIN_BURST_NS): a SCHED_FIFO
  * thread busy for 95 % of a second is throttled by the kernel for the rest of it, which
