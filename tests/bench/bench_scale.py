@@ -3,7 +3,9 @@
 Sizes 10, 50, 100, 200, 400 and 1000 hosts (``--quick``: 10 and 50), the harness and
 bare Mininet alternating in one run; every figure is printed with the machine's 1-minute
 load average when its measurement began and ended (``os.getloadavg``), since bring-up
-times on two cores depend on what else runs. ``keys`` gives the 1000-host figures.
+times on two cores depend on what else runs. Before each side starts, the benchmark
+waits (up to 10 s) until no more processes are runnable than there are cores, so one
+side's exiting processes do not slow the other. ``keys`` gives the 1000-host figures.
 
 Harness side: a scenario built in code (one client + N-1 servers, every host linked to
 one Linux-bridge switch with 1 ms one-way delay, so the userspace delayer serves every
@@ -35,6 +37,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tests.bench import Sandbox, cpu_ms, memory_kb, percentile, process_group
@@ -50,6 +53,27 @@ BRIDGE_PORT_LIMIT = 1023
 def load1() -> float:
     """The machine's 1-minute load average now."""
     return os.getloadavg()[0]
+
+
+def runnable() -> int:
+    """Processes running or ready to run right now (``procs_running`` of /proc/stat)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("procs_running"):
+            return int(line.split()[1])
+    return 0
+
+
+def settle(timeout: float = 10.0) -> float:
+    """Wait until at most one process per core besides this one is runnable in two
+    samples 0.5 s apart (the previous measurement's processes have ended), at most
+    ``timeout`` seconds; the seconds waited. The 1-minute load average decays too
+    slowly to wait on."""
+    began = time.monotonic()
+    quiet = 0
+    while quiet < 2 and time.monotonic() - began < timeout:
+        quiet = quiet + 1 if runnable() <= (os.cpu_count() or 1) + 1 else 0
+        time.sleep(0.5)
+    return time.monotonic() - began
 
 
 def scenario_dict(n: int) -> dict[str, Any]:
@@ -133,6 +157,7 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
         progress(f"  [{n} hosts] {message}")
 
     with Sandbox(f"scale{n}") as sandbox:
+        out["settle_s"] = settle()
         out["load_before"] = load1()
         began = time.monotonic()
         topo = bring_up(scenario, sandbox.ledger, sandbox.workdir, sandbox.prefix, note)
@@ -177,6 +202,7 @@ def run_mininet(n: int) -> dict[str, Any]:
                 "reason": f"{n} hosts need {n} ports on one Linux bridge, which takes "
                           f"at most {BRIDGE_PORT_LIMIT}"}
     with Sandbox(f"mn{n}") as sandbox:
+        out["settle_s"] = settle()
         out["load_before"] = load1()
         began = time.monotonic()
         net = Mininet(topo=None, controller=None, switch=LinuxBridge, build=False,
