@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.emulation.ledger import process_start_time
 from tests.bench import Sandbox, cpu_ms, memory_kb, percentile, process_group
 
 LINK_DELAY_MS = 1.0
@@ -140,6 +141,21 @@ def _delayer_traffic(topo: Any) -> dict[str, Any]:
     return {"delayer_frames": frames, "delayer_late_p99_ms": late / 1000.0}
 
 
+def _spawn_intervals(pids: list[int]) -> dict[str, float]:
+    """Mean time between consecutive service starts (kernel start times, 10 ms ticks)
+    in the first and the second half of the start order, in ms: whether spawning slows
+    down as services accumulate."""
+    ticks = [process_start_time(pid) for pid in pids]
+    ticks = [t for t in ticks if t is not None]
+    half = len(ticks) // 2
+    if half < 2:
+        return {"spawn_ms_first_half": math.nan, "spawn_ms_second_half": math.nan}
+    per_tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+    return {"spawn_ms_first_half": (ticks[half - 1] - ticks[0]) / (half - 1) * per_tick_ms,
+            "spawn_ms_second_half": (ticks[-1] - ticks[half]) / (len(ticks) - half - 1)
+            * per_tick_ms}
+
+
 def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
     """Bring up, measure and tear down the ``n``-host scenario with the harness."""
     from testbed.emulation.executor import bring_up
@@ -175,6 +191,7 @@ def run_harness(n: int, progress: Any = print) -> dict[str, Any]:
             out.update(memory_kb(pids))
             service_cpu = [cpu_ms(r.pid) for r in topo.services.values() if r.pid]
             out["service_cpu_ms_p50"] = percentile(service_cpu, 50)
+            out.update(_spawn_intervals([r.pid for r in topo.services.values() if r.pid]))
             sandbox.snapshot(pids)
         finally:
             began = time.monotonic()
@@ -283,13 +300,16 @@ def _fmt(value: Any) -> str:
 
 def table(result: dict[str, Any]) -> str:
     """One line per size: each side's up and down time with the load averages."""
-    header = ["hosts", "up s", "load", "network s", "services s", "down s", "load",
-              "mininet up s", "load", "mininet down s", "up ratio", "down ratio"]
+    header = ["hosts", "up s", "load", "network s", "services s", "spawn ms 1st/2nd half",
+              "down s", "load", "mininet up s", "load", "mininet down s", "up ratio",
+              "down ratio"]
     lines = [header]
     for row in result["rows"]:
         h, m = row["harness"], row["mininet"]
         lines.append([row["hosts"], h["up_s"], f"{h['load_before']:.1f}->{h['load_up']:.1f}",
-                      h["network_s"], h["services_s"], h["down_s"], f"{h['load_down']:.1f}",
+                      h["network_s"], h["services_s"],
+                      f"{h['spawn_ms_first_half']:.1f}/{h['spawn_ms_second_half']:.1f}",
+                      h["down_s"], f"{h['load_down']:.1f}",
                       m.get("up_s"), f"{m['load_before']:.1f}->{m['load_up']:.1f}"
                       if m["built"] else m["reason"][:30], m.get("down_s"),
                       row["up_ratio"], row["down_ratio"]])
