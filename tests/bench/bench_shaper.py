@@ -7,8 +7,8 @@ pair of the delayer with 1 ms one-way delay, relayed by the compiled shaper (``s
 or by the Python loop (``delayer-py``). Measured in one run:
 
 * the UDP load generator (``udpload.c``, built here with gcc: ``sendmmsg`` in bursts of
-  32, 18-byte payloads) sending as fast as it can over a plain veth, and the sink's
-  receive rate beside it;
+  32, 18-byte payloads, never catching up on a missed schedule in one long burst) sending
+  as fast as it can over a plain veth, and the sink's receive rate beside it;
 * per data path, a ladder of offered rates over one delayed link: the frames the shaper
   relayed per second, their release lateness p99 (the delayer's ``lateness`` histogram,
   reset per step), what the sink in the receiving namespace got (the receiver's
@@ -183,6 +183,7 @@ class Lab:
 
 
 def _frames(line: str) -> tuple[int, float]:
+    """Frames and seconds from udpload's summary line."""
     fields = dict(part.split("=") for part in line.split())
     return int(fields["frames"]), float(fields["seconds"])
 

@@ -44,7 +44,7 @@
  * thread busy for 95 % of a second is throttled by the kernel for the rest of it, which
  * would stall every link. */
 #define BUSY_SHARE 0.75
-#define SPIN_BURST_NS 2000000
+#define SPIN_BURST_NS 500000
 #define MAX_EVENTS 256
 #define EV_STOP UINT64_MAX
 #define EV_TIMER (UINT64_MAX - 1)
