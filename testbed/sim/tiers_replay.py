@@ -95,6 +95,27 @@ def build_model(scenario: Scenario, shift_network: bool = True) -> SimModel:
         shift_network=shift_network, events=scenario.events)
 
 
+def one_tier_model(workers: int, mu: float, policy: str = "jsq", duration: float = 1.0
+                   ) -> SimModel:
+    """One client joined by a zero-delay link to one tier of ``workers`` workers serving
+    at rate ``mu``: the system queueing theory describes (M/M/c, M/G/c with the trace's
+    sizes), for checking the engine against Erlang C or Allen-Cunneen and for timing the
+    bare kernel. ``policy`` is what the scenario names (its only target is the tier);
+    ``duration`` sets the default task timeout (the duration, at least 60 s), so a trace
+    of long waits needs its horizon here."""
+    from testbed.scenario import scenario_from_dict
+
+    return build_model(scenario_from_dict({
+        "name": "one-tier", "seed": 1,
+        "topology": {"nodes": [{"name": "c1", "role": "client"},
+                               {"name": "srv", "role": "server", "tier": "edge"}],
+                     "links": [{"a": "c1", "b": "srv"}]},
+        "services": [{"name": "tier", "program": "tier_server", "node": "srv",
+                      "params": {"workers": workers, "mu": mu}}],
+        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": mu}},
+        "policies": [policy], "duration": duration}))
+
+
 def policy_seed(scenario: Scenario, repetition: int) -> int:
     """The policy seed of a repetition, the same as the emulation's dispatchers use."""
     return scenario.seed * 1000 + repetition

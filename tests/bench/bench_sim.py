@@ -50,7 +50,7 @@ from testbed.queueing import mmc_wait
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.scenario.model import Scenario
 from testbed.sim.tiers import OK, SimModel
-from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, simulate
+from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, one_tier_model, simulate
 from workloads import generate
 from workloads.trace import Task
 
@@ -234,16 +234,8 @@ def mmc_model() -> SimModel:
     """One client, one tier of :data:`MMC_WORKERS` workers at rate :data:`MMC_MU`, a
     zero-delay link, and no polling after the first answer (the trivial policy's one
     target makes the state irrelevant): a bare M/M/c queue."""
-    scenario = scenario_from_dict({
-        "name": "mmc", "seed": 1,
-        "topology": {"nodes": [{"name": "c1", "role": "client"},
-                               {"name": "srv", "role": "server", "tier": "edge"}],
-                     "links": [{"a": "c1", "b": "srv"}]},
-        "services": [{"name": "tier", "program": "tier_server", "node": "srv",
-                      "params": {"workers": MMC_WORKERS, "mu": MMC_MU}}],
-        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": MMC_MU}},
-        "policies": [MMC_POLICY], "duration": 1.0})
-    return dataclasses.replace(build_model(scenario), poll_interval_s=math.inf)
+    return dataclasses.replace(one_tier_model(MMC_WORKERS, MMC_MU, MMC_POLICY),
+                               poll_interval_s=math.inf)
 
 
 def mmc_trace(count: int, seed: int) -> list[Task]:

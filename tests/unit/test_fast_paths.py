@@ -133,7 +133,9 @@ def rebuilt(obj: Any) -> Any:
     return type(obj)(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
 
 
-def test_simulator_objects_equal_normally_built_ones() -> None:
+def continuum_minute() -> tuple[Any, list[Any], tuple[list[Any], ...]]:
+    """The continuum scenario's model, a 60 s trace of it, and the trace as the
+    simulation's columns (task ids, client indices, arrivals, sizes)."""
     data = load_scenario("continuum").resolved()
     data["duration"] = 60.0
     scenario = scenario_from_dict(data)
@@ -141,9 +143,14 @@ def test_simulator_objects_equal_normally_built_ones() -> None:
     tasks = generate("bursty-pareto", scenario.workload.params, list(model.clients),
                      scenario.duration, 1)
     index = {name: k for k, name in enumerate(model.clients)}
+    return model, tasks, ([t.task_id for t in tasks], [index[t.client] for t in tasks],
+                          [t.arrival for t in tasks], [t.size for t in tasks])
+
+
+def test_simulator_objects_equal_normally_built_ones() -> None:
+    model, tasks, columns = continuum_minute()
     keepers = [Keeper() for _ in model.clients]
-    Simulation(model, [t.task_id for t in tasks], [index[t.client] for t in tasks],
-               [t.arrival for t in tasks], [t.size for t in tasks], keepers).run()
+    Simulation(model, *columns, keepers).run()
     shown = [pair for keeper in keepers for pair in keeper.shown]
     assert len(shown) == len(tasks)
     for task, view in shown:
@@ -189,15 +196,7 @@ def test_views_updated_in_place_hold_what_fresh_ones_would(policy: type[Snapshot
     """A policy with ``keeps_views = False`` is shown the same objects each time, updated
     in place; at every decision they equal the fresh ones a keeping policy gets (but for
     ``age_s``, nan when it reads no ages), and the replay's results are the same."""
-    data = load_scenario("continuum").resolved()
-    data["duration"] = 60.0
-    scenario = scenario_from_dict(data)
-    model = build_model(scenario)
-    tasks = generate("bursty-pareto", scenario.workload.params, list(model.clients),
-                     scenario.duration, 1)
-    index = {name: k for k, name in enumerate(model.clients)}
-    columns = ([t.task_id for t in tasks], [index[t.client] for t in tasks],
-               [t.arrival for t in tasks], [t.size for t in tasks])
+    model, _, columns = continuum_minute()
     keepers = [Keeper() for _ in model.clients]
     fresh = Simulation(model, *columns, keepers, seed=3).run()
     snapshotters = [policy() for _ in model.clients]

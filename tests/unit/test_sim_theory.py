@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 
 from testbed.queueing import allen_cunneen_wait, mmc_wait, pareto_scv
-from testbed.scenario import scenario_from_dict
-from testbed.sim.tiers_replay import build_model, simulate
+from testbed.sim.tiers_replay import one_tier_model, simulate
 from workloads.trace import Task
 
 WORKERS = 4
@@ -31,20 +30,6 @@ MU = 1.0
 BATCHES = 30
 T_975_29 = 2.045  # Student t quantile, 29 degrees of freedom
 WARMUP = 0.05  # share of tasks dropped before the batches
-
-
-def one_tier_model(horizon: float):
-    """A client and a ``WORKERS``-worker tier joined by one zero-delay link."""
-    scenario = scenario_from_dict({
-        "name": "theory", "seed": 1,
-        "topology": {"nodes": [{"name": "c1", "role": "client"},
-                               {"name": "srv", "role": "server", "tier": "edge"}],
-                     "links": [{"a": "c1", "b": "srv"}]},
-        "services": [{"name": "tier", "program": "tier_server", "node": "srv",
-                      "params": {"workers": WORKERS, "mu": MU}}],
-        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": MU}},
-        "policies": ["jsq"], "duration": horizon})
-    return build_model(scenario)
 
 
 def poisson_trace(rate: float, n: int, sizes: np.ndarray, seed: int) -> list[Task]:
@@ -78,7 +63,7 @@ def mean_wait(tasks: list[Task], lam: float, second_moment: float) -> tuple[floa
 
     ``second_moment`` is E[size^2]; with it the fast server's mean wait is exact.
     """
-    res = simulate(one_tier_model(tasks[-1].arrival + 1.0), tasks, "jsq", seed=1)
+    res = simulate(one_tier_model(WORKERS, MU, duration=tasks[-1].arrival + 1.0), tasks, "jsq", seed=1)
     assert all(o == 1 for o in res.outcome)
     waits = np.frombuffer(res.start) - np.frombuffer(res.server_arrival)
     rho = lam / (WORKERS * MU)
