@@ -175,8 +175,10 @@ class _Server:
             if module not in self.code:
                 try:
                     self.code[module] = main_code(module)
-                except (ImportError, SyntaxError) as exc:
-                    return {"error": f"spawn: module {module!r}: {exc}"}
+                except Exception as exc:  # noqa: BLE001 - a bad module must not end the launcher
+                    # finding a module imports its parent package here, in the launcher:
+                    # whatever that package raises is the request's error, not ours
+                    return {"error": f"spawn: module {module!r}: {type(exc).__name__}: {exc}"}
             pid = os.fork()
             if pid == 0:
                 self.sock.close()

@@ -72,11 +72,12 @@ class JSQPolicy(Policy):
         is the one :func:`least_loaded` finds in :func:`serving_targets`'s sorted list,
         without sorting or building that list on every decision. Shown the same mapping
         object as last time (a shown mapping never changes, see :class:`View`), the
-        last decision is returned.
+        last decision is returned (unless a subclass reads ages, which change within
+        one mapping).
         """
         targets = view.targets
         last = self._last
-        if last is not None and last[0] is targets:
+        if last is not None and last[0] is targets and not self.reads_age:
             return last[1]
         decision = self._choose(view)
         self._last = (targets, decision)

@@ -162,6 +162,7 @@ class QueueAwarePolicy(Policy):
     _orders: dict[tuple[str, ...], tuple[str, ...]] = field(init=False, repr=False,
                                                             compare=False)
     _own_rates: bool = field(init=False, repr=False, compare=False)
+    _reuse: bool = field(init=False, repr=False, compare=False)
     #: the last mapping ranked, its ranking and best entry (see :meth:`choose`)
     _last: tuple[Mapping[str, TargetState], list[tuple[float, Decision]],
                  tuple[float, Decision]] | None = field(init=False, repr=False, compare=False)
@@ -184,6 +185,9 @@ class QueueAwarePolicy(Policy):
         self._last = None
         # Each tier's own rate (arrival_rates not overridden): read inline by choose.
         self._own_rates = type(self).arrival_rates is QueueAwarePolicy.arrival_rates
+        # The last ranking may be reused only while nothing it read can change within
+        # one mapping: not a target's age, and not what an overridden rate hook reads.
+        self._reuse = self._own_rates and not type(self).reads_age
 
     @abstractmethod
     def wait(self, target: TargetState, lam: float) -> float:
@@ -211,11 +215,12 @@ class QueueAwarePolicy(Policy):
         memoised on those (:meth:`_rank`); the name order is cached per tuple of keys.
         The ranking of the last mapping is kept too: shown the same mapping object
         again (a caller never changes a mapping it has shown, see :class:`View`), the
-        policy only draws whether to explore.
+        policy only draws whether to explore. A subclass that reads ages
+        (``reads_age``) or overrides :meth:`arrival_rates` ranks afresh every time.
         """
         targets = view.targets
         last = self._last
-        if last is not None and last[0] is targets:
+        if last is not None and last[0] is targets and self._reuse:
             ranked, best = last[1], last[2]
         else:
             ranked, best = self._ranking(view)

@@ -14,6 +14,8 @@ module does that and prints measured against modelled p50, mean and p90, the tab
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +50,13 @@ def back_to_back(demands: Sequence[float], cores: float,
 
 def check(calibration: Calibration) -> list[QuotaCheck]:
     """Every measured share against the model fed the one-core frames in mixed order
-    (every 7th of the sorted demands, so sizes alternate as in a real stream)."""
+    (every 7th of the sorted demands, or the next stride sharing no factor with their
+    count so that each frame comes once, so sizes alternate as in a real stream)."""
     one = next(s for s in calibration.shares if s.cores == 1.0)
     demands = sorted(one.frame_s)
-    order = [demands[(7 * k) % len(demands)] for k in range(len(demands))]
+    n = len(demands)
+    stride = next(s for s in itertools.count(7) if math.gcd(s, n) == 1)
+    order = [demands[(stride * k) % n] for k in range(n)]
     return [QuotaCheck(s.cores, tuple(sorted(s.frame_s)),
                        tuple(sorted(back_to_back(order, s.cores))))
             for s in calibration.shares]

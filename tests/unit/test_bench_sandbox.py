@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from testbed.poll import wait_until
 from tests.bench import Sandbox
 
 
@@ -14,12 +15,11 @@ def _in_new_netns() -> subprocess.Popen:
 
 
 def _netns_inode(pid: int) -> int:
-    for _ in range(500):  # unshare execs sleep once the namespace exists
-        inode = os.stat(f"/proc/{pid}/ns/net").st_ino
-        if inode != os.stat("/proc/self/ns/net").st_ino:
-            return inode
-        os.sched_yield()
-    raise AssertionError("the process never entered its own namespace")
+    """The namespace inode of ``pid`` once it differs from this process's (``unshare``
+    execs its command after entering the new namespace)."""
+    mine = os.stat("/proc/self/ns/net").st_ino
+    return wait_until(lambda: (inode := os.stat(f"/proc/{pid}/ns/net").st_ino) != mine
+                      and inode, timeout=10.0, what=f"process {pid} in its own namespace")
 
 
 def test_namespace_inode_reused_after_teardown_is_not_the_runs():

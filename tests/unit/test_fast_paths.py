@@ -213,3 +213,25 @@ def test_views_updated_in_place_hold_what_fresh_ones_would(policy: type[Snapshot
     for column in ("route", "server_arrival", "start", "end", "seen", "network",
                    "queue_at_arrival", "estimate", "state_age", "outcome"):
         assert bytes(getattr(fresh, column)) == bytes(getattr(shared, column)), column
+
+
+def test_a_rate_hook_reading_the_clock_is_asked_again_for_the_same_mapping() -> None:
+    """The last ranking is reused for the same mapping object only when nothing else it
+    read can change: a subclass whose rate hook reads ``view.now`` ranks afresh."""
+    from testbed.policies.queue_aware import ModelOnlyPolicy
+
+    @dataclass
+    class ClockRates(ModelOnlyPolicy):
+        def arrival_rates(self, view: View, targets: Any) -> list[float]:
+            hot = "a" if view.now < 1.0 else "b"  # the loaded tier moves with the clock
+            return [3.5 if t.name == hot else 0.1 for t in targets]
+
+    def state(name: str) -> TargetState:
+        return TargetState(name=name, tier="edge", queue=0, busy=0, active=4, c=4,
+                           service_rate=1.0, arrival_rate=0.0, delay_s=0.0, age_s=0.0)
+
+    targets = {"a": state("a"), "b": state("b")}
+    policy = ClockRates(seed=1, epsilon=0.0)
+    task = TaskInfo(1, "c1", 0.0)
+    assert policy.choose(task, View(0.0, "c1", targets)).target == "b"
+    assert policy.choose(task, View(2.0, "c1", targets)).target == "a"

@@ -93,3 +93,23 @@ def test_unknown_module_is_refused_before_forking(launcher, tmp_path: Path):
     with pytest.raises(EmulationError, match="no_such_module_here"):
         launcher.spawn(None, "no_such_module_here", [], tmp_path / "x.log")
     assert launcher.request(op="ping")["ok"] is True
+
+
+def test_a_package_that_raises_on_import_is_refused_and_the_launcher_survives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding a service module imports its parent package inside the launcher; what
+    that package raises becomes the request's error instead of ending the launcher."""
+    package = tmp_path / "lib" / "raising_package"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (package / "svc.py").write_text("print('never')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "lib"))
+    ledger = Ledger("launcher-raising", root=tmp_path / "ledgers")
+    client = start_launcher(ledger, tmp_path)
+    try:
+        with pytest.raises(EmulationError, match="RuntimeError: broken on purpose"):
+            client.spawn(None, "raising_package.svc", [], tmp_path / "x.log")
+        assert client.request(op="ping")["ok"] is True
+    finally:
+        client.close()
+        assert ledger.teardown() == []

@@ -34,7 +34,7 @@ def test_every_target_answering_returns_and_a_silent_one_is_named() -> None:
     try:
         ok = f"http://127.0.0.1:{server.server_address[1]}/health"
         me = os.getpid()  # this process's namespace stands for a host's
-        assert wait_http_ok_each([(me, ok), (me, ok)], timeout=5.0) < 5.0
+        wait_http_ok_each([(me, ok), (me, ok)], timeout=5.0)  # raises unless both answer
         silent = f"http://127.0.0.1:{_free_port()}/health"
         missing = f"http://127.0.0.1:{server.server_address[1]}/nowhere"
         with pytest.raises(EmulationError, match=r"2 services did not answer within 0.3 s"
