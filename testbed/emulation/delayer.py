@@ -12,8 +12,9 @@ Each direction of a link is shaped on its own:
   (netem reorders when jitter exceeds the inter-frame gap; a FIFO wire does not);
 * **loss** ``loss_pct``: per-frame Bernoulli drop drawn from a per-direction RNG seeded from
   the link's ``seed``, so a rerun with the same seed drops the same frame numbers;
-* **queue** ``queue``: at most this many frames held per direction (netem's ``limit``,
-  Mininet's ``max_queue_size``); arrivals beyond it are dropped (drop-tail);
+* **queue** ``queue``: at most this many packets held per direction (netem's ``limit``,
+  Mininet's ``max_queue_size``; a GSO frame of the compiled path counts as its segments);
+  arrivals beyond it are dropped (drop-tail);
 * **up/down**: a link that is down drops every frame, held frames included. The TAP
   devices stay administratively up, so addresses and routes survive a down/up cycle.
 
@@ -173,16 +174,15 @@ def _disable_ipv6(ifname: str) -> None:
         pass
 
 
-def _enable_offloads(fd: int, offload: bool) -> None:
-    """Give a virtio-net-header TAP 12-byte headers and (``offload``) checksum/TSO/USO
-    offloads.
+def set_offloads(fd: int, offload: bool) -> None:
+    """Turn a virtio-net-header TAP's checksum/TSO/USO offloads on or off (at any time).
 
     With offloads on, the host's stack hands the TAP whole 64 KB TCP segments with partial
     checksums, described by the header in front of each frame; writing the frame with that
     header to the peer TAP hands the segment on whole. USO is tried first (kernels >= 6.2).
-    Without, the stack segments and checksums before the TAP and the header stays empty.
+    Off, the stack segments and checksums before the TAP (in software, also for sockets
+    that were sending segments) and the header stays empty: every frame is one packet.
     """
-    fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
     if not offload:
         fcntl.ioctl(fd, TUNSETOFFLOAD, 0)
         return
@@ -214,7 +214,8 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False,
                 flags = IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if vnet else 0)
                 fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", ifname.encode(), flags))
                 if vnet:
-                    _enable_offloads(fd, offload)
+                    fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
+                    set_offloads(fd, offload)
                 _disable_ipv6(ifname)
             except OSError:
                 os.close(fd)
@@ -303,6 +304,7 @@ class Direction:
     late_ns: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATE_SAMPLES))
     counters: collections.Counter = field(default_factory=collections.Counter)
+    max_frame: int = 0
 
     def configure(self, params: dict[str, Any], reseed: bool) -> None:
         """Apply validated link parameters; ``reseed`` restarts the loss/jitter draws."""
@@ -329,13 +331,17 @@ class Direction:
         late = sorted(self.late_ns)
         p99 = late[min(len(late) - 1, math.ceil(0.99 * len(late)) - 1)] / 1000 if late else None
         out: dict[str, Any] = {k: self.counters.get(k, 0) for k in STAT_COUNTERS}
-        out.update(held=len(self.queue), late_p99_us=p99,
+        out.update(held=len(self.queue), held_bytes=sum(len(f) for _, f in self.queue),
+                   max_frame=self.max_frame, late_p99_us=p99,
                    late_max_us=late[-1] / 1000 if late else None)
         return out
 
 
 STAT_COUNTERS = ("received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
                  "dropped_write")
+#: Most segments one 64 KB GSO frame carries (64 KB / 1448-byte MSS is 45). A queue shorter
+#: than this could never admit a whole GSO frame, so such a direction reads single packets.
+MAX_GSO_SEGMENTS = 64
 
 
 @dataclass
@@ -346,10 +352,24 @@ class CDirection:
     name: str
     shaper: CShaper
     handle: int
+    src_fd: int
+    #: The link may offload (``add_link``'s ``offload``); the source TAP offloads now.
+    offload: bool = True
+    offloading: bool = True
 
     def configure(self, params: dict[str, Any], reseed: bool) -> None:
         """Apply validated link parameters; ``reseed`` restarts the loss/jitter draws
-        from a 64-bit seed derived from the link's seed and this direction's side."""
+        from a 64-bit seed derived from the link's seed and this direction's side.
+
+        Loss and the queue count packets: a direction with loss, or a queue too short for
+        a whole GSO frame, turns its source TAP's offloads off so that it reads single
+        packets (a GSO frame would be dropped whole, ~44 packets at once), and back on when
+        neither holds."""
+        wanted = self.offload and params["loss_pct"] == 0 \
+            and params["queue"] >= MAX_GSO_SEGMENTS
+        if wanted != self.offloading:
+            set_offloads(self.src_fd, wanted)
+            self.offloading = wanted
         seed = None
         if reseed:
             text = f"{params['seed']}/{self.name.rsplit(':', 1)[1]}".encode()
@@ -364,12 +384,13 @@ class CDirection:
     def stats(self) -> dict[str, Any]:
         raw = self.shaper.stats(self.handle)
         out: dict[str, Any] = {k: raw[k] for k in STAT_COUNTERS}
+        out["max_frame"] = raw["max_frame"] - VNET_HDR_LEN if raw["max_frame"] else 0
 
         def us(ns: int | None) -> float | None:
             return None if ns is None else ns / 1000
 
-        out.update(held=raw["held"], late_p99_us=us(raw["late_p99_ns"]),
-                   late_max_us=us(raw["late_max_ns"]))
+        out.update(held=raw["held"], held_bytes=raw["held_bytes"],
+                   late_p99_us=us(raw["late_p99_ns"]), late_max_us=us(raw["late_max_ns"]))
         return out
 
 
@@ -455,6 +476,7 @@ class Delayer:
                 self._unwatch(d)
                 return
             counters["received"] += 1
+            d.max_frame = max(d.max_frame, len(frame))
             if not d.up:
                 counters["dropped_down"] += 1
                 continue
@@ -622,7 +644,7 @@ class Delayer:
         try:
             for name, src, dst in ((f"{link_id}:a>b", fds[0], fds[1]),
                                    (f"{link_id}:b>a", fds[1], fds[0])):
-                d = self._direction(name, src, dst)
+                d = self._direction(name, src, dst, offload)
                 made.append(d)
                 d.configure(params, reseed=True)
         except OSError:
@@ -634,11 +656,14 @@ class Delayer:
         self.links[link_id] = LinkState(link_id, (fds[0], fds[1]), made[0], made[1], params)
         return {"id": link_id}
 
-    def _direction(self, name: str, src: int, dst: int) -> Direction | CDirection:
+    def _direction(self, name: str, src: int, dst: int,
+                   offload: bool) -> Direction | CDirection:
         """A relayed direction on the data path in use (the compiled one polls ``src``
-        from its own thread; the Python one registers it with this loop)."""
+        from its own thread, offloading if ``offload``; the Python one registers it with
+        this loop)."""
         if self.shaper is not None:
-            return CDirection(name, self.shaper, self.shaper.add(src, dst))
+            return CDirection(name, self.shaper, self.shaper.add(src, dst), src, offload,
+                              offload)
         self._keys += 1
         d = Direction(self._keys, name, src, dst)
         self.readers[src] = d

@@ -278,15 +278,17 @@ def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:
     assert "tbtA0" not in root_links and "tbtB0" not in root_links
 
 
+def tso(pair: Pair, name: str) -> str:
+    """``on`` or ``off``: TCP segmentation offload of TAP ``name`` in namespace a."""
+    out = pair.sh(pair.a, f"ethtool -k {name}").stdout
+    return next(line.split(":")[1].split()[0] for line in out.splitlines()
+                if line.startswith("tcp-segmentation-offload"))
+
+
 def test_compiled_path_taps_offload_segments_unless_told_not_to() -> None:
     """The compiled path's TAPs take whole TSO segments (so TCP crosses a link in 64 KB
     frames); ``offload: false`` (links to an Open vSwitch switch) makes the stack segment
     before the TAP, and the Python path's plain TAPs never offload."""
-    def tso(pair: Pair, name: str) -> str:
-        out = pair.sh(pair.a, f"ethtool -k {name}").stdout
-        return next(line.split(":")[1].split()[0] for line in out.splitlines()
-                    if line.startswith("tcp-segmentation-offload"))
-
     with delayer_pair("c") as pair:
         pair.delayer.add_link("tbt-on", (pair.a, "tbtOn0"), (pair.b, "tbtOn1"))
         pair.delayer.add_link("tbt-off", (pair.a, "tbtOff0"), (pair.b, "tbtOff1"),
@@ -297,3 +299,56 @@ def test_compiled_path_taps_offload_segments_unless_told_not_to() -> None:
     with delayer_pair("python") as pair:
         pair.delayer.add_link("tbt-py", (pair.a, "tbtPy0"), (pair.b, "tbtPy1"))
         assert tso(pair, "tbtPy0") == "off"
+
+
+SINK = ("import socket; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('{IP_B}', 5001)); s.listen(); c, _ = s.accept(); "
+        "exec('while c.recv(1 << 20): pass'); print('done')")
+
+
+def tcp_send(pair: Pair, nbytes: int) -> subprocess.Popen:
+    """Start sending ``nbytes`` over TCP from a to b in 64 KB writes (so TSO makes 64 KB
+    segments where the TAP offloads); returns the sink, which exits when all arrived."""
+    sink = subprocess.Popen(["nsenter", "-t", str(pair.b), "-n", "python3", "-c", SINK],
+                            stdout=subprocess.PIPE, text=True)
+    wait_until(lambda: "5001" in pair.sh(pair.b, "ss -ltn").stdout, what="the sink")
+    send = ("import socket; s = socket.create_connection"
+            f"(('{IP_B}', 5001)); [s.sendall(b'x' * 65536) for _ in range({nbytes // 65536})]")
+    subprocess.Popen(["nsenter", "-t", str(pair.a), "-n", "python3", "-c", send])
+    return sink
+
+
+def test_loss_makes_the_compiled_path_read_single_packets() -> None:
+    """With offloads a frame can be a 64 KB GSO segment of ~44 packets; loss counts packets,
+    so a direction with loss turns its source TAP's offloads off (and on again at 0)."""
+    with delayer_pair("c") as pair:
+        pair.link("tbt-big", names=("tbtG0", "tbtG1"))
+        assert tcp_send(pair, 4 << 20).communicate(timeout=30)[0].strip() == "done"
+        assert pair.delayer.stats("tbt-big")["a_to_b"]["max_frame"] > 1514
+        pair.delayer.remove("tbt-big")
+        pair.link("tbt-lossy", names=("tbtL0", "tbtL1"), loss_pct=1.0)
+        assert tcp_send(pair, 4 << 20).communicate(timeout=30)[0].strip() == "done"
+        ab = pair.delayer.stats("tbt-lossy")["a_to_b"]
+        assert ab["dropped_loss"] > 0 and 0 < ab["max_frame"] <= 1514, ab
+        assert tso(pair, "tbtL0") == "off"
+        pair.delayer.set("tbt-lossy", loss_pct=0.0)
+        assert tso(pair, "tbtL0") == "on"
+
+
+def test_queue_counts_the_packets_of_gso_frames() -> None:
+    """``queue: N`` holds at most N packets even when frames are 64 KB TSO segments."""
+    with delayer_pair("c") as pair:
+        pair.link(delay_ms=50, queue=100)
+        sink = tcp_send(pair, 2 << 20)  # at most 100 packets per 50 ms: about 1 s
+        samples = []
+        deadline = time.monotonic() + 30
+        while sink.poll() is None and time.monotonic() < deadline:
+            samples.append(pair.delayer.stats("tbt-l1")["a_to_b"])
+        assert sink.communicate(timeout=1)[0].strip() == "done"
+        stats = pair.delayer.stats("tbt-l1")["a_to_b"]
+        assert stats["max_frame"] > 1514, stats  # TSO segments crossed the link
+        assert max(s["held"] for s in samples) <= 100
+        assert max(s["held_bytes"] for s in samples) <= 100 * 1514, max(
+            s["held_bytes"] for s in samples)
+        assert max(s["held"] for s in samples) > 44  # a GSO frame or more was held

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "shaper.c"
 LIBRARY = HERE / "build" / "libtbshaper.so"
-ABI_VERSION = 3
+ABI_VERSION = 4
 #: Buckets of the process-wide lateness histogram (LatenessHistogram's 64 << 5).
 HIST_BUCKETS = 64 << 5
 
@@ -24,8 +24,8 @@ HIST_BUCKETS = 64 << 5
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
-        "dropped_write", "read_errors")] + [
-        (name, ctypes.c_int64) for name in ("held", "late_p99_ns", "late_max_ns", "up")]
+        "dropped_write", "read_errors", "max_frame")] + [
+        (name, ctypes.c_int64) for name in ("held", "held_bytes", "late_p99_ns", "late_max_ns", "up")]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:

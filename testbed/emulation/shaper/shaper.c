@@ -11,8 +11,8 @@
  *
  * Semantics match the Python data path: per-direction FIFO with release time
  * max(now + delay + U[-J, J], previous release), Bernoulli loss from a per-direction PRNG
- * seeded by the caller, drop-tail at `limit` held frames, a down direction drops every
- * frame (held ones included). Lateness (write time - due time) goes to a per-direction
+ * seeded by the caller, drop-tail at `limit` held packets (a GSO frame counts as its
+ * segments), a down direction drops every frame (held ones included). Lateness (write time - due time) goes to a per-direction
  * ring of the last 4096 values and to one process-wide log-bucket histogram whose bucket
  * scheme is LatenessHistogram's.
  */
@@ -54,9 +54,16 @@ struct frame {
     struct frame *next;
     int64_t due;
     uint32_t len;
-    uint32_t big; /* a BIG_FRAME buffer, recycled through the worker's pool */
+    uint16_t big; /* a BIG_FRAME buffer, recycled through the worker's pool */
+    uint16_t segs; /* packets it carries (a GSO frame: its segments), counted in `held` */
     unsigned char data[];
 };
+
+/* The virtio-net header in front of every frame (12 bytes, little-endian on the hosts the
+ * project runs on). */
+#define VNET_HDR_LEN 12
+#define VNET_GSO_NONE 0
+#define VNET_GSO_ECN 0x80
 
 struct direction {
     int src_fd, dst_fd;
@@ -67,13 +74,14 @@ struct direction {
     int64_t limit;
     uint64_t rng;
     struct frame *head, *tail;
-    int64_t held;
+    int64_t held; /* packets held: a GSO frame counts as its number of segments */
+    int64_t held_bytes; /* bytes of the held frames, virtio-net headers excluded */
     int64_t last_release;
     int64_t scheduled; /* head due time pushed on the heap, -1 if none */
     int64_t *late; /* ring of LATE_SAMPLES, allocated on first release */
     int64_t late_n; /* values written so far (ring index = late_n % LATE_SAMPLES) */
     uint64_t received, forwarded, dropped_loss, dropped_queue, dropped_down, dropped_write,
-        read_errors;
+        read_errors, max_frame;
 };
 
 struct heap_item {
@@ -103,8 +111,8 @@ struct worker {
 
 struct shaper_stats {
     uint64_t received, forwarded, dropped_loss, dropped_queue, dropped_down, dropped_write,
-        read_errors;
-    int64_t held;
+        read_errors, max_frame;
+    int64_t held, held_bytes;
     int64_t late_p99_ns; /* -1: no frame released yet */
     int64_t late_max_ns;
     int64_t up;
@@ -171,6 +179,18 @@ static struct heap_item heap_pop(struct worker *s) {
     return top;
 }
 
+/* How many packets a frame read from a TAP carries: a GSO frame (gso_type set) is
+ * ceil(payload / gso_size) segments on the wire, any other frame one. */
+static uint32_t frame_segments(const unsigned char *data, ssize_t len) {
+    if (len < VNET_HDR_LEN) return 1;
+    unsigned gso_type = data[1] & ~VNET_GSO_ECN;
+    uint32_t hdr_len = data[2] | (uint32_t)data[3] << 8;
+    uint32_t gso_size = data[4] | (uint32_t)data[5] << 8;
+    int64_t payload = (int64_t)len - VNET_HDR_LEN - hdr_len;
+    if (gso_type == VNET_GSO_NONE || gso_size == 0 || payload <= 0) return 1;
+    return (uint32_t)((payload + gso_size - 1) / gso_size);
+}
+
 static struct frame *big_alloc(struct worker *s) {
     struct frame *f = s->pool;
     if (f) {
@@ -198,11 +218,11 @@ static void clear_queue(struct worker *s, struct direction *d, uint64_t *counter
     while (f) {
         struct frame *next = f->next;
         frame_free(s, f);
+        if (counter) (*counter)++;
         f = next;
     }
-    if (counter) *counter += d->held;
     d->head = d->tail = NULL;
-    d->held = 0;
+    d->held = d->held_bytes = 0;
     d->scheduled = -1;
 }
 
@@ -237,6 +257,7 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
         }
         int64_t now = now_ns(); /* each frame's own arrival, not the batch's */
         d->received++;
+        if ((uint64_t)n > d->max_frame) d->max_frame = (uint64_t)n;
         if (!d->up) {
             d->dropped_down++;
             continue;
@@ -245,7 +266,8 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
             d->dropped_loss++;
             continue;
         }
-        if (d->held >= d->limit) {
+        uint32_t segs = frame_segments(s->scratch->data, n);
+        if (d->held + segs > d->limit) {
             d->dropped_queue++;
             continue;
         }
@@ -265,21 +287,27 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
         struct frame *f;
         if (n <= SMALL_FRAME) {
             f = malloc(sizeof *f + n);
-            if (!f) { d->dropped_queue++; continue; }
-            f->big = 0;
-            memcpy(f->data, s->scratch->data, n);
+            if (f) {
+                f->big = 0;
+                memcpy(f->data, s->scratch->data, n);
+            }
         } else { /* queue the scratch buffer itself and read the next frame into another */
             struct frame *fresh = big_alloc(s);
-            if (!fresh) { d->dropped_queue++; continue; }
-            f = s->scratch;
-            s->scratch = fresh;
+            f = fresh ? s->scratch : NULL;
+            if (fresh) s->scratch = fresh;
+        }
+        if (!f) {
+            d->dropped_queue++;
+            continue;
         }
         f->next = NULL;
         f->due = release;
         f->len = (uint32_t)n;
+        f->segs = (uint16_t)(segs > UINT16_MAX ? UINT16_MAX : segs);
         if (d->tail) d->tail->next = f; else d->head = f;
         d->tail = f;
-        d->held++;
+        d->held += f->segs;
+        d->held_bytes += n - VNET_HDR_LEN;
         if (d->scheduled < 0) {
             d->scheduled = release;
             heap_push(s, release, id);
@@ -297,7 +325,8 @@ static void release_due(struct worker *s) {
             struct frame *f = d->head;
             d->head = f->next;
             if (!d->head) d->tail = NULL;
-            d->held--;
+            d->held -= f->segs;
+            d->held_bytes -= f->len - VNET_HDR_LEN;
             emit(s, d, f->data, f->len, f->due);
             frame_free(s, f);
         }
@@ -574,7 +603,9 @@ int shaper_stats(struct shaper *sh, int64_t id, struct shaper_stats *out) {
         out->dropped_down = d->dropped_down;
         out->dropped_write = d->dropped_write;
         out->read_errors = d->read_errors;
+        out->max_frame = d->max_frame;
         out->held = d->held;
+        out->held_bytes = d->held_bytes;
         out->up = d->up;
         n = d->late_n < LATE_SAMPLES ? d->late_n : LATE_SAMPLES;
         if (n) memcpy(copy, d->late, n * sizeof *copy);
@@ -625,4 +656,4 @@ void shaper_free(struct shaper *sh) {
 }
 
 /* The ABI version the Python binding checks before use. */
-int shaper_abi_version(void) { return 3; }
+int shaper_abi_version(void) { return 4; }
