@@ -39,11 +39,13 @@
 #define SMALL_FRAME 4096
 #define READ_BATCH 16
 #define POOL_MAX 256
-/* Polling is allowed while the thread has been busy (relaying or polling) for less than
- * this share of its time (a token bucket holding at most SPIN_BURST_NS): a SCHED_FIFO
- * thread busy for 95 % of a second is throttled by the kernel for the rest of it, which
- * would stall every link. */
-#define BUSY_SHARE 0.75
+/* Polling takes at most POLL_SHARE of the thread's time: a token bucket earns
+ * POLL_SHARE / (1 - POLL_SHARE) ns of polling per ns the thread sleeps, spends one per ns
+ * it polls, and holds at most SPIN_BURST_NS, so a polling burst lasts at most that long
+ * (plus one loop iteration). A SCHED_FIFO thread busy for 95 % of a second is throttled
+ * by the kernel for the rest of it, which would stall every link; relaying itself is not
+ * capped (it is the work), so only polling is budgeted. */
+#define POLL_SHARE 0.5
 #define SPIN_BURST_NS 500000
 #define MAX_EVENTS 256
 #define EV_STOP UINT64_MAX
@@ -362,9 +364,12 @@ static void *loop(void *arg) {
         int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
         if (n < 0 && errno != EINTR) break;
         int64_t t = now_ns();
-        int64_t busy = (t - last) - (timeout ? t - waited : 0);
-        tokens += (int64_t)((t - last) * BUSY_SHARE) - busy;
+        if (timeout) /* slept: earn polling time; the relaying before it is neither */
+            tokens += (int64_t)((t - waited) * (POLL_SHARE / (1.0 - POLL_SHARE)));
+        else /* polling: the whole iteration since the last one is spent */
+            tokens -= t - last;
         if (tokens > SPIN_BURST_NS) tokens = SPIN_BURST_NS;
+        if (tokens < -SPIN_BURST_NS) tokens = -SPIN_BURST_NS; /* a debt repaid in 0.5 ms */
         last = t;
         pthread_mutex_lock(&s->lock);
         for (int i = 0; i < n; i++) {
