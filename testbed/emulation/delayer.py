@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import collections
 import ctypes
+import errno
 import fcntl
 import hashlib
 import heapq
@@ -338,7 +339,9 @@ class Direction:
 
 
 STAT_COUNTERS = ("received", "forwarded", "dropped_loss", "dropped_queue", "dropped_down",
-                 "dropped_write")
+                 "dropped_write", "read_errors")
+#: Read errors meaning the TAP is gone: its direction stops; any other error is counted.
+DEVICE_GONE = (errno.EBADFD, errno.ENODEV, errno.EIO, errno.EBADF)
 #: Most segments one 64 KB GSO frame carries (64 KB / 1448-byte MSS is 45). A queue shorter
 #: than this could never admit a whole GSO frame, so such a direction reads single packets.
 MAX_GSO_SEGMENTS = 64
@@ -470,11 +473,11 @@ class Delayer:
                 frame = os.read(d.src_fd, MAX_FRAME)
             except BlockingIOError:
                 return
-            except OSError:
-                # the device was deleted under us (e.g. `ip link del`): stop polling it
+            except OSError as exc:
                 counters["read_errors"] += 1
-                self._unwatch(d)
-                return
+                if exc.errno in DEVICE_GONE:  # deleted under us (`ip link del`): stop polling
+                    self._unwatch(d)
+                return  # any other error lost one frame at most: go on at the next event
             counters["received"] += 1
             d.max_frame = max(d.max_frame, len(frame))
             if not d.up:

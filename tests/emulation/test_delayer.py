@@ -255,6 +255,22 @@ def test_bad_requests_get_errors_and_the_delayer_survives(pair: Pair) -> None:
     assert len(pair.rtts(5)) == 5
 
 
+def test_a_deleted_tap_stops_its_direction_and_the_rest_goes_on(pair: Pair) -> None:
+    """``ip link del`` of one TAP stops the direction reading it (a read error), while the
+    delayer keeps answering and relaying other links."""
+    pair.link(delay_ms=1)
+    assert pair.sh(pair.a, "ip link del tbtA0").returncode == 0
+    wait_until(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["read_errors"] >= 1,
+               what="the read error of the deleted TAP")
+    assert pair.sh(pair.b, "ip addr flush dev tbtB0").returncode == 0
+    pair.link("tbt-l2", names=("tbtA1", "tbtB1"), delay_ms=1)
+    assert len(pair.rtts(5)) == 5
+    errors = pair.delayer.stats("tbt-l1")["a_to_b"]["read_errors"]
+    assert pair.delayer.stats("tbt-l2")["a_to_b"]["read_errors"] == 0
+    pair.delayer.remove("tbt-l1")
+    assert pair.delayer.ping()["links"] == 1 and errors >= 1
+
+
 @pytest.mark.timing
 def test_many_links_keep_timing(pair: Pair) -> None:
     """200 links (400 TAPs, past select()'s 1024-fd limit with the rest) keep precise delays."""
@@ -352,3 +368,4 @@ def test_queue_counts_the_packets_of_gso_frames() -> None:
         assert max(s["held_bytes"] for s in samples) <= 100 * 1514, max(
             s["held_bytes"] for s in samples)
         assert max(s["held"] for s in samples) > 44  # a GSO frame or more was held
+

@@ -248,14 +248,19 @@ static void emit(struct worker *s, struct direction *d, const unsigned char *dat
     hist_add(s, late);
 }
 
+/* A read error that means the device is gone (deleted, or the fd detached from it). */
+static int device_gone(int err) {
+    return err == EBADFD || err == ENODEV || err == EIO || err == EBADF;
+}
+
 static void read_direction(struct worker *s, int64_t id, struct direction *d) {
     for (int i = 0; i < READ_BATCH; i++) {
         ssize_t n = read(d->src_fd, s->scratch->data, BIG_FRAME - FRAME_HDR);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) return;
-            d->read_errors++; /* the device vanished under us: stop polling it */
-            unwatch(s, d);
-            return;
+            d->read_errors++;
+            if (device_gone(errno)) unwatch(s, d); /* stop polling a deleted TAP */
+            return; /* any other error lost one frame at most: go on at the next event */
         }
         int64_t now = now_ns(); /* each frame's own arrival, not the batch's */
         d->received++;
