@@ -359,6 +359,7 @@ class CDirection:
     #: The link may offload (``add_link``'s ``offload``); the source TAP offloads now.
     offload: bool = True
     offloading: bool = True
+    removed: bool = False
 
     def configure(self, params: dict[str, Any], reseed: bool) -> None:
         """Apply validated link parameters; ``reseed`` restarts the loss/jitter draws
@@ -674,9 +675,12 @@ class Delayer:
         return d
 
     def _detach(self, d: Direction | CDirection) -> None:
-        """Stop relaying ``d`` and drop its held frames (before its fds are closed)."""
+        """Stop relaying ``d`` and drop its held frames (before its fds are closed); safe
+        to repeat, so a removal interrupted by SIGTERM can be finished by :meth:`close`."""
         if isinstance(d, CDirection):
-            d.shaper.remove(d.handle)
+            if not d.removed:
+                d.removed = True
+                d.shaper.remove(d.handle)
         else:
             d.clear("down")
             self._unwatch(d)
@@ -709,11 +713,11 @@ class Delayer:
 
     def op_remove(self, req: dict) -> dict[str, Any]:
         link = self._link(req)
+        del self.links[link.link_id]  # first: an interrupted removal is never redone
         for d in (link.ab, link.ba):
             self._detach(d)
         for fd in link.fds:
             os.close(fd)
-        del self.links[link.link_id]
         return {"id": link.link_id}
 
     def op_remove_all(self, _req: dict) -> dict[str, Any]:
@@ -722,13 +726,14 @@ class Delayer:
         Closing a TAP waits for the kernel to unregister the device (about 15-20 ms
         each, mostly waiting), so the closes run on a thread pool instead of one by one.
         """
+        links = list(self.links.values())
+        removed = sorted(self.links)
+        self.links.clear()  # first: an interrupted removal is never redone
         fds = []
-        for link in self.links.values():
+        for link in links:
             for d in (link.ab, link.ba):
                 self._detach(d)
             fds.extend(link.fds)
-        removed = sorted(self.links)
-        self.links.clear()
         with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(os.close, fds))
         return {"removed": removed}
@@ -772,14 +777,22 @@ class Delayer:
                 self._release()
 
     def close(self) -> None:
-        for link_id in list(self.links):
-            self.op_remove({"id": link_id})
-        if self.shaper is not None:
-            self.shaper.close()
+        """Remove every link (one failing does not stop the others), stop the compiled
+        shaper and remove the control socket."""
         try:
-            os.unlink(self.control_path)
-        except FileNotFoundError:
-            pass
+            for link_id in list(self.links):
+                try:
+                    self.op_remove({"id": link_id})
+                except OSError as exc:
+                    print(f"delayer: removing link {link_id!r} failed: {exc}",
+                          file=sys.stderr, flush=True)
+        finally:
+            if self.shaper is not None:
+                self.shaper.close()
+            try:
+                os.unlink(self.control_path)
+            except FileNotFoundError:
+                pass
 
 
 def choose_data_path(requested: str, library: Path = LIBRARY) -> tuple[CShaper | None, str]:

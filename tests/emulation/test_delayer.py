@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from testbed.calibrate import RTT_RE
-from testbed.emulation.delayer import DelayerClient, start_delayer
+from testbed.emulation.delayer import Delayer, DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.shaper.build import build as build_shaper
 from testbed.errors import EmulationError
@@ -369,3 +371,41 @@ def test_queue_counts_the_packets_of_gso_frames() -> None:
             s["held_bytes"] for s in samples)
         assert max(s["held"] for s in samples) > 44  # a GSO frame or more was held
 
+
+def test_detaching_twice_and_closing_after_an_interrupted_removal(tmp_path: Path) -> None:
+    """A removal cut short (SIGTERM between detaching a direction and closing its TAPs)
+    leaves the delayer able to close: detaching is idempotent and close() goes on."""
+    with delayer_pair("c") as pair:
+        delayer = Delayer(str(tmp_path / "ctl.sock"), "c")
+        try:
+            for n in range(2):
+                delayer.op_add_link({"id": f"tbt-x{n}", "a": {"pid": pair.a, "ifname": f"tbtX{n}"},
+                                     "b": {"pid": pair.b, "ifname": f"tbtY{n}"}})
+            first = delayer.links["tbt-x0"]
+            delayer._detach(first.ab)
+            delayer._detach(first.ab)
+            delayer.op_remove({"id": "tbt-x0"})
+            delayer._detach(delayer.links["tbt-x1"].ab)  # as if interrupted here
+        finally:
+            delayer.close()
+        assert not (tmp_path / "ctl.sock").exists()
+        assert pair.sh(pair.a, "ip link show tbtX1").returncode != 0  # the TAP is gone
+
+
+def test_remove_under_traffic_then_sigterm_exits_cleanly() -> None:
+    """Removing a link while TCP flows through it is safe; SIGTERM ends a compiled-path
+    delayer with status 0 and its TAPs vanish."""
+    with delayer_pair("c") as pair:
+        pair.link(delay_ms=1)
+        sink = tcp_send(pair, 64 << 20)
+        wait_until(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["forwarded"] > 100,
+                   what="traffic through the link")
+        pair.delayer.remove("tbt-l1")
+        sink.kill()
+        sink.communicate()
+        assert pair.delayer.ping()["links"] == 0
+        pair.link("tbt-l2", names=("tbtA1", "tbtB1"))
+        proc = pair.delayer.process
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert pair.sh(pair.a, "ip link show tbtA1").returncode != 0
