@@ -291,6 +291,13 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
             emit(s, d, s->scratch->data, (uint32_t)n, release);
             continue;
         }
+        if (d->scheduled < 0) { /* the queue is empty: its head's release goes on the heap */
+            if (heap_push(s, release, id) < 0) {
+                d->dropped_queue++; /* no memory for the heap entry: drop, never strand */
+                continue;
+            }
+            d->scheduled = release;
+        }
         struct frame *f;
         if (n <= SMALL_FRAME) {
             f = malloc(sizeof *f + n);
@@ -305,6 +312,7 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
         }
         if (!f) {
             d->dropped_queue++;
+            if (!d->head) d->scheduled = -1; /* its heap entry goes stale and is skipped */
             continue;
         }
         f->next = NULL;
@@ -315,10 +323,6 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
         d->tail = f;
         d->held += f->segs;
         d->held_bytes += n - VNET_HDR_LEN;
-        if (d->scheduled < 0) {
-            d->scheduled = release;
-            heap_push(s, release, id);
-        }
     }
 }
 
@@ -337,11 +341,10 @@ static void release_due(struct worker *s) {
             emit(s, d, f->data, f->len, f->due);
             frame_free(s, f);
         }
+        d->scheduled = -1;
         if (d->head) {
-            d->scheduled = d->head->due;
-            heap_push(s, d->scheduled, it.id);
-        } else {
-            d->scheduled = -1;
+            if (heap_push(s, d->head->due, it.id) == 0) d->scheduled = d->head->due;
+            else clear_queue(s, d, &d->dropped_queue); /* cannot happen after a pop */
         }
         now = now_ns();
     }
