@@ -392,9 +392,17 @@ def test_detaching_twice_and_closing_after_an_interrupted_removal(tmp_path: Path
         assert pair.sh(pair.a, "ip link show tbtX1").returncode != 0  # the TAP is gone
 
 
+def _blocks_sigterm(task: Path) -> bool:
+    """Whether thread ``task`` (a /proc/PID/task/TID directory) blocks SIGTERM."""
+    mask = next(line.split()[1] for line in (task / "status").read_text().splitlines()
+                if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
+
+
 def test_remove_under_traffic_then_sigterm_exits_cleanly() -> None:
     """Removing a link while TCP flows through it is safe; SIGTERM ends a compiled-path
-    delayer with status 0 and its TAPs vanish."""
+    delayer with status 0 and its TAPs vanish (the loop thread blocks signals, so SIGTERM
+    reaches the Python thread that handles it)."""
     with delayer_pair("c") as pair:
         pair.link(delay_ms=1)
         sink = tcp_send(pair, 64 << 20)
@@ -406,6 +414,9 @@ def test_remove_under_traffic_then_sigterm_exits_cleanly() -> None:
         assert pair.delayer.ping()["links"] == 0
         pair.link("tbt-l2", names=("tbtA1", "tbtB1"))
         proc = pair.delayer.process
+        assert any(_blocks_sigterm(task) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                   if task.name != str(proc.pid))  # the shaper's loop thread
+        assert not _blocks_sigterm(Path(f"/proc/{proc.pid}/task/{proc.pid}"))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
         assert pair.sh(pair.a, "ip link show tbtA1").returncode != 0

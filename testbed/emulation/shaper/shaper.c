@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,7 +464,14 @@ static struct worker *worker_new(int fifo_prio, int64_t spin_ns) {
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->timerfd, &ev) < 0) goto fail;
     ev.data.u64 = EV_STOP;
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stopfd, &ev) < 0) goto fail;
-    if (pthread_create(&s->thread, NULL, loop, s) != 0) goto fail;
+    /* The loop thread blocks every signal, so a SIGTERM always reaches the Python thread
+     * that handles it (a signal is delivered to any thread not blocking it). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int created = pthread_create(&s->thread, NULL, loop, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (created != 0) goto fail;
     s->running = 1;
     struct sched_param sp = {.sched_priority = fifo_prio > 0 ? fifo_prio : 0};
     int err = pthread_setschedparam(s->thread, fifo_prio > 0 ? SCHED_FIFO : SCHED_OTHER, &sp);
