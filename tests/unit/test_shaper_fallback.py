@@ -3,6 +3,7 @@ Python loop with the reason, and a refusal when the compiled one is demanded but
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,12 @@ def test_the_built_library_is_chosen_and_runs_its_thread(tmp_path: Path) -> None
 def test_bad_data_path_names_the_choices() -> None:
     with pytest.raises(ValueError, match="data path must be one of"):
         choose_data_path("rust")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                    reason="no C compiler")
+def test_the_shaper_compiles_without_warnings(tmp_path: Path) -> None:
+    """The shipped build does not use -Werror (a newer compiler must not disable the
+    compiled path); this build does, so a warning fails here."""
+    built = build(tmp_path / "libtbshaper.so", force=True, extra_flags=("-Werror",))
+    assert load(built)[0] is not None
