@@ -795,6 +795,34 @@ class Delayer:
                 pass
 
 
+def env_number(name: str, default: float, low: float, high: float,
+               integer: bool = True) -> float:
+    """The number in environment variable ``name`` (``default`` if unset), checked to be
+    an integer (or any number) in ``[low, high]``; a bad value raises ValueError naming the
+    variable and what was expected."""
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return default
+    kind = "an integer" if integer else "a number"
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be {kind} in [{low:g}, {high:g}], got {text!r}") \
+            from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be {kind} in [{low:g}, {high:g}], got {text!r}")
+    return value
+
+
+def env_data_path() -> str:
+    """The data path asked for by ``TESTBED_SHAPER`` (``auto`` if unset), checked."""
+    value = os.environ.get(DATA_PATH_ENV) or "auto"
+    if value not in ("auto", *DATA_PATHS):
+        raise ValueError(f"{DATA_PATH_ENV} must be one of {['auto', *DATA_PATHS]}, "
+                         f"got {value!r}")
+    return value
+
+
 def choose_data_path(requested: str, library: Path = LIBRARY) -> tuple[CShaper | None, str]:
     """The compiled shaper (from ``library``) for ``auto``/``c`` when it loads, else None
     (the Python loop relays); plus the reason, logged in one line. ``c`` refuses to fall
@@ -807,9 +835,9 @@ def choose_data_path(requested: str, library: Path = LIBRARY) -> tuple[CShaper |
         lib, reason = load_shaper(library)
         if lib is not None:
             try:
-                shaper = CShaper(lib, fifo_priority=int(os.environ.get(FIFO_ENV, "50")),
-                                 spin_ns=int(float(os.environ.get(SPIN_ENV, "30")) * 1000),
-                                 threads=int(os.environ.get(THREADS_ENV, "1")))
+                shaper = CShaper(lib, fifo_priority=int(env_number(FIFO_ENV, 50, 0, 99)),
+                                 spin_ns=round(env_number(SPIN_ENV, 30, 0, 1e6, False) * 1000),
+                                 threads=int(env_number(THREADS_ENV, 1, 1, 64)))
             except OSError as exc:
                 reason = str(exc)
         if shaper is None and requested == "c":
@@ -841,7 +869,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--control", required=True, help="path of the control unix socket")
     parser.add_argument("--data-path", choices=("auto", *DATA_PATHS),
-                        default=os.environ.get(DATA_PATH_ENV, "auto"),
+                        default=env_data_path(),
                         help=f"who relays frames (default: ${DATA_PATH_ENV} or auto)")
     args = parser.parse_args(argv)
 

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation.delayer import DATA_PATHS, choose_data_path
+from testbed.emulation.delayer import (
+    DATA_PATH_ENV,
+    DATA_PATHS,
+    FIFO_ENV,
+    SPIN_ENV,
+    THREADS_ENV,
+    choose_data_path,
+    env_data_path,
+    env_number,
+)
 from testbed.emulation.shaper import load
 from testbed.emulation.shaper.build import build
 from testbed.errors import EmulationError
@@ -67,3 +76,33 @@ def test_the_shaper_compiles_without_warnings(tmp_path: Path) -> None:
     compiled path); this build does, so a warning fails here."""
     built = build(tmp_path / "libtbshaper.so", force=True, extra_flags=("-Werror",))
     assert load(built)[0] is not None
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    (FIFO_ENV, "high", "TESTBED_SHAPER_FIFO must be an integer in [0, 99], got 'high'"),
+    (FIFO_ENV, "100", "TESTBED_SHAPER_FIFO must be an integer in [0, 99], got '100'"),
+    (SPIN_ENV, "x", "TESTBED_SHAPER_SPIN_US must be a number in [0, 1e+06], got 'x'"),
+    (THREADS_ENV, "0", "TESTBED_SHAPER_THREADS must be an integer in [1, 64], got '0'"),
+])
+def test_bad_tuning_variables_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        name: str, value: str, expected: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as err:
+        choose_data_path("auto", library=build(tmp_path / "libtbshaper.so"))
+    assert str(err.value) == expected
+
+
+def test_tuning_variables_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SPIN_ENV, "12.5")
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert env_number(SPIN_ENV, 30, 0, 1e6, integer=False) == 12.5
+    assert env_number(THREADS_ENV, 1, 1, 64) == 1
+
+
+def test_the_data_path_variable_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_PATH_ENV, "rust")
+    with pytest.raises(ValueError, match=r"TESTBED_SHAPER must be one of \['auto', 'c', "
+                                         r"'python'\], got 'rust'"):
+        env_data_path()
+    monkeypatch.setenv(DATA_PATH_ENV, "python")
+    assert env_data_path() == "python"
