@@ -71,8 +71,10 @@ def engines_for(requested: str = "auto") -> list[str]:
     if requested in ENGINES:
         backend, data_path = ENGINES[requested]
         resolve_backend(backend)
-        if data_path == "c" and load_shaper()[0] is None:
-            raise EmulationError(f"shaping engine 'shaper-c' is not built: {load_shaper()[1]}")
+        if data_path == "c":
+            lib, why = load_shaper()
+            if lib is None:
+                raise EmulationError(f"shaping engine 'shaper-c' is not built: {why}")
         return [requested]
     backends = [resolve_backend(requested)] if requested != "auto" else \
         [*(["netem"] if detect_backend() == "netem" else []), "userspace"]

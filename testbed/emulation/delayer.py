@@ -285,6 +285,12 @@ class LatenessHistogram:
                 "p99_us": us(self.quantile(0.99)), "max_us": us(self.max_ns if self.n else None)}
 
 
+def seed_text(params: dict[str, Any], name: str) -> str:
+    """What a direction's loss/jitter draws are seeded from: the link's seed and the
+    direction's side (``a>b`` or ``b>a`` of ``name``), so the two sides draw apart."""
+    return f"{params['seed']}/{name.rsplit(':', 1)[1]}"
+
+
 @dataclass
 class Direction:
     """One direction of a link: frames read from ``src_fd`` are written to ``dst_fd``."""
@@ -314,7 +320,7 @@ class Direction:
         self.loss = float(params["loss_pct"])
         self.limit = int(params["queue"])
         if reseed:
-            self.rng = random.Random(f"{params['seed']}/{self.name.rsplit(':', 1)[1]}")
+            self.rng = random.Random(seed_text(params, self.name))
 
     def set_up(self, up: bool) -> None:
         """Bring the direction up or down (down drops its held frames)."""
@@ -376,16 +382,19 @@ class CDirection:
             self.offloading = wanted
         seed = None
         if reseed:
-            text = f"{params['seed']}/{self.name.rsplit(':', 1)[1]}".encode()
-            seed = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+            digest = hashlib.blake2b(seed_text(params, self.name).encode(), digest_size=8)
+            seed = int.from_bytes(digest.digest(), "little")
         self.shaper.configure(self.handle, round(params["delay_ms"] * 1e6),
                               round(params["jitter_ms"] * 1e6), float(params["loss_pct"]),
                               int(params["queue"]), seed)
 
     def set_up(self, up: bool) -> None:
+        """Bring the direction up or down (down drops its held frames)."""
         self.shaper.set_up(self.handle, up)
 
     def stats(self) -> dict[str, Any]:
+        """The direction's counters, held packets/bytes, largest frame (Ethernet bytes,
+        virtio-net header excluded) and lateness p99/max (us), as :class:`Direction`."""
         raw = self.shaper.stats(self.handle)
         out: dict[str, Any] = {k: raw[k] for k in STAT_COUNTERS}
         out["max_frame"] = raw["max_frame"] - VNET_HDR_LEN if raw["max_frame"] else 0
