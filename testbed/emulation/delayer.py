@@ -364,7 +364,7 @@ class CDirection:
     src_fd: int
     #: The link may offload (``add_link``'s ``offload``); the source TAP offloads now.
     offload: bool = True
-    offloading: bool = True
+    offloads_on: bool = True
     removed: bool = False
 
     def configure(self, params: dict[str, Any], reseed: bool) -> None:
@@ -377,9 +377,9 @@ class CDirection:
         neither holds."""
         wanted = self.offload and params["loss_pct"] == 0 \
             and params["queue"] >= MAX_GSO_SEGMENTS
-        if wanted != self.offloading:
+        if wanted != self.offloads_on:
             set_offloads(self.src_fd, wanted)
-            self.offloading = wanted
+            self.offloads_on = wanted
         seed = None
         if reseed:
             digest = hashlib.blake2b(seed_text(params, self.name).encode(), digest_size=8)
@@ -672,7 +672,7 @@ class Delayer:
     def _direction(self, name: str, src: int, dst: int,
                    offload: bool) -> Direction | CDirection:
         """A relayed direction on the data path in use (the compiled one polls ``src``
-        from its own thread, offloading if ``offload``; the Python one registers it with
+        from its own thread, with offloads if ``offload``; the Python one registers it with
         this loop)."""
         if self.shaper is not None:
             return CDirection(name, self.shaper, self.shaper.add(src, dst), src, offload,
