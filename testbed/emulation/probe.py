@@ -117,34 +117,28 @@ def wait_http_ok_each(targets: Sequence[tuple[int, str]], timeout: float) -> flo
     one). Returns the seconds it took; raises :class:`EmulationError` naming the URLs
     that never answered.
     """
-    result: dict[str, Any] = {}
+    if not targets:
+        return 0.0
 
-    def body() -> None:
+    def poll() -> float:
         start = progress = time.monotonic()
         pending = list(targets)
-        try:
-            while pending:
-                still = []
-                for pid, url in pending:
-                    enter_netns_of(pid)
-                    if _status(url, 1.0) != 200:
-                        still.append((pid, url))
-                if len(still) < len(pending):
-                    progress = time.monotonic()
-                pending = still
-                if pending and time.monotonic() - progress > timeout:
-                    shown = ", ".join(url for _, url in pending[:5])
-                    raise EmulationError(f"{len(pending)} services did not answer within "
-                                         f"{timeout} s: {shown}")
-                if pending:
-                    time.sleep(0.02)
-            result["value"] = time.monotonic() - start
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = exc
+        while pending:
+            still = []
+            for pid, url in pending:
+                enter_netns_of(pid)
+                if _status(url, 1.0) != 200:
+                    still.append((pid, url))
+            if len(still) < len(pending):
+                progress = time.monotonic()
+            pending = still
+            if pending and time.monotonic() - progress > timeout:
+                shown = ", ".join(url for _, url in pending[:5])
+                raise EmulationError(f"{len(pending)} services did not answer within "
+                                     f"{timeout} s: {shown}")
+            if pending:
+                time.sleep(0.02)
+        return time.monotonic() - start
 
-    thread = threading.Thread(target=body, name="netns-health", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
+    # in_netns's thread is discarded afterwards, so poll may move it between namespaces
+    return in_netns(targets[0][0], poll)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from testbed.emulation.ledger import is_running, process_start_time
 
@@ -34,6 +34,26 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def ratio(a: float | None, b: float | None) -> float:
+    """``a / b`` of a harness figure and its peer's; NaN when either is missing or zero."""
+    return a / b if a is not None and b else math.nan
+
+
+def load1() -> float:
+    """The machine's 1-minute load average now (printed beside timed figures: other
+    work on the machine moves them)."""
+    return os.getloadavg()[0]
+
+
+def cell(value: Any, digits: int = 2) -> str:
+    """A table cell: floats rounded to ``digits``, NaN and None as ``-``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
 
 
 def _proc_pids() -> list[int]:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.emulation.ledger import process_start_time
-from tests.bench import Sandbox, cpu_ms, memory_kb, percentile, process_group
+from tests.bench import Sandbox, cell, cpu_ms, load1, memory_kb, percentile, process_group, ratio
 
 LINK_DELAY_MS = 1.0
 SERVICE_PORT = 8000
@@ -49,11 +49,6 @@ SIZES = (10, 50, 100, 200, 400, 1000)
 QUICK_SIZES = (10, 50)
 #: A Linux bridge takes at most 1024 ports (BR_MAX_PORTS); one is kept spare.
 BRIDGE_PORT_LIMIT = 1023
-
-
-def load1() -> float:
-    """The machine's 1-minute load average now."""
-    return os.getloadavg()[0]
 
 
 def runnable() -> int:
@@ -254,10 +249,6 @@ def run_mininet(n: int) -> dict[str, Any]:
     return out
 
 
-def _ratio(a: float, b: float | None) -> float:
-    return a / b if b else math.nan
-
-
 def run(quick: bool, progress: Any = print, sizes: Sequence[int] | None = None
         ) -> dict[str, Any]:
     """Harness and bare Mininet at each size; ``{"rows": [...]}``, one row per size with
@@ -277,9 +268,9 @@ def run(quick: bool, progress: Any = print, sizes: Sequence[int] | None = None
         else:
             progress(f"  [{n} hosts] mininet not built: {mininet['reason']}")
         rows.append({"hosts": n, "harness": harness, "mininet": mininet,
-                     "up_ratio": _ratio(harness["up_s"], mininet.get("up_s")),
-                     "network_ratio": _ratio(harness["network_s"], mininet.get("up_s")),
-                     "down_ratio": _ratio(harness["down_s"], mininet.get("down_s"))})
+                     "up_ratio": ratio(harness["up_s"], mininet.get("up_s")),
+                     "network_ratio": ratio(harness["network_s"], mininet.get("up_s")),
+                     "down_ratio": ratio(harness["down_s"], mininet.get("down_s"))})
     return {"rows": rows}
 
 
@@ -290,12 +281,6 @@ def keys(result: dict[str, Any]) -> dict[str, float]:
             return {"scale.hosts_1000_up_s": row["harness"]["up_s"],
                     "scale.hosts_1000_teardown_s": row["harness"]["down_s"]}
     return {}
-
-
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def table(result: dict[str, Any]) -> str:
@@ -313,7 +298,7 @@ def table(result: dict[str, Any]) -> str:
                       m.get("up_s"), f"{m['load_before']:.1f}->{m['load_up']:.1f}"
                       if m["built"] else m["reason"][:30], m.get("down_s"),
                       row["up_ratio"], row["down_ratio"]])
-    cells = [[_fmt(c) for c in line] for line in lines]
+    cells = [[cell(c) for c in line] for line in lines]
     widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
                      for line in cells)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.bench import Sandbox
+from tests.bench import Sandbox, load1, ratio
 
 DELAY_MS = 1.0
 LATE_LIMIT_US = 200.0
@@ -250,11 +250,6 @@ def accurate(steps: list[dict[str, Any]], limit_us: float) -> float:
     return max(good, default=0.0)
 
 
-def _load() -> float:
-    """The 1-minute load average (other work on the machine skews every figure here)."""
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
@@ -271,7 +266,7 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
 
     seconds, tcp_s, rounds = (0.6, 2.0, 1) if quick else (1.0, 3.0, 2)
     result: dict[str, Any] = {"delay_ms": DELAY_MS, "late_limit_us": LATE_LIMIT_US,
-                              "load_start": _load()}
+                              "load_start": load1()}
     names = list(DATA_PATHS)
     try:
         build()
@@ -286,13 +281,13 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
         for name, delayer in delayers.items():
             paths[name] = (lab.path(1, delayer), lab.path(3, delayer))
         veth = lab.udp(paths["veth"][0], 0, seconds)
-        veth["load"] = _load()
+        veth["load"] = load1()
         result["veth"] = veth
         progress(f"  veth: generator {veth['sent_fps']:,.0f} frames/s (sink "
                  f"{veth['received_fps']:,.0f}/s), load {veth['load']:.1f}")
         for name, delayer in delayers.items():
             out: dict[str, Any] = {"scheduling": delayer.ping()["scheduling"],
-                                   "load_before_ladder": _load()}
+                                   "load_before_ladder": load1()}
             progress(f"  {name}: frame-rate ladder over one {DELAY_MS:g} ms link "
                      f"({out['scheduling']}, load {out['load_before_ladder']:.1f})")
             out["steps"] = sweep(lab, paths[name][0], delayer, paths[name][0].link_ids[0],
@@ -314,7 +309,7 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                             100 * (_cpu_s(delayer.pid) - cpu0) / (time.monotonic() - t0))
                 progress(f"  TCP round {rnd + 1}, {hops} hop(s): " + ", ".join(
                     f"{kind} {tcp[(kind, hops)][-1]:,.0f}" for kind in paths) +
-                    f" Mbit/s (load {_load():.1f})")
+                    f" Mbit/s (load {load1():.1f})")
         for kind in paths:
             target = result[kind]
             target["tcp_1hop_mbit"] = _median(tcp[(kind, 1)])
@@ -324,15 +319,11 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                 target["tcp_1hop_cpu_pct"] = _median(cpu[kind])
         for delayer in delayers.values():
             delayer.stop()
-        result["load_end"] = _load()
+        result["load_end"] = load1()
         sandbox.snapshot()
         errors = sandbox.teardown()
         result["leftovers"] = errors + sandbox.verify()
     return result
-
-
-def _ratio(a: float | None, b: float | None) -> float:
-    return a / b if a is not None and b else math.nan
 
 
 def keys(result: dict[str, Any]) -> dict[str, float]:
@@ -341,8 +332,8 @@ def keys(result: dict[str, Any]) -> dict[str, float]:
     return {
         "shaper.frames_per_s_accurate": float(c.get("accurate_fps", math.nan)),
         "shaper.frames_per_s_veth": float(veth.get("sent_fps", math.nan)),
-        "shaper.tcp_ratio_vs_veth": _ratio(c.get("tcp_1hop_mbit"), veth.get("tcp_1hop_mbit")),
-        "shaper.tcp_3hop_ratio_vs_veth": _ratio(c.get("tcp_3hop_mbit"),
+        "shaper.tcp_ratio_vs_veth": ratio(c.get("tcp_1hop_mbit"), veth.get("tcp_1hop_mbit")),
+        "shaper.tcp_3hop_ratio_vs_veth": ratio(c.get("tcp_3hop_mbit"),
                                                 veth.get("tcp_3hop_mbit")),
     }
 
@@ -360,9 +351,9 @@ def table(result: dict[str, Any]) -> str:
             continue
         rows.append((name, f"{r['accurate_fps']:,.0f}", f"{r['accurate_fps_0.7ms']:,.0f}",
                      f"{r['tcp_1hop_mbit']:,.0f}",
-                     f"{_ratio(r['tcp_1hop_mbit'], veth['tcp_1hop_mbit']):.2f}",
+                     f"{ratio(r['tcp_1hop_mbit'], veth['tcp_1hop_mbit']):.2f}",
                      f"{r['tcp_3hop_mbit']:,.0f}",
-                     f"{_ratio(r['tcp_3hop_mbit'], veth['tcp_3hop_mbit']):.2f}",
+                     f"{ratio(r['tcp_3hop_mbit'], veth['tcp_3hop_mbit']):.2f}",
                      f"{r['tcp_1hop_cpu_pct']:.0f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.bench import cell
+
 #: The goals of the headline figures: key -> (what is compared, goal, description).
 GOALS: dict[str, tuple[str, float, str]] = {
     "shaper.tcp_ratio_vs_veth": (">=", 0.8, "TCP through one delayed link / veth"),
@@ -76,17 +78,8 @@ def goal_rows(keys: Mapping[str, float]) -> list[list[Any]]:
     return rows
 
 
-def _cell(value: Any, digits: int = 2) -> str:
-    """A table cell: floats rounded, NaN and None as ``-``."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> str:
-    cells = [header] + [[_cell(v) for v in row] for row in rows]
+    cells = [header] + [[cell(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in cells]
