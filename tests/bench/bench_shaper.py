@@ -55,8 +55,13 @@ TCP_BUFFERS = "4096 131072 67108864"
 #: so the shaper and not its queue setting is measured, as a researcher would size the
 #: queue above a fast link's bandwidth-delay product.
 QUEUE = 10_000
-LADDER = (20_000, 30_000, 40_000, 60_000, 80_000, 120_000, 160_000, 200_000, 250_000,
-          300_000, 350_000, 400_000, 500_000, 600_000, 800_000, 1_000_000)
+LADDER = (20_000, 30_000, 40_000, 60_000, 80_000, 120_000, 160_000, 200_000, 225_000,
+          250_000, 275_000, 300_000, 350_000, 400_000, 450_000, 500_000, 600_000, 800_000,
+          1_000_000)
+#: Interleaved TCP rounds of the full run: one transfer through a 2-CPU machine's three
+#: busy threads (sender, receiver, shaper) varies by up to 1.5x with where the scheduler
+#: puts them, so the ratio is the median of five paired rounds.
+TCP_ROUNDS = 5
 DATA_PATHS = {"shaper-c": "c", "delayer-py": "python"}
 UDPLOAD_SOURCE = Path(__file__).with_name("udpload.c")
 
@@ -207,7 +212,8 @@ def _relayed(delayer: Any, link_id: str) -> int:
 
 def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
           ceiling: float, progress: Any) -> list[dict[str, Any]]:
-    """Offered rates up the ladder (to ``ceiling``) until two steps in a row miss 0.2 ms."""
+    """Offered rates up the ladder (to 1.1 x ``ceiling``) until two steps in a row miss
+    0.2 ms."""
     from testbed.poll import wait_until
 
     steps: list[dict[str, Any]] = []
@@ -236,7 +242,10 @@ def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
                  f"max {late['max_us'] or 0:9.1f} us  cpu {cpu:5.1f} %")
         ok = (late["p99_us"] or 0) < LATE_LIMIT_US and lost == 0
         misses = 0 if ok else misses + 1
-        if misses >= 2 or load["sent_fps"] < 0.8 * rate:
+        # No stop when the sender falls short of the offered rate: with the shaper's
+        # thread taking its CPU at times it often does, and still sends more at the next
+        # step (the ladder ends at the generator's veth rate anyway).
+        if misses >= 2:
             break
     return steps
 
@@ -258,13 +267,14 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
     """Measure veth, the compiled shaper and the Python delayer in one run.
 
     Every path exists at once (both delayers running, the idle one costs nothing), so the
-    TCP transfers interleave veth, compiled and Python in rounds and each ratio pairs
-    transfers made minutes apart at most; the figures are medians over the rounds.
+    TCP transfers interleave veth, compiled and Python in rounds; the throughputs are
+    medians over the rounds and each ratio is the median of the per-round ratios (a
+    round's transfers are seconds apart, so background load moves both sides alike).
     """
     from testbed.emulation.delayer import start_delayer
     from testbed.emulation.shaper.build import build
 
-    seconds, tcp_s, rounds = (0.6, 2.0, 1) if quick else (1.0, 3.0, 2)
+    seconds, tcp_s, rounds = (0.6, 2.0, 1) if quick else (1.0, 3.0, TCP_ROUNDS)
     result: dict[str, Any] = {"delay_ms": DELAY_MS, "late_limit_us": LATE_LIMIT_US,
                               "load_start": load1()}
     names = list(DATA_PATHS)
@@ -315,6 +325,10 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
             target["tcp_1hop_mbit"] = _median(tcp[(kind, 1)])
             target["tcp_3hop_mbit"] = _median(tcp[(kind, 3)])
             target["tcp_runs_mbit"] = {"1": tcp[(kind, 1)], "3": tcp[(kind, 3)]}
+            for hops in (1, 3):
+                target[f"tcp_{hops}hop_ratio"] = _median(
+                    [ratio(mine, peer) for mine, peer in zip(tcp[(kind, hops)],
+                                                              tcp[("veth", hops)])])
             if kind in cpu:
                 target["tcp_1hop_cpu_pct"] = _median(cpu[kind])
         for delayer in delayers.values():
@@ -332,9 +346,8 @@ def keys(result: dict[str, Any]) -> dict[str, float]:
     return {
         "shaper.frames_per_s_accurate": float(c.get("accurate_fps", math.nan)),
         "shaper.frames_per_s_veth": float(veth.get("sent_fps", math.nan)),
-        "shaper.tcp_ratio_vs_veth": ratio(c.get("tcp_1hop_mbit"), veth.get("tcp_1hop_mbit")),
-        "shaper.tcp_3hop_ratio_vs_veth": ratio(c.get("tcp_3hop_mbit"),
-                                                veth.get("tcp_3hop_mbit")),
+        "shaper.tcp_ratio_vs_veth": float(c.get("tcp_1hop_ratio", math.nan)),
+        "shaper.tcp_3hop_ratio_vs_veth": float(c.get("tcp_3hop_ratio", math.nan)),
     }
 
 
@@ -350,13 +363,18 @@ def table(result: dict[str, Any]) -> str:
         if r is None:
             continue
         rows.append((name, f"{r['accurate_fps']:,.0f}", f"{r['accurate_fps_0.7ms']:,.0f}",
-                     f"{r['tcp_1hop_mbit']:,.0f}",
-                     f"{ratio(r['tcp_1hop_mbit'], veth['tcp_1hop_mbit']):.2f}",
-                     f"{r['tcp_3hop_mbit']:,.0f}",
-                     f"{ratio(r['tcp_3hop_mbit'], veth['tcp_3hop_mbit']):.2f}",
+                     f"{r['tcp_1hop_mbit']:,.0f}", f"{r['tcp_1hop_ratio']:.2f}",
+                     f"{r['tcp_3hop_mbit']:,.0f}", f"{r['tcp_3hop_ratio']:.2f}",
                      f"{r['tcp_1hop_cpu_pct']:.0f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+    runs = veth.get("tcp_runs_mbit", {})
+    lines.append(f"TCP: medians of {len(runs.get('1', []))} interleaved rounds, ratio = median "
+                 "of the per-round ratios; Mbit/s per round: " + "; ".join(
+                     f"{name} {hops} hop(s) " + ", ".join(
+                         f"{x:,.0f}" for x in result[name]["tcp_runs_mbit"][hops])
+                     for name in ("veth", *DATA_PATHS) if name in result
+                     for hops in ("1", "3")))
     lines.append(f"load average {result['load_start']:.1f} at the start, "
                  f"{result['load_end']:.1f} at the end")
     return "\n".join(lines)

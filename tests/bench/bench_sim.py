@@ -319,7 +319,11 @@ def compare_mmc(count: int, rounds: int) -> dict[str, Any]:
         "rounds_simpy": [r["tasks_per_s"] for r in peer]}
 
 
-def measure(count: int, rounds: int, mmc_count: int) -> dict[str, Any]:
+#: Trace sizes (continuum, M/M/c) of the simulator comparison in ``tests.bench.run``.
+COMBINED = (20_000, 200_000)
+
+
+def measure(count: int, mmc_count: int, rounds: int) -> dict[str, Any]:
     """Every comparison: the continuum model per policy, then the bare M/M/c."""
     scenario = bench_scenario(count / (RHO * CAPACITY))
     tasks = trace_for(scenario, 1)
@@ -328,14 +332,6 @@ def measure(count: int, rounds: int, mmc_count: int) -> dict[str, Any]:
             "continuum": {policy: compare(scenario, tasks, policy, rounds)
                           for policy in ("jsq", "hybrid")},
             "mmc": compare_mmc(mmc_count, rounds)}
-
-
-def run(quick: bool) -> dict[str, Any]:
-    """The benchmark as ``tests.bench.run`` calls it: 20k continuum tasks, 200k M/M/c
-    tasks and 3 rounds with ``quick``, else 100k, 500k and 5."""
-    if quick:
-        return measure(20_000, 3, 200_000)
-    return measure(100_000, 5, 500_000)
 
 
 def keys(result: dict[str, Any]) -> dict[str, float]:
@@ -393,10 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--million", action="store_true",
                         help="also time 1,000,000 tasks with hybrid")
     args = parser.parse_args(argv)
-    count = args.tasks or (20_000 if args.quick else 100_000)
-    mmc_count = args.mmc_tasks or (200_000 if args.quick else 500_000)
+    count = args.tasks or (COMBINED[0] if args.quick else 100_000)
+    mmc_count = args.mmc_tasks or (COMBINED[1] if args.quick else 500_000)
     rounds = args.rounds or (3 if args.quick else 5)
-    result = measure(count, rounds, mmc_count)
+    result = measure(count, mmc_count, rounds)
     print_tables(result)
     print("summary: " + ", ".join(f"{key} = {value:.2f}" for key, value in keys(result).items()))
     if args.million:

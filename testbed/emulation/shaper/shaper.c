@@ -327,8 +327,9 @@ static void read_direction(struct worker *s, int64_t id, struct direction *d) {
     }
 }
 
-static void release_due(struct worker *s) {
-    int64_t now = now_ns();
+/* Write every frame now due; how many were written or dropped. */
+static int64_t release_due(struct worker *s) {
+    int64_t now = now_ns(), released = 0;
     while (s->heap_n && s->heap[0].due <= now) {
         struct heap_item it = heap_pop(s);
         struct direction *d = it.id < s->ndirs ? s->dirs[it.id] : NULL;
@@ -341,6 +342,7 @@ static void release_due(struct worker *s) {
             d->held_bytes -= f->len - VNET_HDR_LEN;
             emit(s, d, f->data, f->len, f->due);
             frame_free(s, f);
+            released++;
         }
         d->scheduled = -1;
         if (d->head) {
@@ -349,6 +351,7 @@ static void release_due(struct worker *s) {
         }
         now = now_ns();
     }
+    return released;
 }
 
 /* Arm the timer at absolute time `at` (CLOCK_MONOTONIC ns) unless it already is. */
@@ -367,7 +370,7 @@ static void *loop(void *arg) {
     struct epoll_event evs[MAX_EVENTS];
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     int timeout = -1;
-    int64_t tokens = SPIN_BURST_NS, last = now_ns();
+    int64_t tokens = SPIN_BURST_NS, last = now_ns(), work = 0;
     for (;;) {
         int64_t waited = timeout ? now_ns() : 0;
         int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
@@ -375,8 +378,8 @@ static void *loop(void *arg) {
         int64_t t = now_ns();
         if (timeout) /* slept: earn polling time; the relaying before it is neither */
             tokens += (int64_t)((t - waited) * (POLL_SHARE / (1.0 - POLL_SHARE)));
-        else /* polling: the whole iteration since the last one is spent */
-            tokens -= t - last;
+        else /* polling: the iteration since the last one is spent, less its relaying */
+            tokens -= t - last - work;
         if (tokens > SPIN_BURST_NS) tokens = SPIN_BURST_NS;
         if (tokens < -SPIN_BURST_NS) tokens = -SPIN_BURST_NS; /* a debt repaid in 0.5 ms */
         last = t;
@@ -396,7 +399,8 @@ static void *loop(void *arg) {
             struct direction *d = (int64_t)key < s->ndirs ? s->dirs[key] : NULL;
             if (d && d->watched) read_direction(s, (int64_t)key, d);
         }
-        if (s->heap_n) release_due(s);
+        int64_t released = s->heap_n ? release_due(s) : 0;
+        work = n > 0 || released ? now_ns() - t : 0; /* relaying, not polling */
         /* Waking an idle (virtual) CPU costs tens of us, so the timer fires spin_ns before
          * the next release and the rest of the wait is polling (epoll_wait, no timeout). */
         timeout = -1;

@@ -68,7 +68,7 @@ class ScaleSize:
 
 SCALE_SIZES = {
     "small": ScaleSize(users_sweep=(1, 4), users_sweep_nodes=3, nodes_sweep=(3, 5),
-                       nodes_sweep_users=4, duration_s=8.0),
+                       nodes_sweep_users=4, duration_s=5.0),
     "full": ScaleSize(users_sweep=(1, 5, 10, 20, 30), users_sweep_nodes=20,
                       nodes_sweep=(3, 5, 10, 20), nodes_sweep_users=10, duration_s=20.0,
                       node_cores=TINY_NODES),
