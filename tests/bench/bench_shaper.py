@@ -259,6 +259,15 @@ def accurate(steps: list[dict[str, Any]], limit_us: float) -> float:
     return max(good, default=0.0)
 
 
+def paired_ratio(mine: list[float], peer: list[float]) -> float:
+    """The median of the per-round ratios ``mine[i] / peer[i]`` (NaN for no rounds):
+    each round's two transfers ran seconds apart, so load drifting across the rounds
+    moves both sides of a ratio alike."""
+    if len(mine) != len(peer):
+        raise ValueError(f"{len(mine)} rounds against {len(peer)} of the peer")
+    return _median([ratio(a, b) for a, b in zip(mine, peer)])
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
@@ -326,9 +335,8 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
             target["tcp_3hop_mbit"] = _median(tcp[(kind, 3)])
             target["tcp_runs_mbit"] = {"1": tcp[(kind, 1)], "3": tcp[(kind, 3)]}
             for hops in (1, 3):
-                target[f"tcp_{hops}hop_ratio"] = _median(
-                    [ratio(mine, peer) for mine, peer in zip(tcp[(kind, hops)],
-                                                              tcp[("veth", hops)])])
+                target[f"tcp_{hops}hop_ratio"] = paired_ratio(tcp[(kind, hops)],
+                                                              tcp[("veth", hops)])
             if kind in cpu:
                 target["tcp_1hop_cpu_pct"] = _median(cpu[kind])
         for delayer in delayers.values():

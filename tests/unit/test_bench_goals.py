@@ -26,3 +26,30 @@ def test_goal_rows_judge_each_key_and_name_what_was_not_measured() -> None:
     assert rows["sim.mmc_ratio_vs_simpy"][-1] == "met"
     assert rows["sim.continuum_hybrid_ratio_vs_simpy"][-1] == "not measured"
     assert rows["shaper.tcp_3hop_ratio_vs_veth"][-1] == "not measured"
+
+
+def test_tcp_ratio_is_the_median_of_paired_rounds() -> None:
+    from tests.bench.bench_shaper import paired_ratio
+
+    # Medians of each side would give 15/20 = 0.75; the paired rounds say 0.7.
+    assert paired_ratio([14.0, 15.0, 18.0], [20.0, 20.0, 30.0]) == 0.7
+    assert math.isnan(paired_ratio([], []))
+    try:
+        paired_ratio([1.0], [1.0, 2.0])
+    except ValueError as exc:
+        assert "1 rounds against 2" in str(exc)
+    else:
+        raise AssertionError("unequal rounds were accepted")
+
+
+def test_the_accurate_rate_needs_low_lateness_and_nothing_lost() -> None:
+    from tests.bench.bench_shaper import accurate
+
+    steps = [{"relayed_fps": 100.0, "late_p99_us": 50.0, "lost_in_shaper": 0},
+             {"relayed_fps": 200.0, "late_p99_us": 150.0, "lost_in_shaper": 3},
+             {"relayed_fps": 300.0, "late_p99_us": 250.0, "lost_in_shaper": 0},
+             {"relayed_fps": 150.0, "late_p99_us": 190.0, "lost_in_shaper": 0},
+             {"relayed_fps": 400.0, "late_p99_us": None, "lost_in_shaper": 0}]
+    assert accurate(steps, 200.0) == 150.0
+    assert accurate(steps, 700.0) == 300.0
+    assert accurate([], 200.0) == 0.0
