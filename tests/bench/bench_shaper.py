@@ -20,8 +20,9 @@ direction (above the bandwidth-delay product). Measured in one run:
   the same path of plain veths.
 
 Every figure is paired with its peer in the same run and printed with the load average
-beside it: other work on the machine moves them a lot. TCP is the median of interleaved
-rounds. Run it with ``python -m tests.bench.bench_shaper [--quick]`` (as root).
+beside it: other work on the machine moves them a lot. TCP throughputs are medians of
+interleaved rounds and its ratios the median of the per-round ratios. Run it with
+``python -m tests.bench.bench_shaper [--quick]`` (as root).
 """
 
 from __future__ import annotations
