@@ -813,13 +813,13 @@ def env_number(name: str, default: float, low: float, high: float,
     if text is None or text.strip() == "":
         return default
     kind = "an integer" if integer else "a number"
+    wrong = ValueError(f"{name} must be {kind} in [{low:g}, {high:g}], got {text!r}")
     try:
         value = int(text) if integer else float(text)
     except ValueError:
-        raise ValueError(f"{name} must be {kind} in [{low:g}, {high:g}], got {text!r}") \
-            from None
+        raise wrong from None
     if not low <= value <= high:
-        raise ValueError(f"{name} must be {kind} in [{low:g}, {high:g}], got {text!r}")
+        raise wrong
     return value
 
 

@@ -207,10 +207,6 @@ def _cpu_s(pid: int) -> float:
     return process_cpu_seconds(pid)
 
 
-def _relayed(delayer: Any, link_id: str) -> int:
-    return delayer.stats(link_id)["a_to_b"]["forwarded"]
-
-
 def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
           ceiling: float, progress: Any) -> list[dict[str, Any]]:
     """Offered rates up the ladder (to 1.1 x ``ceiling``) until two steps in a row miss
