@@ -80,6 +80,7 @@ from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.netns import setns
 from testbed.emulation.shaper import LIBRARY, CShaper
 from testbed.emulation.shaper import load as load_shaper
+from testbed.emulation.tap_rx import check_rx, env_rx, set_threaded, tap_flags
 from testbed.errors import EmulationError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -195,14 +196,15 @@ def set_offloads(fd: int, offload: bool) -> None:
 
 
 def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False,
-             offload: bool = True) -> int:
+             offload: bool = True, rx: str = "inline") -> int:
     """Create TAP ``ifname`` inside the network namespace of ``netns_pid``; return its fd.
 
     The device lives in the namespace where ``/dev/net/tun`` was opened, so the calling
     thread enters the target namespace for the open and returns to ``home_ns`` after.
     ``vnet`` makes a TAP whose frames carry a virtio-net header and (``offload``)
     segmentation offloads (the compiled data path); without it frames are plain Ethernet
-    (the Python one).
+    (the Python one). ``rx`` ``threaded`` opens it for NAPI (see
+    :mod:`testbed.emulation.tap_rx`; the caller then switches NAPI to its thread).
     """
     if not ifname or len(ifname.encode()) > 15:
         raise ValueError(f"interface name must be 1..15 bytes, got {ifname!r}")
@@ -212,7 +214,7 @@ def open_tap(netns_pid: int, ifname: str, home_ns: int, vnet: bool = False,
         try:
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                flags = IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if vnet else 0)
+                flags = IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if vnet else 0) | tap_flags(rx)
                 fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", ifname.encode(), flags))
                 if vnet:
                     fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
@@ -444,8 +446,10 @@ def validate_params(req: dict, defaults: dict[str, Any]) -> dict[str, Any]:
 class Delayer:
     """The event loop: TAP readiness, release timer and control requests."""
 
-    def __init__(self, control_path: str, data_path: str = "auto") -> None:
+    def __init__(self, control_path: str, data_path: str = "auto",
+                 rx: str = "inline") -> None:
         self.control_path = control_path
+        self.rx = check_rx(rx)  # links' receive mode unless their request names one
         self.shaper, self.data_path_reason = choose_data_path(data_path)
         self.data_path = DATA_PATHS["python" if self.shaper is None else "c"]
         self.home_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -619,7 +623,8 @@ class Delayer:
 
     def op_ping(self, req: dict) -> dict[str, Any]:
         return {"pid": os.getpid(), "links": len(self.links), "scheduling": self.scheduling,
-                "data_path": self.data_path, "data_path_reason": self.data_path_reason}
+                "data_path": self.data_path, "data_path_reason": self.data_path_reason,
+                "rx": self.rx}
 
     def op_add_link(self, req: dict) -> dict[str, Any]:
         link_id = req["id"]
@@ -637,6 +642,7 @@ class Delayer:
         offload = req.get("offload", True)
         if not isinstance(offload, bool):
             raise TypeError(f"offload must be true or false, got {offload!r}")
+        rx = check_rx(req.get("rx", self.rx))
         defaults = {"delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
                     "queue": DEFAULT_QUEUE, "seed": 0}
         params = validate_params(req, defaults)
@@ -645,10 +651,12 @@ class Delayer:
             for pid, ifname in ends:
                 try:
                     fds.append(open_tap(pid, ifname, self.home_ns,
-                                        vnet=self.shaper is not None, offload=offload))
+                                        vnet=self.shaper is not None, offload=offload, rx=rx))
                 except OSError as exc:
                     raise OSError(exc.errno, f"cannot create tap {ifname!r} in the "
                                   f"namespace of pid {pid}: {exc.strerror}") from exc
+                if rx == "threaded":
+                    set_threaded(pid, ifname)
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -667,7 +675,7 @@ class Delayer:
                 os.close(fd)
             raise
         self.links[link_id] = LinkState(link_id, (fds[0], fds[1]), made[0], made[1], params)
-        return {"id": link_id}
+        return {"id": link_id, "rx": rx}
 
     def _direction(self, name: str, src: int, dst: int,
                    offload: bool) -> Direction | CDirection:
@@ -880,6 +888,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-path", choices=("auto", *DATA_PATHS),
                         default=env_data_path(),
                         help=f"who relays frames (default: ${DATA_PATH_ENV} or auto)")
+    parser.add_argument("--rx", choices=("inline", "threaded"), default=env_rx(),
+                        help="where receiving hosts process the frames of links that do not "
+                             "name a mode (default: $TESTBED_SHAPER_RX or inline)")
     args = parser.parse_args(argv)
 
     def stop(signum: int, _frame: object) -> None:
@@ -887,7 +898,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    delayer = Delayer(args.control, args.data_path)
+    delayer = Delayer(args.control, args.data_path, args.rx)
     try:
         delayer.serve()
     finally:
@@ -1007,11 +1018,13 @@ class DelayerClient:
 
 
 def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
-                  data_path: str | None = None) -> DelayerClient:
+                  data_path: str | None = None, rx: str | None = None) -> DelayerClient:
     """Start a delayer process, record it in ``ledger`` and wait until it answers.
 
     ``data_path`` (``auto``, ``c``, ``python``) forces who relays frames; None leaves it to
-    the environment (``TESTBED_SHAPER``) or detection.
+    the environment (``TESTBED_SHAPER``) or detection. ``rx`` (``inline``, ``threaded``)
+    is the receive mode of links that do not name one; None leaves it to
+    ``TESTBED_SHAPER_RX`` (see :mod:`testbed.emulation.tap_rx`).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1020,7 +1033,8 @@ def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "testbed.emulation.delayer", "--control", str(control),
-             *(["--data-path", data_path] if data_path else [])],
+             *(["--data-path", data_path] if data_path else []),
+             *(["--rx", check_rx(rx)] if rx else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd=str(Path(__file__).resolve().parents[2]))
     entry = ledger.record_process(proc.pid, role="delayer", control=str(control))

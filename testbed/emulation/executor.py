@@ -43,7 +43,7 @@ from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
-from testbed.emulation.shaping import resolve_backend, shaping_engine
+from testbed.emulation.shaping import resolve_backend, shaping_engine, shaping_rx
 from testbed.errors import EmulationError
 from testbed.replays import replay_each, replay_groups
 from testbed.scenario.model import Event, Scenario, Service
@@ -588,6 +588,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     with emulated_topology(scenario, ledger, workdir, prefix, progress, errors) as topo:
         details["shaping_backend"] = topo.net.backend
         details["shaping_engine"] = shaping_engine(topo.net.backend, topo.infra.delayer)
+        details["shaping_rx"] = shaping_rx(topo.net.backend, topo.infra.delayer)
         details["helper_versions"] = topo.infra.versions()
         details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
                                    "runtime": scenario.node(name).runtime}

@@ -7,7 +7,8 @@ Two backends emulate a link's one-way delay, jitter, loss and queue cap:
 * ``userspace``: the delayer process of :mod:`testbed.emulation.delayer`, for kernels built
   without netem (the project's CI machine). Its frames are relayed by the compiled shaper
   (``shaper-c``) where its library is built, else by the delayer's Python loop
-  (``delayer-py``); :func:`shaping_engine` names the one a run used.
+  (``delayer-py``); :func:`shaping_engine` names the one a run used and
+  :func:`shaping_rx` where the receiving hosts processed its frames.
 
 Bandwidth is shaped with HTB in both cases. tc shapes egress only, so both ends of a link
 get a shaper and each direction is limited by the shaper of the interface it leaves.
@@ -65,6 +66,16 @@ def shaping_engine(backend: str, delayer: Any = None) -> str:
     if delayer is None:
         raise EmulationError("the userspace link backend needs a running delayer")
     return str(delayer.ping()["data_path"])
+
+
+def shaping_rx(backend: str, delayer: Any = None) -> str | None:
+    """Where receiving hosts processed the delayer's frames by default (``inline`` or
+    ``threaded``, see :mod:`testbed.emulation.tap_rx`); None for ``netem`` links."""
+    if backend != "userspace":
+        return None
+    if delayer is None:
+        raise EmulationError("the userspace link backend needs a running delayer")
+    return str(delayer.ping()["rx"])
 
 
 def htb_commands(ifname: str, bw_mbit: float) -> list[str]:

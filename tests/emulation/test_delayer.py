@@ -26,6 +26,7 @@ from testbed.calibrate import RTT_RE
 from testbed.emulation.delayer import Delayer, DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.shaper.build import build as build_shaper
+from testbed.emulation.tap_rx import is_threaded
 from testbed.errors import EmulationError
 from testbed.poll import wait_until
 from tests.emulation.rtt_checks import assert_adds, p50
@@ -80,9 +81,9 @@ class Pair:
 
 
 @contextmanager
-def delayer_pair(data_path: str = "auto") -> Iterator[Pair]:
-    """Two namespaces and a delayer relaying on ``data_path``, recorded in a ledger and
-    torn down on exit."""
+def delayer_pair(data_path: str = "auto", rx: str | None = None) -> Iterator[Pair]:
+    """Two namespaces and a delayer relaying on ``data_path`` (links in receive mode
+    ``rx`` unless named), recorded in a ledger and torn down on exit."""
     ledger = Ledger(f"tbt-delayer-{os.getpid()}-{time.time_ns()}")
     try:
         pids = []
@@ -97,7 +98,7 @@ def delayer_pair(data_path: str = "auto") -> Iterator[Pair]:
         ledger.record("dir", path=workdir)
         if data_path == "c":
             build_shaper()
-        delayer = start_delayer(ledger, workdir, data_path=data_path)
+        delayer = start_delayer(ledger, workdir, data_path=data_path, rx=rx)
         if data_path != "auto":
             assert delayer.ping()["data_path"] == DATA_PATH_NAMES[data_path]
         yield Pair(ledger, pids[0], pids[1], delayer)
@@ -280,6 +281,41 @@ def test_many_links_keep_timing(pair: Pair) -> None:
         pair.delayer.add_link(f"tbt-m{n}", (pair.a, f"tbtM{n}a"), (pair.b, f"tbtM{n}b"))
     delayed_rtts(pair, 5, 100, unshaped_rtt(pair))
     assert pair.delayer.ping()["links"] == 201
+
+
+def napi_threads(ifname: str) -> list[str]:
+    """Names of the kernel threads running the NAPI instance of TAP ``ifname``."""
+    names = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:  # the task ended while listed
+            continue
+        if name.startswith(f"napi/{ifname}-"):
+            names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("data_path", ["c", "python"])
+def test_threaded_receive_taps_run_napi_in_a_thread_and_keep_the_delay(data_path: str) -> None:
+    """A delayer started with ``rx="threaded"`` makes links whose TAPs hand received frames
+    to a NAPI kernel thread, with the same delay as inline links; a link may name its own
+    mode, a bad one is refused by name, and the threads end with their link."""
+    with delayer_pair(data_path, rx="threaded") as pair:
+        assert pair.delayer.ping()["rx"] == "threaded"
+        base = unshaped_rtt(pair)
+        assert is_threaded(pair.a, "tbtA0") and is_threaded(pair.b, "tbtB0")
+        assert napi_threads("tbtA0") and napi_threads("tbtB0")
+        delayed_rtts(pair, 5, 100, base)
+        reply = pair.delayer.add_link("tbt-in", (pair.a, "tbtIn0"), (pair.b, "tbtIn1"),
+                                      rx="inline")
+        assert reply["rx"] == "inline" and not is_threaded(pair.a, "tbtIn0")
+        with pytest.raises(EmulationError,
+                           match=r"rx must be one of \['inline', 'threaded'\], got 'fast'"):
+            pair.delayer.add_link("tbt-bad", (pair.a, "tbtX0"), (pair.b, "tbtX1"), rx="fast")
+        pair.delayer.remove("tbt-l1")
+        wait_until(lambda: not napi_threads("tbtA0") and not napi_threads("tbtB0"),
+                   what="the NAPI threads of a removed link to end")
 
 
 def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:

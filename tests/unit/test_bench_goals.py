@@ -40,14 +40,19 @@ def test_tcp_ratio_is_the_median_of_paired_rounds() -> None:
         paired_ratio([1.0], [1.0, 2.0])
 
 
-def test_the_accurate_rate_needs_low_lateness_and_nothing_lost() -> None:
-    from tests.bench.bench_shaper import accurate
+def test_the_accurate_rate_needs_low_lateness_nothing_lost_and_a_fed_receiver() -> None:
+    from tests.bench.bench_shaper import accurate, accurate_step
 
-    steps = [{"relayed_fps": 100.0, "late_p99_us": 50.0, "lost_in_shaper": 0},
-             {"relayed_fps": 200.0, "late_p99_us": 150.0, "lost_in_shaper": 3},
-             {"relayed_fps": 300.0, "late_p99_us": 250.0, "lost_in_shaper": 0},
-             {"relayed_fps": 150.0, "late_p99_us": 190.0, "lost_in_shaper": 0},
-             {"relayed_fps": 400.0, "late_p99_us": None, "lost_in_shaper": 0}]
-    assert accurate(steps, 200.0) == 150.0
+    def step(relayed: float, p99: float | None, lost: int = 0,
+             received: float | None = None) -> dict:
+        return {"relayed_fps": relayed, "late_p99_us": p99, "lost_in_shaper": lost,
+                "received_fps": relayed if received is None else received}
+
+    steps = [step(100.0, 50.0), step(200.0, 150.0, lost=3), step(300.0, 250.0),
+             step(150.0, 190.0), step(400.0, None), step(180.0, 60.0, received=170.0),
+             step(170.0, 60.0, received=169.0)]
+    assert accurate(steps, 200.0) == 170.0  # 180 fed its receiver only 94 %
     assert accurate(steps, 700.0) == 300.0
     assert accurate([], 200.0) == 0.0
+    assert accurate_step(steps, 200.0) is steps[6]  # the step whose receiver share is shown
+    assert accurate_step([], 200.0) is None
