@@ -80,7 +80,7 @@ from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.netns import setns
 from testbed.emulation.shaper import LIBRARY, CShaper
 from testbed.emulation.shaper import load as load_shaper
-from testbed.emulation.tap_rx import check_rx, env_rx, set_threaded, tap_flags
+from testbed.emulation.tap_rx import RX_MODES, check_rx, env_rx, set_threaded, tap_flags
 from testbed.errors import EmulationError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -888,7 +888,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-path", choices=("auto", *DATA_PATHS),
                         default=env_data_path(),
                         help=f"who relays frames (default: ${DATA_PATH_ENV} or auto)")
-    parser.add_argument("--rx", choices=("inline", "threaded"), default=env_rx(),
+    parser.add_argument("--rx", choices=RX_MODES, default=env_rx(),
                         help="where receiving hosts process the frames of links that do not "
                              "name a mode (default: $TESTBED_SHAPER_RX or inline)")
     args = parser.parse_args(argv)

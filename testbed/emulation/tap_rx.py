@@ -3,9 +3,8 @@
 A write to a plain TAP runs the receiving namespace's whole stack (IP, UDP or TCP, the
 socket wake-up, a TCP ACK going out) inside the ``write`` call, that is on the delayer's
 own relaying thread. Each released frame then costs the link the host's receive work, and
-a burst of small frames is released later and later while that work piles up: on the
-project's 2-CPU VM the compiled shaper's release lateness jumps from ~50 us to ~0.6 ms
-between 215k and 260k frames/s (``tests/bench/README.md``).
+a burst of small frames is released later and later while that work piles up (at a few
+hundred thousand frames/s on the project's 2-CPU VM: ``tests/bench/README.md``).
 
 Two modes, per link:
 
