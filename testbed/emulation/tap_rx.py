@@ -14,9 +14,10 @@ Two modes, per link:
   kernel thread (``/sys/class/net/<tap>/threaded``). A write then only queues the frame;
   the receive work runs in the kernel thread ``napi/<tap>-<id>``, scheduled like the
   host's other work, as a real NIC's interrupt work would be on the host's own CPU. The
-  link releases on time at higher frame rates; an overloaded receiver drops frames in its
-  own stack instead of delaying the link; each frame costs one more thread wake-up, which
-  bulk TCP pays for on a small VM.
+  link's release timing no longer includes the receiver's work, so it stays on time at
+  higher frame rates (a receiver short of CPU still drops frames in its own socket
+  buffers, in either mode); each frame costs one more thread wake-up, which bulk TCP
+  pays for on a small VM.
 
 The ``threaded`` switch is a sysfs write, and sysfs shows the devices of the network
 namespace that mounted it, so it runs in a short-lived ``nsenter``/``unshare --mount``
