@@ -74,9 +74,9 @@ LADDER = (20_000, 30_000, 40_000, 60_000, 80_000, 120_000, 160_000, 200_000, 225
 #: busy threads (sender, receiver, shaper) varies by up to 1.5x with where the scheduler
 #: puts them, so the ratio is the median of five paired rounds.
 TCP_ROUNDS = 5
-#: Frame-rate ladders per kind in the full run, interleaved between the kinds: one ladder's
-#: accurate rate moved by up to 1.35x between runs on 2 CPUs (150k-202k frames/s of the
-#: compiled shaper), so the figure is the median.
+#: Frame-rate ladders per kind in the full run, interleaved between the kinds: on 2 CPUs
+#: one ladder's accurate rate is a noisy figure (three ladders of one run gave 227k, 230k
+#: and 105k frames/s for ``shaper-c-threaded``), so the figure is the median.
 LADDERS = 3
 #: What relays each kind of delayed path: the delayer's data path and the links' receive mode.
 KINDS = {"shaper-c": ("c", "inline"), "shaper-c-threaded": ("c", "threaded"),
@@ -336,7 +336,7 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                    for data_path in sorted({v[0] for v in kinds.values()})}
         delayers = {name: by_path[data_path] for name, (data_path, _) in kinds.items()}
         paths = {"veth": (lab.path(1), lab.path(3))}
-        for name, (data_path, rx) in kinds.items():
+        for name, (_, rx) in kinds.items():
             paths[name] = (lab.path(1, delayers[name], rx), lab.path(3, delayers[name], rx))
         veth = lab.udp(paths["veth"][0], 0, seconds)
         veth["load"] = load1()
@@ -419,8 +419,7 @@ def table(result: dict[str, Any]) -> str:
     veth = result["veth"]
     rows = [("", "frames/s p99<0.2ms", "per ladder", "frames/s p99<0.7ms",
              "TCP 1 hop Mbit/s", "ratio", "TCP 3 hops Mbit/s", "ratio", "CPU % (TCP)")]
-    rows.append(("veth", f"{veth['sent_fps']:,.0f} (generator)",
-                 "", "",
+    rows.append(("veth", f"{veth['sent_fps']:,.0f} (generator)", "", "",
                  f"{veth['tcp_1hop_mbit']:,.0f}", "1.00", f"{veth['tcp_3hop_mbit']:,.0f}",
                  "1.00", ""))
     for name in KINDS:

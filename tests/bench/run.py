@@ -76,8 +76,7 @@ def goal_rows(keys: Mapping[str, float]) -> list[list[Any]]:
                    "frames/s, p99 lateness < 0.2 ms, receiver fed"),
             ["shaper.frames_per_s_veth", "load generator over plain veth", veth, "", ""]]
     rows += [judged(key, *goal) for key, goal in GOALS.items()]
-    # The same goals for the compiled shaper with links in the threaded receive mode (the
-    # receivers' share of its accurate rate is in the shaper table).
+    # The same goals for the compiled shaper with links in the threaded receive mode.
     rows += [judged("shaper.frames_per_s_accurate_threaded_rx", ">=", shaper_goal(veth),
                     "frames/s as above, threaded receive")]
     rows += [judged(f"{key}_threaded_rx", op, goal, f"{what}, threaded receive")

@@ -54,5 +54,5 @@ def test_the_accurate_rate_needs_low_lateness_nothing_lost_and_a_fed_receiver() 
     assert accurate(steps, 200.0) == 170.0  # 180 fed its receiver only 94 %
     assert accurate(steps, 700.0) == 300.0
     assert accurate([], 200.0) == 0.0
-    assert accurate_step(steps, 200.0) is steps[6]  # the step whose receiver share is shown
+    assert accurate_step(steps, 200.0) is steps[6]  # the qualifying step itself
     assert accurate_step([], 200.0) is None
