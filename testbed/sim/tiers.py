@@ -391,7 +391,10 @@ class Simulation:
         col_route, col_decision, col_age, col_estimate, col_network = \
             res.route, res.decision_us, res.state_age, res.estimate, res.network
         inv_k, dk, timeout = self.inv_k, self.dk, self.timeout
-        clock = time.perf_counter_ns
+        # Float seconds: about 45 ns a decision cheaper than perf_counter_ns (no big
+        # integers to build and subtract); its step stays at 2 ns or finer for uptimes
+        # under 97 days (2**23 s).
+        clock = time.perf_counter
         n = len(arrival)
         i = 0
         now = arrival[0] if n else _INF
@@ -458,7 +461,7 @@ class Simulation:
                     f"policy {policies[k].name!r} chose unknown target {target!r} for task "
                     f"{task_ids[i]}; targets: {', '.join(view.targets)}")
             col_route[i] = p
-            col_decision[i] = took / 1000.0
+            col_decision[i] = took * 1e6
             col_age[i] = 0.0 if true_state else (now - seen_at[p]) * inv_k
             estimate = decision.estimate_s
             if estimate is not None:
