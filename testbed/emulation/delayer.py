@@ -1018,14 +1018,19 @@ class DelayerClient:
 
 
 def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
-                  data_path: str | None = None, rx: str | None = None) -> DelayerClient:
+                  data_path: str | None = None, rx: str | None = None,
+                  fifo: int | None = None) -> DelayerClient:
     """Start a delayer process, record it in ``ledger`` and wait until it answers.
 
     ``data_path`` (``auto``, ``c``, ``python``) forces who relays frames; None leaves it to
     the environment (``TESTBED_SHAPER``) or detection. ``rx`` (``inline``, ``threaded``)
     is the receive mode of links that do not name one; None leaves it to
-    ``TESTBED_SHAPER_RX`` (see :mod:`testbed.emulation.tap_rx`).
+    ``TESTBED_SHAPER_RX`` (see :mod:`testbed.emulation.tap_rx`). ``fifo`` is the compiled
+    shaper's SCHED_FIFO priority (0: SCHED_OTHER); None leaves it to ``TESTBED_SHAPER_FIFO``.
     """
+    if fifo is not None and not 0 <= fifo <= 99:
+        raise EmulationError(f"fifo: expected a priority from 0 (SCHED_OTHER) to 99, got {fifo}")
+    env = None if fifo is None else {**os.environ, FIFO_ENV: str(fifo)}
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     control = workdir / "delayer.sock"
@@ -1036,7 +1041,7 @@ def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
              *(["--data-path", data_path] if data_path else []),
              *(["--rx", check_rx(rx)] if rx else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            cwd=str(Path(__file__).resolve().parents[2]))
+            cwd=str(Path(__file__).resolve().parents[2]), env=env)
     entry = ledger.record_process(proc.pid, role="delayer", control=str(control))
     client = DelayerClient(control, ledger=ledger, entry=entry)
     client.process = proc

@@ -8,7 +8,10 @@ or by the Python loop (``delayer-py``), with a queue of :data:`QUEUE` packets pe
 direction (above the bandwidth-delay product). ``shaper-c-threaded`` is the compiled shaper
 with links in the ``threaded`` receive mode (:mod:`testbed.emulation.tap_rx`): the
 receiving namespace's stack runs in the TAP's NAPI kernel thread instead of inside the
-shaper's writes. Measured in one run:
+shaper's writes. ``shaper-c-threaded-other`` is the same with the shaper's thread at
+normal priority (``SCHED_OTHER``) instead of the delayer's default ``SCHED_FIFO`` 50: it
+shows what the real-time priority costs the hosts' own processes at high frame rates,
+and what it buys once they keep every CPU busy. Measured in one run:
 
 * the UDP load generator (``udpload.c``, built here with gcc: ``sendmmsg`` in bursts of
   32, 18-byte payloads, never catching up on a missed schedule in one long burst) sending
@@ -24,6 +27,9 @@ shaper's writes. Measured in one run:
   to a starved receiver does not count); the same under 0.7 ms is printed beside it.
   Three ladders per kind (one with ``--quick``), interleaved between the kinds; each
   figure is the median of the ladders' figures;
+* per kind, the p99 lateness at :data:`BUSY_RATE` frames/s while every CPU also runs a
+  busy loop at normal priority, as CPU-bound services on the hosts would (the median of
+  as many runs as ladders);
 * TCP goodput with ``iperf3`` through one delayed link and through three, each against
   the same path of plain veths.
 
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -78,9 +85,18 @@ TCP_ROUNDS = 5
 #: one ladder's accurate rate is a noisy figure (three ladders of one run gave 227k, 230k
 #: and 105k frames/s for ``shaper-c-threaded``), so the figure is the median.
 LADDERS = 3
-#: What relays each kind of delayed path: the delayer's data path and the links' receive mode.
-KINDS = {"shaper-c": ("c", "inline"), "shaper-c-threaded": ("c", "threaded"),
-         "delayer-py": ("python", "inline")}
+#: What relays each kind of delayed path: the delayer's data path, the links' receive mode
+#: and the compiled shaper's SCHED_FIFO priority (None: the delayer's default; 0:
+#: SCHED_OTHER).
+KINDS: dict[str, tuple[str, str, int | None]] = {
+    "shaper-c": ("c", "inline", None), "shaper-c-threaded": ("c", "threaded", None),
+    "shaper-c-threaded-other": ("c", "threaded", 0), "delayer-py": ("python", "inline", None)}
+#: The suffix of each compiled kind's headline keys (the default kind's have none).
+KEY_SUFFIX = {"shaper-c": "", "shaper-c-threaded": "_threaded_rx",
+              "shaper-c-threaded-other": "_threaded_other"}
+#: Frames/s offered while every CPU also runs a busy loop (a modest rate: what is measured
+#: is whether the shaper gets the CPU when its releases are due, not its capacity).
+BUSY_RATE = 20_000
 UDPLOAD_SOURCE = Path(__file__).with_name("udpload.c")
 
 
@@ -184,6 +200,30 @@ class Lab:
         received, _ = _frames(got)
         return {"sent": sent, "sent_fps": sent / sent_s, "received": received,
                 "received_fps": received / sent_s}
+
+    def busy(self, path: Path_, delayer: Any, rate: float, seconds: float) -> dict[str, Any]:
+        """Send at ``rate`` over ``path`` while one busy loop per CPU runs at normal
+        priority (each ends by itself shortly after); the lateness and the sink's share."""
+        from testbed.poll import wait_until
+
+        loop = f"import time\nend = time.monotonic() + {seconds + 3:g}\n" \
+               "while time.monotonic() < end: pass"
+        hogs = []
+        try:
+            for _ in range(os.cpu_count() or 1):
+                proc = subprocess.Popen([sys.executable, "-c", loop])
+                hogs.append((proc, self.ledger.record_process(proc.pid,
+                                                              role="bench-shaper-busy")))
+            delayer.lateness(reset=True)
+            load = self.udp(path, rate, seconds)
+            wait_until(lambda: delayer.stats(path.link_ids[0])["a_to_b"]["held"] == 0,
+                       what="the queue")
+            late = delayer.lateness()
+        finally:
+            for proc, entry in hogs:
+                self._end(proc, entry)
+        return {"late_p99_us": late["p99_us"], "late_max_us": late["max_us"],
+                "received_share": load["received"] / max(load["sent"], 1)}
 
     def _end(self, proc: subprocess.Popen, entry: Any) -> None:
         """Forget a helper that exited; end (through the ledger) one that did not."""
@@ -331,12 +371,16 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
         kinds = {k: v for k, v in kinds.items() if v[0] != "c"}
     with Sandbox("shaper") as sandbox:
         lab = Lab(sandbox)
-        by_path = {data_path: start_delayer(lab.ledger, sandbox.workdir / data_path,
-                                            data_path=data_path)
-                   for data_path in sorted({v[0] for v in kinds.values()})}
-        delayers = {name: by_path[data_path] for name, (data_path, _) in kinds.items()}
+        by_process = {
+            (data_path, fifo): start_delayer(
+                lab.ledger, sandbox.workdir / f"{data_path}-{'default' if fifo is None else fifo}",
+                data_path=data_path, fifo=fifo)
+            for data_path, fifo in sorted({(v[0], v[2]) for v in kinds.values()},
+                                          key=lambda key: (key[0], key[1] is not None))}
+        delayers = {name: by_process[(data_path, fifo)]
+                    for name, (data_path, _, fifo) in kinds.items()}
         paths = {"veth": (lab.path(1), lab.path(3))}
-        for name, (_, rx) in kinds.items():
+        for name, (_, rx, _) in kinds.items():
             paths[name] = (lab.path(1, delayers[name], rx), lab.path(3, delayers[name], rx))
         veth = lab.udp(paths["veth"][0], 0, seconds)
         veth["load"] = load1()
@@ -355,12 +399,21 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                 out["ladders"].append(sweep(lab, paths[name][0], delayer,
                                             paths[name][0].link_ids[0], seconds,
                                             veth["sent_fps"], progress))
+        for n in range(ladders):
+            for name, delayer in delayers.items():
+                busy = lab.busy(paths[name][0], delayer, BUSY_RATE, seconds)
+                result[name].setdefault("busy_runs", []).append(busy)
+                progress(f"  {name}: {BUSY_RATE:,} frames/s with every CPU busy: p99 "
+                         f"{busy['late_p99_us'] or 0:.0f} us, max {busy['late_max_us'] or 0:.0f}"
+                         f" us, sink {100 * busy['received_share']:.1f} %")
         for name in delayers:
             out = result[name]
             for key, limit in (("accurate_fps", LATE_LIMIT_US),
                                ("accurate_fps_0.7ms", PY_LATE_LIMIT_US)):
                 out[f"{key}_ladders"] = [accurate(steps, limit) for steps in out["ladders"]]
                 out[key] = _median(out[f"{key}_ladders"])
+            out["busy_late_p99_us"] = _median([b["late_p99_us"] or math.nan
+                                               for b in out["busy_runs"]])
         tcp: dict[tuple[str, int], list[float]] = {}
         cpu: dict[str, list[float]] = {}
         for rnd in range(rounds):
@@ -386,7 +439,7 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                                                               tcp[("veth", hops)])
             if kind in cpu:
                 target["tcp_1hop_cpu_pct"] = _median(cpu[kind])
-        for delayer in by_path.values():
+        for delayer in by_process.values():
             delayer.stop()
         result["load_end"] = load1()
         sandbox.snapshot()
@@ -397,20 +450,16 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
 
 def keys(result: dict[str, Any]) -> dict[str, float]:
     """The run's headline figures under their JSON keys (NaN where not measured)."""
-    c, veth = result.get("shaper-c", {}), result.get("veth", {})
-    threaded = result.get("shaper-c-threaded", {})
-    return {
-        "shaper.frames_per_s_accurate": float(c.get("accurate_fps", math.nan)),
-        "shaper.frames_per_s_veth": float(veth.get("sent_fps", math.nan)),
-        "shaper.tcp_ratio_vs_veth": float(c.get("tcp_1hop_ratio", math.nan)),
-        "shaper.tcp_3hop_ratio_vs_veth": float(c.get("tcp_3hop_ratio", math.nan)),
-        "shaper.frames_per_s_accurate_threaded_rx": float(threaded.get("accurate_fps",
-                                                                       math.nan)),
-        "shaper.tcp_ratio_vs_veth_threaded_rx": float(threaded.get("tcp_1hop_ratio",
-                                                                   math.nan)),
-        "shaper.tcp_3hop_ratio_vs_veth_threaded_rx": float(threaded.get("tcp_3hop_ratio",
-                                                                        math.nan)),
-    }
+    out = {"shaper.frames_per_s_veth": float(result.get("veth", {}).get("sent_fps",
+                                                                         math.nan))}
+    for kind, suffix in KEY_SUFFIX.items():
+        r = result.get(kind, {})
+        for key, field_ in (("frames_per_s_accurate", "accurate_fps"),
+                            ("tcp_ratio_vs_veth", "tcp_1hop_ratio"),
+                            ("tcp_3hop_ratio_vs_veth", "tcp_3hop_ratio"),
+                            ("late_p99_us_cpus_busy", "busy_late_p99_us")):
+            out[f"shaper.{key}{suffix}"] = float(r.get(field_, math.nan))
+    return out
 
 
 def table(result: dict[str, Any]) -> str:
@@ -418,10 +467,11 @@ def table(result: dict[str, Any]) -> str:
     of the ladders, each ladder's figure beside it)."""
     veth = result["veth"]
     rows = [("", "frames/s p99<0.2ms", "per ladder", "frames/s p99<0.7ms",
-             "TCP 1 hop Mbit/s", "ratio", "TCP 3 hops Mbit/s", "ratio", "CPU % (TCP)")]
+             "TCP 1 hop Mbit/s", "ratio", "TCP 3 hops Mbit/s", "ratio", "CPU % (TCP)",
+             "p99 us, CPUs busy")]
     rows.append(("veth", f"{veth['sent_fps']:,.0f} (generator)", "", "",
                  f"{veth['tcp_1hop_mbit']:,.0f}", "1.00", f"{veth['tcp_3hop_mbit']:,.0f}",
-                 "1.00", ""))
+                 "1.00", "", ""))
     for name in KINDS:
         r = result.get(name)
         if r is None:
@@ -431,7 +481,7 @@ def table(result: dict[str, Any]) -> str:
                      f"{r['accurate_fps_0.7ms']:,.0f}",
                      f"{r['tcp_1hop_mbit']:,.0f}", f"{r['tcp_1hop_ratio']:.2f}",
                      f"{r['tcp_3hop_mbit']:,.0f}", f"{r['tcp_3hop_ratio']:.2f}",
-                     f"{r['tcp_1hop_cpu_pct']:.0f}"))
+                     f"{r['tcp_1hop_cpu_pct']:.0f}", f"{r['busy_late_p99_us']:,.0f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     runs = veth.get("tcp_runs_mbit", {})
@@ -441,6 +491,11 @@ def table(result: dict[str, Any]) -> str:
                          f"{x:,.0f}" for x in result[name]["tcp_runs_mbit"][hops])
                      for name in ("veth", *KINDS) if name in result
                      for hops in ("1", "3")))
+    lines.append(f"p99 us, CPUs busy: release lateness at {BUSY_RATE:,} frames/s with a busy "
+                 "loop per CPU, per run: " + "; ".join(
+                     f"{name} " + ", ".join(f"{b['late_p99_us'] or 0:,.0f}"
+                                            for b in result[name]["busy_runs"])
+                     for name in KINDS if name in result))
     lines.append(f"load average {result['load_start']:.1f} at the start, "
                  f"{result['load_end']:.1f} at the end")
     return "\n".join(lines)

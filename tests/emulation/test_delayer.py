@@ -81,9 +81,11 @@ class Pair:
 
 
 @contextmanager
-def delayer_pair(data_path: str = "auto", rx: str | None = None) -> Iterator[Pair]:
+def delayer_pair(data_path: str = "auto", rx: str | None = None,
+                 fifo: int | None = None) -> Iterator[Pair]:
     """Two namespaces and a delayer relaying on ``data_path`` (links in receive mode
-    ``rx`` unless named), recorded in a ledger and torn down on exit."""
+    ``rx`` unless named; the compiled shaper at SCHED_FIFO priority ``fifo``), recorded in
+    a ledger and torn down on exit."""
     ledger = Ledger(f"tbt-delayer-{os.getpid()}-{time.time_ns()}")
     try:
         pids = []
@@ -98,7 +100,7 @@ def delayer_pair(data_path: str = "auto", rx: str | None = None) -> Iterator[Pai
         ledger.record("dir", path=workdir)
         if data_path == "c":
             build_shaper()
-        delayer = start_delayer(ledger, workdir, data_path=data_path, rx=rx)
+        delayer = start_delayer(ledger, workdir, data_path=data_path, rx=rx, fifo=fifo)
         if data_path != "auto":
             assert delayer.ping()["data_path"] == DATA_PATH_NAMES[data_path]
         yield Pair(ledger, pids[0], pids[1], delayer)
@@ -316,6 +318,20 @@ def test_threaded_receive_taps_run_napi_in_a_thread_and_keep_the_delay(data_path
         pair.delayer.remove("tbt-l1")
         wait_until(lambda: not napi_threads("tbtA0") and not napi_threads("tbtB0"),
                    what="the NAPI threads of a removed link to end")
+
+
+def test_the_compiled_shaper_at_normal_priority_keeps_the_delay() -> None:
+    """``fifo=0`` runs the compiled shaper's thread as SCHED_OTHER (``ping`` says so) with
+    the same delay; a priority outside 0-99 is refused before anything starts."""
+    with delayer_pair("c", fifo=0) as pair:
+        assert pair.delayer.ping()["scheduling"] == "other"
+        base = unshaped_rtt(pair)
+        delayed_rtts(pair, 5, 50, base)
+    ledger = Ledger(f"tbt-unused-{os.getpid()}")
+    with pytest.raises(EmulationError, match="fifo: expected a priority from 0"):
+        start_delayer(ledger, "/nonexistent/tbt", fifo=100)
+    assert not Path("/nonexistent/tbt").exists()
+    assert ledger.teardown() == [] and not ledger.path.exists()
 
 
 def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:

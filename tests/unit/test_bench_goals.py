@@ -56,3 +56,34 @@ def test_the_accurate_rate_needs_low_lateness_nothing_lost_and_a_fed_receiver() 
     assert accurate([], 200.0) == 0.0
     assert accurate_step(steps, 200.0) is steps[6]  # the qualifying step itself
     assert accurate_step([], 200.0) is None
+
+
+def test_every_compiled_configuration_is_judged_with_its_lateness_while_cpus_are_busy() -> None:
+    rows = {row[0]: row for row in goal_rows({
+        "shaper.frames_per_s_veth": 250_000.0,
+        "shaper.late_p99_us_cpus_busy": 35.0,
+        "shaper.frames_per_s_accurate_threaded_other": 240_000.0,
+        "shaper.late_p99_us_cpus_busy_threaded_other": 3_900.0})}
+    assert rows["shaper.late_p99_us_cpus_busy"][-1] == "met"
+    assert rows["shaper.frames_per_s_accurate_threaded_other"][-1] == "met"  # >= 200k
+    assert rows["shaper.late_p99_us_cpus_busy_threaded_other"][-1] == "MISSED"
+    assert rows["shaper.tcp_ratio_vs_veth_threaded_other"][-1] == "not measured"
+    assert rows["shaper.late_p99_us_cpus_busy_threaded_rx"][-1] == "not measured"
+
+
+def test_the_shaper_keys_name_each_configuration_by_its_suffix() -> None:
+    from tests.bench.bench_shaper import keys
+
+    result = {"veth": {"sent_fps": 250_000.0},
+              "shaper-c": {"accurate_fps": 180_000.0, "tcp_1hop_ratio": 0.7,
+                           "tcp_3hop_ratio": 0.6, "busy_late_p99_us": 30.0},
+              "shaper-c-threaded-other": {"accurate_fps": 240_000.0,
+                                          "busy_late_p99_us": 3_900.0}}
+    got = keys(result)
+    assert got["shaper.frames_per_s_veth"] == 250_000.0
+    assert got["shaper.frames_per_s_accurate"] == 180_000.0
+    assert got["shaper.late_p99_us_cpus_busy"] == 30.0
+    assert got["shaper.frames_per_s_accurate_threaded_other"] == 240_000.0
+    assert got["shaper.late_p99_us_cpus_busy_threaded_other"] == 3_900.0
+    assert math.isnan(got["shaper.tcp_ratio_vs_veth_threaded_other"])
+    assert math.isnan(got["shaper.frames_per_s_accurate_threaded_rx"])
