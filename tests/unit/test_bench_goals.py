@@ -58,6 +58,21 @@ def test_the_accurate_rate_needs_low_lateness_nothing_lost_and_a_fed_receiver() 
     assert accurate_step([], 200.0) is None
 
 
+def test_the_unbroken_reading_stops_at_the_first_missed_step() -> None:
+    from tests.bench.bench_shaper import accurate, accurate_unbroken
+
+    def step(relayed: float, p99: float, received: float | None = None) -> dict:
+        return {"relayed_fps": relayed, "late_p99_us": p99, "lost_in_shaper": 0,
+                "received_fps": relayed if received is None else received}
+
+    ladder = [step(100.0, 50.0), step(150.0, 60.0), step(140.0, 70.0),
+              step(190.0, 250.0), step(260.0, 90.0), step(300.0, 80.0, received=200.0)]
+    assert accurate(ladder, 200.0) == 260.0  # a qualifying step above a miss
+    assert accurate_unbroken(ladder, 200.0) == 150.0  # the best before the first miss
+    assert accurate_unbroken(ladder[3:], 200.0) == 0.0
+    assert accurate_unbroken([], 200.0) == 0.0
+
+
 def test_every_compiled_configuration_is_judged_with_its_lateness_while_cpus_are_busy() -> None:
     rows = {row[0]: row for row in goal_rows({
         "shaper.frames_per_s_veth": 250_000.0,
