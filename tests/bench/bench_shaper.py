@@ -415,7 +415,7 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
                 out["ladders"].append(sweep(lab, paths[name][0], delayer,
                                             paths[name][0].link_ids[0], seconds,
                                             veth["sent_fps"], progress))
-        for n in range(ladders):
+        for _ in range(ladders):  # interleaved like the ladders
             for name, delayer in delayers.items():
                 busy = lab.busy(paths[name][0], delayer, BUSY_RATE, seconds)
                 result[name].setdefault("busy_runs", []).append(busy)
