@@ -79,16 +79,26 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def threads_remain(pid: int) -> bool:
+    """Whether the zombie thread-group leader ``pid`` still has other threads, which keep
+    the process's descriptors (and the ``flock`` locks on them) until they end too."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
 def is_running(pid: int, start: int | None) -> bool:
     """Whether the process ``pid`` that started at ``start`` still exists (a zombie, which
-    only waits for its parent to collect its status, does not count)."""
+    only waits for its parent to collect its status, does not count, unless it is a
+    leader whose other threads are still exiting: see :func:`threads_remain`)."""
     if process_start_time(pid) != start:
         return False
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z"
+    return state != "Z" or threads_remain(pid)
 
 
 def _same_process(data: dict) -> bool:

@@ -44,6 +44,7 @@ from testbed.emulation.ledger import (
     Entry,
     Ledger,
     process_start_time,
+    threads_remain,
     undo_handler,
     wait_gone,
 )
@@ -83,14 +84,17 @@ def is_alive(pid: int, start: int | None = None) -> bool:
     """True while ``pid`` runs (and, given ``start``, is still that same process).
 
     A zombie counts as gone: detached OVS daemons are reparented to init, which may reap
-    them only later.
+    them only later. But a zombie leader whose other threads are still exiting is not:
+    they hold the process's descriptors, the machine's OVS lock among them.
     """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
     fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[0] != "Z" and (start is None or int(fields[19]) == start)
+    if start is not None and int(fields[19]) != start:
+        return False
+    return fields[0] != "Z" or threads_remain(pid)
 
 
 def _interface_exists(name: str) -> bool:
