@@ -12,7 +12,8 @@ of creation; :func:`clean_stale` does the same for the ledgers of runs whose own
 process is gone (a crash or ``kill -9``), and touches nothing that is not written in
 a ledger. A ledger becomes visible only with its owner's header in it, so a concurrent
 ``clean`` never mistakes a starting run for a stopped one; an owner that is a zombie
-has ended; a ledger that vanishes while ``clean`` reads it is skipped.
+has ended (once no other thread of it remains: :func:`threads_remain`); a ledger that
+vanishes while ``clean`` reads it is skipped.
 
 Undo handlers are keyed by entry kind and must be idempotent: removing something that
 is already gone is success. A resource whose name could belong to someone else is
@@ -468,7 +469,8 @@ def stale_ledgers(root: Path | None = None) -> Iterator[Path]:
         except FileNotFoundError:
             continue  # its run tore down (or another clean removed it) meanwhile
         owner = header.get("owner")
-        # A zombie owner has ended: only its parent has yet to collect its status.
+        # A zombie owner has ended (its other threads too, see is_running): only its
+        # parent has yet to collect its status.
         if owner is None or not is_running(owner, header.get("owner_start")):
             yield path
 
