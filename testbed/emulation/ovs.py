@@ -43,8 +43,8 @@ from testbed.emulation import locks
 from testbed.emulation.ledger import (
     Entry,
     Ledger,
+    is_running,
     process_start_time,
-    threads_remain,
     undo_handler,
     wait_gone,
 )
@@ -83,18 +83,13 @@ def _run(argv: list[str], env: dict[str, str] | None = None,
 def is_alive(pid: int, start: int | None = None) -> bool:
     """True while ``pid`` runs (and, given ``start``, is still that same process).
 
-    A zombie counts as gone: detached OVS daemons are reparented to init, which may reap
-    them only later. But a zombie leader whose other threads are still exiting is not:
-    they hold the process's descriptors, the machine's OVS lock among them.
+    The ledger's rule (:func:`is_running`): a zombie counts as gone, as detached OVS
+    daemons are reparented to init, which may reap them only later, unless its other
+    threads are still exiting, since they hold the machine's OVS lock.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if start is not None and int(fields[19]) != start:
-        return False
-    return fields[0] != "Z" or threads_remain(pid)
+    if start is None:
+        start = process_start_time(pid)
+    return start is not None and is_running(pid, start)
 
 
 def _interface_exists(name: str) -> bool:

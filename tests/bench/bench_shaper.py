@@ -92,9 +92,12 @@ LADDERS = 3
 KINDS: dict[str, tuple[str, str, int | None]] = {
     "shaper-c": ("c", "inline", None), "shaper-c-threaded": ("c", "threaded", None),
     "shaper-c-threaded-other": ("c", "threaded", 0), "delayer-py": ("python", "inline", None)}
-#: The suffix of each compiled kind's headline keys (the default kind's have none).
-KEY_SUFFIX = {"shaper-c": "", "shaper-c-threaded": "_threaded_rx",
-              "shaper-c-threaded-other": "_threaded_other"}
+#: Each compiled kind's headline keys: the suffix they carry (the default kind's have
+#: none) and how the kind differs from the default.
+KEY_SUFFIX: dict[str, tuple[str, str]] = {
+    "shaper-c": ("", "the default"),
+    "shaper-c-threaded": ("_threaded_rx", "threaded receive"),
+    "shaper-c-threaded-other": ("_threaded_other", "threaded receive, SCHED_OTHER")}
 #: Frames/s offered while every CPU also runs a busy loop (a modest rate: what is measured
 #: is whether the shaper gets the CPU when its releases are due, not its capacity).
 BUSY_RATE = 20_000
@@ -471,7 +474,7 @@ def keys(result: dict[str, Any]) -> dict[str, float]:
     """The run's headline figures under their JSON keys (NaN where not measured)."""
     out = {"shaper.frames_per_s_veth": float(result.get("veth", {}).get("sent_fps",
                                                                          math.nan))}
-    for kind, suffix in KEY_SUFFIX.items():
+    for kind, (suffix, _) in KEY_SUFFIX.items():
         r = result.get(kind, {})
         for key, field_ in (("frames_per_s_accurate", "accurate_fps"),
                             ("tcp_ratio_vs_veth", "tcp_1hop_ratio"),

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import cell
-from tests.bench.bench_shaper import BUSY_RATE
+from tests.bench.bench_shaper import BUSY_RATE, KEY_SUFFIX
+from tests.bench.bench_shaper import LATE_LIMIT_US as BUSY_LATE_US
 
 #: The goals of the headline figures: key -> (what is compared, goal, description).
 GOALS: dict[str, tuple[str, float, str]] = {
@@ -54,14 +55,12 @@ GOALS: dict[str, tuple[str, float, str]] = {
 SHAPER_FRAMES_GOAL = 500_000.0
 SHAPER_OF_VETH = 0.8
 SHAPER_FRAMES_FLOOR = 200_000.0
-#: The release lateness the shaper should keep while the hosts keep every CPU busy (the
-#: frame-rate goal's 0.2 ms), and what that row measures.
-BUSY_LATE_US = 200.0
+#: The release lateness the shaper should keep while the hosts keep every CPU busy is the
+#: frame-rate goal's 0.2 ms; what that row measures.
 BUSY_WHAT = f"p99 lateness at {BUSY_RATE // 1000}k frames/s, every CPU busy, us"
-#: The compiled shaper's configurations other than the default, by key suffix (see
-#: ``tests.bench.bench_shaper.KINDS``), each judged against the same goals.
-SHAPER_VARIANTS = {"_threaded_rx": "threaded receive",
-                   "_threaded_other": "threaded receive, SCHED_OTHER"}
+#: The compiled shaper's configurations other than the default, by key suffix, each judged
+#: against the same goals.
+SHAPER_VARIANTS = {suffix: how for suffix, how in KEY_SUFFIX.values() if suffix}
 
 
 def shaper_goal(veth_fps: float) -> float:
