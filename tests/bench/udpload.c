@@ -69,9 +69,10 @@ static int sender(const char *ip, int port, double rate, double seconds, int pay
 static int sink(int port, double seconds) {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (fd < 0) return perror("socket"), 2;
     int size = 8 << 20;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&at, sizeof at) < 0) return perror("bind"), 2;
+    if (bind(fd, (struct sockaddr *)&at, sizeof at) < 0) return perror("bind"), 2;
     struct timeval tv = {0, 100000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     static char bufs[BURST][2048];
