@@ -67,17 +67,23 @@ def undo_handler(kind: str) -> Callable[[UndoHandler], UndoHandler]:
     return register
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), None if
+    the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone.
 
     Stored with every process entry so a recycled pid is never signalled by mistake.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def threads_remain(pid: int) -> bool:
@@ -93,13 +99,10 @@ def is_running(pid: int, start: int | None) -> bool:
     """Whether the process ``pid`` that started at ``start`` still exists (a zombie, which
     only waits for its parent to collect its status, does not count, unless it is a
     leader whose other threads are still exiting: see :func:`threads_remain`)."""
-    if process_start_time(pid) != start:
+    fields = _stat_fields(pid)  # one read: start time and state of the same process
+    if fields is None or int(fields[19]) != start:
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" or threads_remain(pid)
+    return fields[0] != "Z" or threads_remain(pid)
 
 
 def _same_process(data: dict) -> bool:

@@ -55,8 +55,8 @@ GOALS: dict[str, tuple[str, float, str]] = {
 SHAPER_FRAMES_GOAL = 500_000.0
 SHAPER_OF_VETH = 0.8
 SHAPER_FRAMES_FLOOR = 200_000.0
-#: The release lateness the shaper should keep while the hosts keep every CPU busy is the
-#: frame-rate goal's 0.2 ms; what that row measures.
+#: What the every-CPU-busy row measures; its limit, BUSY_LATE_US, is the frame goal's
+#: 0.2 ms.
 BUSY_WHAT = f"p99 lateness at {BUSY_RATE // 1000}k frames/s, every CPU busy, us"
 #: The compiled shaper's configurations other than the default, by key suffix, each judged
 #: against the same goals.
