@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.emulation.cpu_partition import CPUS_ENV, Partition, confine, cpu_list, partition
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.netns import setns
 from testbed.emulation.shaper import LIBRARY, CShaper
@@ -447,8 +448,9 @@ class Delayer:
     """The event loop: TAP readiness, release timer and control requests."""
 
     def __init__(self, control_path: str, data_path: str = "auto",
-                 rx: str = "inline") -> None:
+                 rx: str = "inline", cpus: Partition | None = None) -> None:
         self.control_path = control_path
+        self.cpus = cpus  # the CPU partition main() confined this process to, if any
         self.rx = check_rx(rx)  # links' receive mode unless their request names one
         self.shaper, self.data_path_reason = choose_data_path(data_path)
         self.data_path = DATA_PATHS["python" if self.shaper is None else "c"]
@@ -624,7 +626,7 @@ class Delayer:
     def op_ping(self, req: dict) -> dict[str, Any]:
         return {"pid": os.getpid(), "links": len(self.links), "scheduling": self.scheduling,
                 "data_path": self.data_path, "data_path_reason": self.data_path_reason,
-                "rx": self.rx}
+                "rx": self.rx, "cpus": self.cpus.as_dict() if self.cpus else None}
 
     def op_add_link(self, req: dict) -> dict[str, Any]:
         link_id = req["id"]
@@ -891,14 +893,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rx", choices=RX_MODES, default=env_rx(),
                         help="where receiving hosts process the frames of links that do not "
                              "name a mode (default: $TESTBED_SHAPER_RX or inline)")
+    parser.add_argument("--cpus", default=os.environ.get(CPUS_ENV),
+                        help=f"run only on these CPUs, a CPU list (default: ${CPUS_ENV}; "
+                             "unset: every CPU); see testbed.emulation.cpu_partition")
     args = parser.parse_args(argv)
+    try:
+        given = sys.argv[1:] if argv is None else argv
+        named = any(a == "--cpus" or a.startswith("--cpus=") for a in given)
+        cpus = partition(args.cpus, "--cpus" if named else CPUS_ENV)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if cpus is not None:
+        confine(cpus.shaper)  # before the shaper's threads exist: they inherit it
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    delayer = Delayer(args.control, args.data_path, args.rx)
+    delayer = Delayer(args.control, args.data_path, args.rx, cpus)
     try:
         delayer.serve()
     finally:
@@ -1019,7 +1032,7 @@ class DelayerClient:
 
 def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
                   data_path: str | None = None, rx: str | None = None,
-                  fifo: int | None = None) -> DelayerClient:
+                  fifo: int | None = None, cpus: Partition | None = None) -> DelayerClient:
     """Start a delayer process, record it in ``ledger`` and wait until it answers.
 
     ``data_path`` (``auto``, ``c``, ``python``) forces who relays frames; None leaves it to
@@ -1027,6 +1040,8 @@ def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
     is the receive mode of links that do not name one; None leaves it to
     ``TESTBED_SHAPER_RX`` (see :mod:`testbed.emulation.tap_rx`). ``fifo`` is the compiled
     shaper's SCHED_FIFO priority (0: SCHED_OTHER); None leaves it to ``TESTBED_SHAPER_FIFO``.
+    ``cpus`` confines the delayer to its ``shaper`` CPUs; None leaves it to
+    ``TESTBED_SHAPER_CPUS`` (see :mod:`testbed.emulation.cpu_partition`).
     """
     if fifo is not None and not 0 <= fifo <= 99:
         raise EmulationError(f"fifo: expected a priority from 0 (SCHED_OTHER) to 99, got {fifo}")
@@ -1039,7 +1054,8 @@ def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
         proc = subprocess.Popen(
             [sys.executable, "-m", "testbed.emulation.delayer", "--control", str(control),
              *(["--data-path", data_path] if data_path else []),
-             *(["--rx", check_rx(rx)] if rx else [])],
+             *(["--rx", check_rx(rx)] if rx else []),
+             *(["--cpus", cpu_list(cpus.shaper)] if cpus else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             cwd=str(Path(__file__).resolve().parents[2]), env=env)
     entry = ledger.record_process(proc.pid, role="delayer", control=str(control))

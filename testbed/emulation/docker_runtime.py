@@ -199,7 +199,9 @@ class DockerHost(Host):
     ``<run_prefix>-<node>-<name>``, created for the run and removed with it),
     ``environment``, ``engine_access`` (mount the engine's socket into the service
     container at its own path, :attr:`engine_socket`, for services that start sibling
-    containers; they are removed with the node, see the module docstring).
+    containers; they are removed with the node, see the module docstring), ``cpuset`` (a
+    CPU list the service container runs on: the hosts' side of a CPU partition, see
+    :mod:`testbed.emulation.cpu_partition`).
     """
 
     def __init__(self, name: str, engine: Engine | None = None, image: str | None = None,
@@ -208,7 +210,7 @@ class DockerHost(Host):
                  run_prefix: str | None = None, mounts: list[Mount] | None = None,
                  volumes: dict[str, str] | None = None,
                  environment: dict[str, str] | None = None, engine_access: bool = False,
-                 **params: object) -> None:
+                 cpuset: str | None = None, **params: object) -> None:
         if engine is None:
             raise EmulationError(f"DockerHost {name}: the 'engine' parameter is required")
         self.engine = engine
@@ -233,7 +235,8 @@ class DockerHost(Host):
                 "mounts": [*base_mounts(), run_mount, *(mounts or []), *volume_mounts,
                            *socket_mount],
                 "environment": dict(environment or {}),
-                **self._limits(cpu, memory_mb)}
+                **self._limits(cpu, memory_mb),
+                **({"cpuset_cpus": cpuset} if cpuset else {})}
             self.sandbox = self._create(f"{self.container_name}-net", name,
                                         network_mode="none", hostname=name,
                                         mounts=base_mounts())

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from nodes.secret import RunSecret
 from testbed.emulation import links as linkmod
+from testbed.emulation.cpu_partition import Partition, env_partition
 from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
@@ -143,17 +144,25 @@ class Infrastructure:
     controller: Any = None
     secret_file: SecretFile | None = None
     engine_nodes: set[str] = field(default_factory=set)
+    #: The CPUs of the delayer and of the hosts (``TESTBED_SHAPER_CPUS``), None: shared.
+    partition: Partition | None = None
 
     def start(self, scenario: Scenario) -> None:
         from testbed.systems import get_system
 
+        if self.backend == "userspace":  # checked before anything is made
+            try:
+                self.partition = env_partition()
+            except ValueError as exc:
+                raise EmulationError(str(exc)) from None
         self.secret_file = start_run_secret(self.ledger, self.prefix)
         if self.backend == "userspace":
             from testbed.emulation.delayer import start_delayer
 
-            self.delayer = start_delayer(self.ledger, self.workdir)
+            self.delayer = start_delayer(self.ledger, self.workdir, cpus=self.partition)
         self.launcher = start_launcher(self.ledger, self.workdir,
-                                       preload=get_system(scenario.system).preload)
+                                       preload=get_system(scenario.system).preload,
+                                       cpus=self.partition.hosts if self.partition else None)
         self.engine_nodes = engine_nodes(scenario)
         if any(n.runtime == "docker" for n in scenario.topology.nodes if not n.is_switch):
             from testbed.emulation.docker_engine import ensure_base_image, start_engine
@@ -206,7 +215,8 @@ class Infrastructure:
                 "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
                 "workdir": str(self.workdir), "volumes": dict(node.volumes),
                 "mounts": [Mount(target=folder, source=folder, type="bind", read_only=True)],
-                "engine_access": node.name in self.engine_nodes}
+                "engine_access": node.name in self.engine_nodes,
+                "cpuset": self.partition.hosts_list if self.partition else None}
 
     def wait_switch_connected(self, switch: Any) -> None:
         from testbed.emulation.controller import wait_connected
@@ -589,6 +599,8 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
         details["shaping_backend"] = topo.net.backend
         details["shaping_engine"] = shaping_engine(topo.net.backend, topo.infra.delayer)
         details["shaping_rx"] = shaping_rx(topo.net.backend, topo.infra.delayer)
+        details["shaping_cpus"] = (topo.infra.partition.as_dict() if topo.infra.partition
+                                   else None)
         details["helper_versions"] = topo.infra.versions()
         details["hosts"] = {name: {"ip": host.IP(), "pid": host.pid,
                                    "runtime": scenario.node(name).runtime}

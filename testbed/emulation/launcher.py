@@ -42,6 +42,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
 
+from testbed.emulation.cpu_partition import confine, cpu_list, parse_cpu_list
 from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.netns import enter_netns_of
 from testbed.errors import EmulationError
@@ -223,7 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--control", required=True, help="unix socket path to listen on")
     parser.add_argument("--preload", action="append", default=[],
                         help="a further module to import before forking (repeatable)")
+    parser.add_argument("--cpus", help="run itself and every child only on these CPUs (a CPU "
+                                       "list: the hosts' side of a CPU partition)")
     args = parser.parse_args(argv)
+    if args.cpus:
+        try:
+            confine(parse_cpu_list(args.cpus, "--cpus"))  # before any thread or child exists
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
     for name in (*PRELOAD, *args.preload):
         importlib.import_module(name)
     gc.collect()
@@ -282,16 +290,20 @@ class LauncherClient:
 
 
 def start_launcher(ledger: Ledger, workdir: Path, timeout: float = 30.0,
-                   preload: Sequence[str] = ()) -> LauncherClient:
+                   preload: Sequence[str] = (), cpus: frozenset[int] | None = None
+                   ) -> LauncherClient:
     """Start the fork server in its own process group and wait until it answers.
 
-    ``preload`` adds modules (a system's services) to import once before forking.
+    ``preload`` adds modules (a system's services) to import once before forking; ``cpus``
+    confines the launcher and so every service and client it forks to those CPUs (the
+    hosts' side of a :class:`~testbed.emulation.cpu_partition.Partition`).
     """
     control = workdir / "launcher.sock"
     log = (workdir / "launcher.log").open("ab")
     extra = [arg for name in preload for arg in ("--preload", name)]
     proc = subprocess.Popen([sys.executable, "-m", "testbed.emulation.launcher",
-                             "--control", str(control), *extra], stdout=log, stderr=log,
+                             "--control", str(control), *extra,
+                             *(["--cpus", cpu_list(cpus)] if cpus else [])], stdout=log, stderr=log,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     ledger.record_process(proc.pid, group=True, what="service launcher")

@@ -5,13 +5,16 @@ the sandbox's ledger): one link (``src -- dst``) or three links through two forw
 namespaces (``src -- r1 -- r2 -- dst``). A link is a plain veth pair (the peer) or a TAP
 pair of the delayer with 1 ms one-way delay, relayed by the compiled shaper (``shaper-c``)
 or by the Python loop (``delayer-py``), with a queue of :data:`QUEUE` packets per
-direction (above the bandwidth-delay product). ``shaper-c-threaded`` is the compiled shaper
-with links in the ``threaded`` receive mode (:mod:`testbed.emulation.tap_rx`): the
-receiving namespace's stack runs in the TAP's NAPI kernel thread instead of inside the
-shaper's writes. ``shaper-c-threaded-other`` is the same with the shaper's thread at
-normal priority (``SCHED_OTHER``) instead of the delayer's default ``SCHED_FIFO`` 50: it
-shows what the real-time priority costs the hosts' own processes at high frame rates,
-and what it buys once they keep every CPU busy. Measured in one run:
+direction (above the bandwidth-delay product). ``shaper-c-partitioned`` is the compiled
+shaper with a CPU partition (:mod:`testbed.emulation.cpu_partition`): the delayer on the
+last CPU, and the hosts' processes (the load generator, its sink, iperf3) on the others,
+as a run with ``TESTBED_SHAPER_CPUS`` confines its services. ``shaper-c-threaded-other``
+is the compiled shaper with links in the ``threaded`` receive mode
+(:mod:`testbed.emulation.tap_rx`: the receiving namespace's stack runs in the TAP's NAPI
+kernel thread instead of inside the shaper's writes) and the shaper's thread at normal
+priority (``SCHED_OTHER``) instead of the delayer's default ``SCHED_FIFO`` 50: it shows
+what the real-time priority costs the hosts' own processes at high frame rates, and what
+it buys once they keep every CPU busy. Measured in one run:
 
 * the UDP load generator (``udpload.c``, built here with gcc: ``sendmmsg`` in bursts of
   32, 18-byte payloads, never catching up on a missed schedule in one long burst) sending
@@ -20,7 +23,8 @@ and what it buys once they keep every CPU busy. Measured in one run:
   relayed per second, their release lateness p99 (the delayer's ``lateness`` histogram,
   reset per step), what the sink in the receiving namespace got (the receiver's
   throughput beside the shaper), the delayer's CPU use and the whole machine's busy
-  share (the NAPI threads of ``shaper-c-threaded`` are kernel threads, not the delayer's).
+  share (the NAPI threads of ``shaper-c-threaded-other`` are kernel threads, not the
+  delayer's).
   The accurate rate is the
   highest relayed rate whose p99 lateness stays under 0.2 ms with no frame lost inside
   the shaper and at least 99 % of the relayed frames reaching the sink (a link on time
@@ -54,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.emulation.cpu_partition import Partition, partition
 from tests.bench import Sandbox, load1, ratio
 
 DELAY_MS = 1.0
@@ -86,17 +91,19 @@ TCP_ROUNDS = 5
 #: one ladder's accurate rate is a noisy figure (three ladders of one run gave 227k, 230k
 #: and 105k frames/s for ``shaper-c-threaded``), so the figure is the median.
 LADDERS = 3
-#: What relays each kind of delayed path: the delayer's data path, the links' receive mode
-#: and the compiled shaper's SCHED_FIFO priority (None: the delayer's default; 0:
-#: SCHED_OTHER).
-KINDS: dict[str, tuple[str, str, int | None]] = {
-    "shaper-c": ("c", "inline", None), "shaper-c-threaded": ("c", "threaded", None),
-    "shaper-c-threaded-other": ("c", "threaded", 0), "delayer-py": ("python", "inline", None)}
+#: What relays each kind of delayed path: the delayer's data path, the links' receive mode,
+#: the compiled shaper's SCHED_FIFO priority (None: the delayer's default; 0:
+#: SCHED_OTHER) and whether the delayer and the hosts have CPUs of their own
+#: (:func:`bench_partition`).
+KINDS: dict[str, tuple[str, str, int | None, bool]] = {
+    "shaper-c": ("c", "inline", None, False), "shaper-c-partitioned": ("c", "inline", None, True),
+    "shaper-c-threaded-other": ("c", "threaded", 0, False),
+    "delayer-py": ("python", "inline", None, False)}
 #: Each compiled kind's headline keys: the suffix they carry (the default kind's have
 #: none) and how the kind differs from the default.
 KEY_SUFFIX: dict[str, tuple[str, str]] = {
     "shaper-c": ("", "the default"),
-    "shaper-c-threaded": ("_threaded_rx", "threaded receive"),
+    "shaper-c-partitioned": ("_partitioned", "CPU partition"),
     "shaper-c-threaded-other": ("_threaded_other", "threaded receive, SCHED_OTHER")}
 #: Frames/s offered while every CPU also runs a busy loop (a modest rate: what is measured
 #: is whether the shaper gets the CPU when its releases are due, not its capacity).
@@ -112,6 +119,14 @@ class Path_:
     dst_ip: str
     entries: list[Any] = field(default_factory=list)
     link_ids: list[str] = field(default_factory=list)
+    #: The CPU list the hosts' processes run on (None: every CPU).
+    cpus: str | None = None
+
+    def argv(self, pid: int) -> list[str]:
+        """The command prefix that runs a host's process in the namespace of ``pid``, on the
+        hosts' CPUs."""
+        return ["nsenter", "-t", str(pid), "-n",
+                *(["taskset", "-c", self.cpus] if self.cpus else [])]
 
 
 class Lab:
@@ -148,9 +163,10 @@ class Lab:
                           "ip link set lo up")
         return proc.pid
 
-    def path(self, hops: int, delayer: Any = None, rx: str = "inline") -> Path_:
+    def path(self, hops: int, delayer: Any = None, rx: str = "inline",
+             cpus: str | None = None) -> Path_:
         """``hops`` links in a chain; veth pairs, or the delayer's TAP pairs (receive mode
-        ``rx``) when given."""
+        ``rx``) when given; the hosts' processes run on CPU list ``cpus`` (None: any)."""
         entries: list[Any] = []
         pids = [self.netns(entries) for _ in range(hops + 1)]
         self._n += 1
@@ -179,7 +195,7 @@ class Lab:
                         self.sh(pids[i], f"ip route add {subnet}.0/24 via {right}.2")
                     elif j < i - 1:
                         self.sh(pids[i], f"ip route add {subnet}.0/24 via {left}.1")
-        path = Path_(pids, f"{last}.2", entries, link_ids)
+        path = Path_(pids, f"{last}.2", entries, link_ids, cpus)
         self.sh(pids[0], f"ping -n -c 1 -W 5 {path.dst_ip}")  # ARP out of the way
         return path
 
@@ -187,15 +203,16 @@ class Lab:
     def udp(self, path: Path_, rate: float, seconds: float) -> dict[str, float]:
         """Send at ``rate`` frames/s (0: flat out) for ``seconds``; sender and sink rates."""
         sink = subprocess.Popen(
-            ["nsenter", "-t", str(path.pids[-1]), "-n", str(self.udpload), "sink",
-             str(UDP_PORT), f"{seconds + 0.3:g}"], stdout=subprocess.PIPE, text=True)
+            [*path.argv(path.pids[-1]), str(self.udpload), "sink", str(UDP_PORT),
+             f"{seconds + 0.3:g}"], stdout=subprocess.PIPE, text=True)
         entry = self.ledger.record_process(sink.pid, role="bench-shaper-sink")
         try:
             assert sink.stdout is not None
             if sink.stdout.readline().strip() != "ready":
                 raise RuntimeError("the UDP sink did not start")
-            out = self.sh(path.pids[0], f"{self.udpload} send {path.dst_ip} {UDP_PORT} "
-                                        f"{rate:g} {seconds:g} {PAYLOAD}", timeout=seconds + 30)
+            out = self.host_run(path, [str(self.udpload), "send", path.dst_ip, str(UDP_PORT),
+                                       f"{rate:g}", f"{seconds:g}", str(PAYLOAD)],
+                                seconds + 30)
             got = sink.stdout.read()
             sink.wait(timeout=10)
         finally:
@@ -229,6 +246,16 @@ class Lab:
         return {"late_p99_us": late["p99_us"], "late_max_us": late["max_us"],
                 "received_share": load["received"] / max(load["sent"], 1)}
 
+    @staticmethod
+    def host_run(path: Path_, argv: list[str], timeout: float) -> str:
+        """Run ``argv`` as the sending host's process of ``path``; its stdout (raise on
+        error)."""
+        out = subprocess.run([*path.argv(path.pids[0]), *argv], capture_output=True,
+                             text=True, timeout=timeout, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{argv[0]} in netns of {path.pids[0]}: {out.stderr.strip()}")
+        return out.stdout
+
     def _end(self, proc: subprocess.Popen, entry: Any) -> None:
         """Forget a helper that exited; end (through the ledger) one that did not."""
         if proc.poll() is not None:
@@ -239,8 +266,8 @@ class Lab:
 
     def tcp(self, path: Path_, seconds: float) -> float:
         """iperf3 TCP goodput from the first to the last namespace, Mbit/s."""
-        server = subprocess.Popen(["nsenter", "-t", str(path.pids[-1]), "-n", "iperf3", "-s",
-                                   "-1", "-p", str(IPERF_PORT)],
+        server = subprocess.Popen([*path.argv(path.pids[-1]), "iperf3", "-s", "-1", "-p",
+                                   str(IPERF_PORT)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         entry = self.ledger.record_process(server.pid, role="bench-shaper-iperf3")
         try:
@@ -248,9 +275,9 @@ class Lab:
 
             wait_until(lambda: self.sh(path.pids[-1], f"ss -Hltn sport = :{IPERF_PORT}").strip(),
                        what="iperf3 to listen")
-            out = self.sh(path.pids[0], f"iperf3 -c {path.dst_ip} -p {IPERF_PORT} "
-                                        f"-t {seconds:g} -J --connect-timeout 3000",
-                          timeout=seconds + 30)
+            out = self.host_run(path, ["iperf3", "-c", path.dst_ip, "-p", str(IPERF_PORT),
+                                       "-t", f"{seconds:g}", "-J", "--connect-timeout",
+                                       "3000"], seconds + 30)
             server.wait(timeout=10)
         finally:
             self._end(server, entry)
@@ -279,6 +306,13 @@ def _machine_ticks() -> tuple[int, int]:
 def _busy_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
     total = after[1] - before[1]
     return 100.0 * (after[0] - before[0]) / total if total else math.nan
+
+
+def bench_partition() -> Partition | None:
+    """The CPU partition of the ``partitioned`` kinds: the delayer on the highest usable
+    CPU, the hosts on the others (None with fewer than 2 usable CPUs)."""
+    usable = os.sched_getaffinity(0)
+    return partition(str(max(usable))) if len(usable) >= 2 else None
 
 
 def sweep(lab: Lab, path: Path_, delayer: Any, link_id: str, seconds: float,
@@ -388,27 +422,37 @@ def run(quick: bool, progress: Any = print) -> dict[str, Any]:
     except (RuntimeError, OSError) as exc:
         result["build_error"] = str(exc)
         kinds = {k: v for k, v in kinds.items() if v[0] != "c"}
+    split = bench_partition()
+    if split is None:
+        result["partition_skipped"] = "a CPU partition needs at least 2 usable CPUs"
+        kinds = {k: v for k, v in kinds.items() if not v[3]}
     with Sandbox("shaper") as sandbox:
         lab = Lab(sandbox)
         by_process = {
-            (data_path, fifo): start_delayer(
-                lab.ledger, sandbox.workdir / f"{data_path}-{'default' if fifo is None else fifo}",
-                data_path=data_path, fifo=fifo)
-            for data_path, fifo in sorted({(v[0], v[2]) for v in kinds.values()},
-                                          key=lambda key: (key[0], key[1] is not None))}
-        delayers = {name: by_process[(data_path, fifo)]
-                    for name, (data_path, _, fifo) in kinds.items()}
+            (data_path, fifo, own): start_delayer(
+                lab.ledger, sandbox.workdir / (f"{data_path}-{'default' if fifo is None else fifo}"
+                                               f"{'-partitioned' if own else ''}"),
+                data_path=data_path, fifo=fifo, cpus=split if own else None)
+            for data_path, fifo, own in sorted({(v[0], v[2], v[3]) for v in kinds.values()},
+                                               key=lambda key: (key[0], key[1] is not None,
+                                                                key[2]))}
+        delayers = {name: by_process[(data_path, fifo, own)]
+                    for name, (data_path, _, fifo, own) in kinds.items()}
         paths = {"veth": (lab.path(1), lab.path(3))}
-        for name, (_, rx, _) in kinds.items():
-            paths[name] = (lab.path(1, delayers[name], rx), lab.path(3, delayers[name], rx))
+        for name, (_, rx, _, own) in kinds.items():
+            cpus = split.hosts_list if own and split else None
+            paths[name] = (lab.path(1, delayers[name], rx, cpus),
+                           lab.path(3, delayers[name], rx, cpus))
         veth = lab.udp(paths["veth"][0], 0, seconds)
         veth["load"] = load1()
         result["veth"] = veth
         progress(f"  veth: generator {veth['sent_fps']:,.0f} frames/s (sink "
                  f"{veth['received_fps']:,.0f}/s), load {veth['load']:.1f}")
         for name, delayer in delayers.items():
-            result[name] = {"scheduling": delayer.ping()["scheduling"], "rx": kinds[name][1],
-                            "load_before_ladder": load1(), "ladders": []}
+            ping = delayer.ping()
+            result[name] = {"scheduling": ping["scheduling"], "rx": kinds[name][1],
+                            "cpus": ping.get("cpus"), "load_before_ladder": load1(),
+                            "ladders": []}
         for n in range(ladders):  # interleaved, so drifting load moves every kind alike
             for name, delayer in delayers.items():
                 out = result[name]

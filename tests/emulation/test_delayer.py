@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from testbed.calibrate import RTT_RE
+from testbed.emulation.cpu_partition import Partition, allowed_cpus, partition
 from testbed.emulation.delayer import Delayer, DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.shaper.build import build as build_shaper
@@ -82,10 +83,10 @@ class Pair:
 
 @contextmanager
 def delayer_pair(data_path: str = "auto", rx: str | None = None,
-                 fifo: int | None = None) -> Iterator[Pair]:
+                 fifo: int | None = None, cpus: Partition | None = None) -> Iterator[Pair]:
     """Two namespaces and a delayer relaying on ``data_path`` (links in receive mode
-    ``rx`` unless named; the compiled shaper at SCHED_FIFO priority ``fifo``), recorded in
-    a ledger and torn down on exit."""
+    ``rx`` unless named; the compiled shaper at SCHED_FIFO priority ``fifo``; confined to
+    the ``shaper`` CPUs of ``cpus``), recorded in a ledger and torn down on exit."""
     ledger = Ledger(f"tbt-delayer-{os.getpid()}-{time.time_ns()}")
     try:
         pids = []
@@ -100,7 +101,8 @@ def delayer_pair(data_path: str = "auto", rx: str | None = None,
         ledger.record("dir", path=workdir)
         if data_path == "c":
             build_shaper()
-        delayer = start_delayer(ledger, workdir, data_path=data_path, rx=rx, fifo=fifo)
+        delayer = start_delayer(ledger, workdir, data_path=data_path, rx=rx, fifo=fifo,
+                                cpus=cpus)
         if data_path != "auto":
             assert delayer.ping()["data_path"] == DATA_PATH_NAMES[data_path]
         yield Pair(ledger, pids[0], pids[1], delayer)
@@ -332,6 +334,32 @@ def test_the_compiled_shaper_at_normal_priority_keeps_the_delay() -> None:
         start_delayer(ledger, "/nonexistent/tbt", fifo=100)
     assert not Path("/nonexistent/tbt").exists()
     assert ledger.teardown() == [] and not ledger.path.exists()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a partition needs 2 CPUs")
+@pytest.mark.parametrize("data_path", ["c", "python"])
+def test_a_cpu_partition_confines_every_thread_of_the_delayer(data_path: str) -> None:
+    """With a partition the delayer and every thread it runs (the compiled shaper's loop
+    included) may use only the shaper's CPUs, ``ping`` reports the partition, and the
+    delay holds; a partition naming a CPU it may not use stops the delayer with a line
+    naming ``--cpus``."""
+    split = partition(str(max(os.sched_getaffinity(0))))
+    assert split is not None
+    with delayer_pair(data_path, cpus=split) as pair:
+        assert pair.delayer.ping()["cpus"] == split.as_dict()
+        tids = [int(t) for t in os.listdir(f"/proc/{pair.delayer.pid}/task")]
+        assert len(tids) >= (2 if data_path == "c" else 1)
+        assert {allowed_cpus(t) for t in tids} == {split.shaper}
+        base = unshaped_rtt(pair)
+        delayed_rtts(pair, 5, 50, base)
+    ledger = Ledger(f"tbt-unused-{os.getpid()}")
+    workdir = Path(f"/tmp/tbt-delayer-cpus-{os.getpid()}-{time.time_ns()}")
+    ledger.record("dir", path=str(workdir))
+    try:
+        with pytest.raises(EmulationError, match=r"--cpus: CPU 4096 is not one this process"):
+            start_delayer(ledger, workdir, cpus=Partition(frozenset({4096}), frozenset({0})))
+    finally:
+        assert ledger.teardown() == [] and not ledger.path.exists()
 
 
 def test_teardown_removes_taps_namespaces_and_the_delayer() -> None:

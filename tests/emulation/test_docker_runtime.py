@@ -298,6 +298,20 @@ def test_cpu_limit_and_live_update(engine: Engine) -> None:
         host.terminate()
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a CPU set needs 2 CPUs")
+def test_cpuset_confines_the_service_container(engine: Engine) -> None:
+    """``cpuset`` (the hosts' side of a CPU partition) is the CPU list every process of
+    the service container may run on, exec'd ones included."""
+    first = min(os.sched_getaffinity(0))
+    host = DockerHost("s1", engine=engine, cpuset=str(first))
+    try:
+        code, out = host.exec_run([PY, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"])
+        assert code == 0 and out.strip() == str([first])
+        assert os.sched_getaffinity(host.container_pid) == {first}
+    finally:
+        host.terminate()
+
+
 def test_memory_limit_kills_an_over_allocation(engine: Engine) -> None:
     host = DockerHost("m1", engine=engine, memory_mb=128)
     try:

@@ -12,6 +12,7 @@ from testbed.emulation.executor import bring_up
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.names import reserve_prefix
 from testbed.emulation.network import stop_network
+from testbed.errors import EmulationError
 from testbed.scenario.loader import scenario_from_dict
 
 pytestmark = pytest.mark.emulation
@@ -73,3 +74,56 @@ def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
         if topo is not None:
             stop_network(topo.net)
         assert ledger.teardown() == []
+
+
+def _scenario(name: str) -> object:
+    return scenario_from_dict({
+        "name": name,
+        "topology": {
+            "nodes": [{"name": "c1", "role": "client"},
+                      {"name": "srv", "role": "server", "tier": "edge"}],
+            "links": [{"a": "c1", "b": "srv", "delay_ms": 1}],
+        },
+        "services": [{"name": "edge", "program": "tier_server", "node": "srv",
+                      "params": {"workers": 1, "mu": 1.0}}],
+        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": 1.0}},
+        "policies": ["jsq"],
+        "duration": 5,
+        "executor": {"shaping": "userspace"},
+    })
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a partition needs 2 CPUs")
+def test_a_cpu_partition_gives_the_delayer_and_the_services_cpus_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TESTBED_SHAPER_CPUS`` confines the delayer to the CPUs it names and the launcher,
+    so every service it forks, to the others; a value naming no usable CPU stops the
+    bring-up before anything is made, with a line naming the variable."""
+    last = max(os.sched_getaffinity(0))
+    hosts = set(os.sched_getaffinity(0)) - {last}
+    monkeypatch.setenv("TESTBED_SHAPER_CPUS", str(last))
+    ledger = Ledger(f"tbt-cpus-{os.getpid()}-{time.time_ns()}", root=tmp_path / "ledgers")
+    work = tmp_path / "work"
+    work.mkdir()
+    topo = None
+    try:
+        topo = bring_up(_scenario("cpus"), ledger, work, reserve_prefix(ledger),
+                        progress=lambda _l: None)
+        assert topo.infra.partition is not None
+        assert topo.infra.partition.as_dict() == {"shaper": [last], "hosts": sorted(hosts)}
+        assert topo.infra.delayer.ping()["cpus"] == topo.infra.partition.as_dict()
+        delayer = topo.infra.delayer.pid
+        for tid in os.listdir(f"/proc/{delayer}/task"):
+            assert os.sched_getaffinity(int(tid)) == {last}
+        assert os.sched_getaffinity(topo.services["edge"].pid) == hosts
+    finally:
+        if topo is not None:
+            stop_network(topo.net)
+        assert ledger.teardown() == []
+    monkeypatch.setenv("TESTBED_SHAPER_CPUS", "0-4095")
+    refused = Ledger(f"tbt-cpus-bad-{os.getpid()}-{time.time_ns()}", root=tmp_path / "ledgers")
+    with pytest.raises(EmulationError, match="TESTBED_SHAPER_CPUS: CPU .* is not one this"):
+        bring_up(_scenario("cpus-bad"), refused, work, reserve_prefix(refused),
+                 progress=lambda _l: None)
+    assert [e.kind for e in refused.open_entries()] in ([], ["prefix"])
+    assert refused.teardown() == []

@@ -83,7 +83,7 @@ def test_every_compiled_configuration_is_judged_with_its_lateness_while_cpus_are
     assert rows["shaper.frames_per_s_accurate_threaded_other"][-1] == "met"  # >= 200k
     assert rows["shaper.late_p99_us_cpus_busy_threaded_other"][-1] == "MISSED"
     assert rows["shaper.tcp_ratio_vs_veth_threaded_other"][-1] == "not measured"
-    assert rows["shaper.late_p99_us_cpus_busy_threaded_rx"][-1] == "not measured"
+    assert rows["shaper.late_p99_us_cpus_busy_partitioned"][-1] == "not measured"
 
 
 def test_the_shaper_keys_name_each_configuration_by_its_suffix() -> None:
@@ -101,4 +101,4 @@ def test_the_shaper_keys_name_each_configuration_by_its_suffix() -> None:
     assert got["shaper.frames_per_s_accurate_threaded_other"] == 240_000.0
     assert got["shaper.late_p99_us_cpus_busy_threaded_other"] == 3_900.0
     assert math.isnan(got["shaper.tcp_ratio_vs_veth_threaded_other"])
-    assert math.isnan(got["shaper.frames_per_s_accurate_threaded_rx"])
+    assert math.isnan(got["shaper.frames_per_s_accurate_partitioned"])
