@@ -14,6 +14,7 @@ from testbed.emulation.names import reserve_prefix
 from testbed.emulation.network import stop_network
 from testbed.errors import EmulationError
 from testbed.scenario.loader import scenario_from_dict
+from testbed.scenario.model import Scenario
 
 pytestmark = pytest.mark.emulation
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -24,13 +25,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
-    scenario = scenario_from_dict({
-        "name": "limits",
+def _scenario(name: str, **limits: object) -> Scenario:
+    """A client and a server host running one tier server (with the node ``limits``), one
+    1 ms link, shaped by the userspace delayer."""
+    return scenario_from_dict({
+        "name": name,
         "topology": {
             "nodes": [{"name": "c1", "role": "client"},
-                      {"name": "srv", "role": "server", "tier": "edge", "cpu": 0.2,
-                       "memory_mb": 200}],
+                      {"name": "srv", "role": "server", "tier": "edge", **limits}],
             "links": [{"a": "c1", "b": "srv", "delay_ms": 1}],
         },
         "services": [{"name": "edge", "program": "tier_server", "node": "srv",
@@ -38,7 +40,12 @@ def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
         "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": 1.0}},
         "policies": ["jsq"],
         "duration": 5,
+        "executor": {"shaping": "userspace"},
     })
+
+
+def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
+    scenario = _scenario("limits", cpu=0.2, memory_mb=200)
     ledger = Ledger(f"tbt-proc-{os.getpid()}-{time.time_ns()}", root=tmp_path / "ledgers")
     work = tmp_path / "work"
     work.mkdir()
@@ -74,23 +81,6 @@ def test_namespace_cgroup_and_background_load(tmp_path: Path) -> None:
         if topo is not None:
             stop_network(topo.net)
         assert ledger.teardown() == []
-
-
-def _scenario(name: str) -> object:
-    return scenario_from_dict({
-        "name": name,
-        "topology": {
-            "nodes": [{"name": "c1", "role": "client"},
-                      {"name": "srv", "role": "server", "tier": "edge"}],
-            "links": [{"a": "c1", "b": "srv", "delay_ms": 1}],
-        },
-        "services": [{"name": "edge", "program": "tier_server", "node": "srv",
-                      "params": {"workers": 1, "mu": 1.0}}],
-        "workload": {"generator": "bursty-pareto", "params": {"rate": 1.0, "mu": 1.0}},
-        "policies": ["jsq"],
-        "duration": 5,
-        "executor": {"shaping": "userspace"},
-    })
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a partition needs 2 CPUs")

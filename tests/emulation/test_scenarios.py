@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from testbed.emulation.cpu_partition import env_partition
 from testbed.emulation.tap_rx import env_rx
 from testbed.scenario.loader import builtin_scenarios
 from workloads.trace import read_trace
@@ -48,6 +49,8 @@ def test_continuum_compares_policies_on_one_trace(run_scenario) -> None:
     assert meta["shaping_engine"] in ({"netem"} if meta["shaping_backend"] == "netem"
                                       else {"shaper-c", "delayer-py"})
     assert meta["shaping_rx"] == (None if meta["shaping_backend"] == "netem" else env_rx())
+    expected_cpus = None if meta["shaping_backend"] == "netem" else env_partition()
+    assert meta["shaping_cpus"] == (expected_cpus.as_dict() if expected_cpus else None)
     assert meta["machine"]["kernel"]
     assert meta["trace"]["n"] == len(tasks)
     assert meta["scenario"]["duration"] == 12
