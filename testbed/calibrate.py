@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.emulation.cpu_partition import confine, env_partition
 from testbed.emulation.delayer import DelayerClient, start_delayer
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.links import ShapedLink, make_link, set_link_params
@@ -63,6 +64,8 @@ class Pair:
     link: ShapedLink
     delayer: DelayerClient | None
     backend: str
+    #: The hosts' CPU list when a CPU partition (``TESTBED_SHAPER_CPUS``) is in effect.
+    host_cpus: str | None = None
 
 
 def engines_for(requested: str = "auto") -> list[str]:
@@ -93,7 +96,9 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
     """Build the two-host network, yield it, and remove everything it made on exit.
 
     ``data_path`` picks the delayer's (``c``, ``python``; None: detection) for the
-    userspace backend.
+    userspace backend. With a CPU partition (``TESTBED_SHAPER_CPUS``, see
+    :mod:`testbed.emulation.cpu_partition`) the delayer and the two hosts' shells are
+    confined as a run's would be (pass :attr:`Pair.host_cpus` to :func:`iperf_mbit`).
 
     Without ``prefix``, one is reserved for ``ledger`` (given back when the ledger is
     removed); a given one must be reserved by the caller. Names fit Linux's 15 bytes:
@@ -102,6 +107,12 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
     from mininet.net import Mininet
     from mininet.nodelib import LinuxBridge
 
+    split = None
+    if backend == "userspace":
+        try:
+            split = env_partition()
+        except ValueError as exc:
+            raise EmulationError(str(exc)) from None
     prefix = prefix or reserve_prefix(ledger)
     entries: list[Entry] = []
     net = Mininet(topo=None, build=False, controller=None, switch=LinuxBridge)
@@ -110,7 +121,7 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
     delayer = None
     try:
         if backend == "userspace":
-            delayer = start_delayer(ledger, workdir, data_path=data_path)
+            delayer = start_delayer(ledger, workdir, data_path=data_path, cpus=split)
             assert delayer.entry is not None
             entries.append(delayer.entry)
         h1 = net.addHost(f"{prefix}h1", ip="10.0.0.1/24")
@@ -118,6 +129,8 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
         s1 = net.addSwitch(f"{prefix}s1", dpid="1")
         for node in (h1, h2, s1):
             entries.append(ledger.record_process(node.pid, role=node.name))
+        for host in (h1, h2) if split else ():
+            confine(split.hosts, host.pid)  # what their shells run inherits it
         s1e1, s1e2 = f"{prefix}s1e1", f"{prefix}s1e2"
         made = [ledger.intend_interface("link", s1e1, prefix)]
         entries.extend(made)
@@ -133,7 +146,8 @@ def pair_network(backend: str, ledger: Ledger, prefix: str | None = None,
         net.build()
         net.start()
         ledger.confirm_interfaces(made)
-        yield Pair(net, h1, h2, s1, link, delayer, backend)
+        yield Pair(net, h1, h2, s1, link, delayer, backend,
+                   split.hosts_list if split else None)
     finally:
         try:
             net.stop()
@@ -168,14 +182,17 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def iperf_mbit(client: Any, server: Any, server_ip: str, seconds: float, ledger: Ledger,
-               port: int = IPERF_PORT, cpu_pid: int | None = None) -> tuple[float, float | None]:
-    """TCP goodput client -> server in Mbit/s over ``seconds``; plus ``cpu_pid``'s CPU %."""
-    proc = server.popen(["iperf3", "-s", "-1", "-p", str(port)])
+               port: int = IPERF_PORT, cpu_pid: int | None = None,
+               cpus: str | None = None) -> tuple[float, float | None]:
+    """TCP goodput client -> server in Mbit/s over ``seconds``; plus ``cpu_pid``'s CPU %.
+    Both ends run on CPU list ``cpus`` when given (the hosts' side of a partition)."""
+    pin = ["taskset", "-c", cpus] if cpus else []
+    proc = server.popen([*pin, "iperf3", "-s", "-1", "-p", str(port)])
     entry = ledger.record_process(proc.pid, role="iperf3-server")
     try:
         _wait_listening(server, port)
         cpu0, wall0 = (process_cpu_seconds(cpu_pid) if cpu_pid else 0.0), time.monotonic()
-        run = client.popen(["iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}",
+        run = client.popen([*pin, "iperf3", "-c", server_ip, "-p", str(port), "-t", f"{seconds:g}",
                             "-J", "--connect-timeout", "3000"])
         try:
             out, err = run.communicate(timeout=seconds + 20)
@@ -237,7 +254,8 @@ def _calibrate_engine(engine: str, delays_ms: Sequence[float], bws_mbit: Sequenc
     with pair_network(backend, ledger, data_path=data_path) as pair:
         ip2 = pair.h2.IP()
         cpu_pid = pair.delayer.pid if pair.delayer else None
-        mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger, cpu_pid=cpu_pid)
+        mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger, cpu_pid=cpu_pid,
+                               cpus=pair.host_cpus)
         results.append(_row(engine, 0.0, None, ping_rtts(pair.h1, ip2, probes), mbit, cpu))
         for delay in delays_ms:
             set_link_params(pair.link, delay_ms=float(delay), bw_mbit=None)
@@ -246,7 +264,7 @@ def _calibrate_engine(engine: str, delays_ms: Sequence[float], bws_mbit: Sequenc
         for bw in bws_mbit:
             set_link_params(pair.link, delay_ms=0.0, bw_mbit=float(bw))
             mbit, cpu = iperf_mbit(pair.h1, pair.h2, ip2, iperf_seconds, ledger,
-                                   cpu_pid=cpu_pid)
+                                   cpu_pid=cpu_pid, cpus=pair.host_cpus)
             results.append(_row(engine, 0.0, float(bw), None, mbit, cpu))
     return results
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.calibrate import Pair, iperf_mbit, pair_network, ping_rtts
+from testbed.emulation.cpu_partition import parse_cpu_list
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.links import LinkParams, make_link, set_link_params, set_link_up
 from testbed.emulation.names import reserved_by
@@ -147,3 +148,25 @@ def test_teardown_leaves_no_interface_bridge_or_process() -> None:
     assert prefix not in links
     for name in root_names:
         assert not Path(f"/sys/class/net/{name}").exists()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a partition needs 2 CPUs")
+def test_calibration_network_honours_a_cpu_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``TESTBED_SHAPER_CPUS`` set, the calibration's delayer runs on the CPU named
+    and what the hosts run (their shells' commands, iperf3) on the others, as in a run."""
+    last = max(os.sched_getaffinity(0))
+    hosts = sorted(set(os.sched_getaffinity(0)) - {last})
+    monkeypatch.setenv("TESTBED_SHAPER_CPUS", str(last))
+    ledger = _ledger("cpus")
+    try:
+        with pair_network("userspace", ledger, link_spec={"delay_ms": 1}) as made:
+            assert made.delayer is not None
+            assert made.delayer.ping()["cpus"] == {"shaper": [last], "hosts": hosts}
+            assert made.host_cpus is not None
+            listed = made.h1.cmd("grep Cpus_allowed_list /proc/self/status").split()[-1]
+            assert parse_cpu_list(listed) == set(hosts)
+            mbit, _ = iperf_mbit(made.h1, made.h2, made.h2.IP(), 1.0, ledger,
+                                 cpus=made.host_cpus)
+            assert mbit > 0
+    finally:
+        assert ledger.teardown() == []
