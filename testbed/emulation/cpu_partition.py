@@ -100,8 +100,3 @@ def confine(cpus: frozenset[int], pid: int = 0) -> None:
     """Run thread ``pid`` (0: the calling one) only on ``cpus``; threads and processes it
     starts afterwards inherit this."""
     os.sched_setaffinity(pid, cpus)
-
-
-def allowed_cpus(pid: int) -> frozenset[int]:
-    """The CPUs process or thread ``pid`` may run on."""
-    return frozenset(os.sched_getaffinity(pid))

@@ -893,14 +893,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rx", choices=RX_MODES, default=env_rx(),
                         help="where receiving hosts process the frames of links that do not "
                              "name a mode (default: $TESTBED_SHAPER_RX or inline)")
-    parser.add_argument("--cpus", default=os.environ.get(CPUS_ENV),
+    parser.add_argument("--cpus",
                         help=f"run only on these CPUs, a CPU list (default: ${CPUS_ENV}; "
                              "unset: every CPU); see testbed.emulation.cpu_partition")
     args = parser.parse_args(argv)
     try:
-        given = sys.argv[1:] if argv is None else argv
-        named = any(a == "--cpus" or a.startswith("--cpus=") for a in given)
-        cpus = partition(args.cpus, "--cpus" if named else CPUS_ENV)
+        cpus = (partition(args.cpus, "--cpus") if args.cpus is not None
+                else partition(os.environ.get(CPUS_ENV)))
     except ValueError as exc:
         parser.error(str(exc))
     if cpus is not None:

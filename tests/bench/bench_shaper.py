@@ -142,11 +142,8 @@ class Lab:
 
     def sh(self, pid: int, command: str, timeout: float = 60) -> str:
         """Run ``command`` in the network namespace of ``pid``; its stdout (raise on error)."""
-        out = subprocess.run(["nsenter", "-t", str(pid), "-n", "sh", "-c", command],
-                             capture_output=True, text=True, timeout=timeout, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"{command!r} in netns of {pid}: {out.stderr.strip()}")
-        return out.stdout
+        return _checked(["nsenter", "-t", str(pid), "-n", "sh", "-c", command], timeout,
+                        f"{command!r} in netns of {pid}")
 
     def netns(self, entries: list[Any]) -> int:
         """A fresh network namespace held by a recorded ``sleep`` process; its pid."""
@@ -250,11 +247,8 @@ class Lab:
     def host_run(path: Path_, argv: list[str], timeout: float) -> str:
         """Run ``argv`` as the sending host's process of ``path``; its stdout (raise on
         error)."""
-        out = subprocess.run([*path.argv(path.pids[0]), *argv], capture_output=True,
-                             text=True, timeout=timeout, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"{argv[0]} in netns of {path.pids[0]}: {out.stderr.strip()}")
-        return out.stdout
+        return _checked([*path.argv(path.pids[0]), *argv], timeout,
+                        f"{argv[0]} in netns of {path.pids[0]}")
 
     def _end(self, proc: subprocess.Popen, entry: Any) -> None:
         """Forget a helper that exited; end (through the ledger) one that did not."""
@@ -282,6 +276,14 @@ class Lab:
         finally:
             self._end(server, entry)
         return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def _checked(argv: list[str], timeout: float, what: str) -> str:
+    """Run ``argv``; its stdout, or a RuntimeError naming ``what`` with its stderr."""
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{what}: {out.stderr.strip()}")
+    return out.stdout
 
 
 def _frames(line: str) -> tuple[int, float]:

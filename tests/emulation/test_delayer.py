@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from testbed.calibrate import RTT_RE
-from testbed.emulation.cpu_partition import Partition, allowed_cpus, partition
+from testbed.emulation.cpu_partition import Partition, partition
 from testbed.emulation.delayer import Delayer, DelayerClient, start_delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.shaper.build import build as build_shaper
@@ -349,7 +349,7 @@ def test_a_cpu_partition_confines_every_thread_of_the_delayer(data_path: str) ->
         assert pair.delayer.ping()["cpus"] == split.as_dict()
         tids = [int(t) for t in os.listdir(f"/proc/{pair.delayer.pid}/task")]
         assert len(tids) >= (2 if data_path == "c" else 1)
-        assert {allowed_cpus(t) for t in tids} == {split.shaper}
+        assert {frozenset(os.sched_getaffinity(t)) for t in tids} == {split.shaper}
         base = unshaped_rtt(pair)
         delayed_rtts(pair, 5, 50, base)
     ledger = Ledger(f"tbt-unused-{os.getpid()}")
