@@ -89,14 +89,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
               else format_folders(found))
         return 0
     from testbed.compare import compare, format_compare
+    from testbed.compare_folders import degraded_line
     from testbed.traces import read_traces
 
     df = read_traces(args.run_dir)
     result = compare(df, baseline=args.baseline)
+    result["degraded"] = degraded_line(Path(args.run_dir))
     if args.json:
         print(json.dumps(result, indent=2, default=float))
     else:
-        print(format_compare(result))
+        print(format_compare(result, result["degraded"]))
     return 0
 
 

@@ -8,12 +8,18 @@ replications); a task completed in no repetition is failed, counted and shown, a
 left out of the latency statistics.
 
 One run is one replication: its intervals are batch means over the tasks in arrival
-order (:mod:`testbed.stats`), and every result names that method and its batches.
-Intervals across replications come from studies, which hold several runs.
+order (:mod:`testbed.stats`), and their estimand is the **steady state**. One warm-up
+cut is used for every policy of the run (:func:`steady_cutoff`: the latest of the
+policies' MSER-5 warm-ups, as an arrival time), so each policy's steady-state estimate
+is its statistic over the tasks that arrived after it, and a paired difference is
+exactly the difference of the two estimates printed beside it (over the tasks both
+completed). The whole-run values (every completed task, no interval) are shown apart
+and named so. Intervals across replications come from studies, which hold several runs.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,10 +27,12 @@ import pandas as pd
 
 from testbed.errors import TestbedError
 from testbed.stats import (
-    BATCHES,
     CONFIDENCE,
+    STEADY_STATE,
+    TOO_SHORT,
     Interval,
     batch_interval,
+    mser5_warmup,
     paired_batch_interval,
     parse_statistic,
     statistic,
@@ -34,17 +42,36 @@ from testbed.traces import validate_frame
 STATS = ("mean", "p50", "p95", "p99")
 
 
-def task_latencies_ms(frame: pd.DataFrame, policy: str) -> pd.Series:
-    """``policy``'s completed tasks: latency in ms (mean over the repetitions that
-    completed it) indexed by ``task_id``, in arrival order."""
+def task_table(frame: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """``policy``'s completed tasks in arrival order, indexed by ``task_id``: ``arrival``
+    (model s) and ``latency`` (ms, the mean over the repetitions that completed it)."""
     rows = frame[frame["policy"] == policy]
     ok = rows[rows["outcome"] == "ok"]
     if ok.empty:
-        return pd.Series(dtype=float)
+        return pd.DataFrame({"arrival": pd.Series(dtype=float),
+                             "latency": pd.Series(dtype=float)})
     grouped = ok.groupby("task_id").agg(arrival=("arrival_model", "min"),
                                         latency=("latency_s", "mean"))
     grouped = grouped.sort_values(["arrival"], kind="stable")
-    return grouped["latency"] * 1000.0
+    grouped["latency"] *= 1000.0
+    return grouped
+
+
+def task_latencies_ms(frame: pd.DataFrame, policy: str) -> pd.Series:
+    """``policy``'s completed tasks: latency in ms (mean over the repetitions that
+    completed it) indexed by ``task_id``, in arrival order."""
+    return task_table(frame, policy)["latency"]
+
+
+def steady_cutoff(tables: Sequence[pd.DataFrame]) -> float:
+    """The arrival time (model s) from which the tasks of every table count as steady
+    state: the latest of the tables' MSER-5 warm-ups (``-inf`` when none cuts any)."""
+    cut = -math.inf
+    for table in tables:
+        warmup = mser5_warmup(table["latency"].to_numpy(float))
+        if 0 < warmup < len(table):
+            cut = max(cut, float(table["arrival"].iloc[warmup]))
+    return cut
 
 
 def failures(frame: pd.DataFrame, policy: str) -> dict[str, int]:
@@ -57,44 +84,55 @@ def failures(frame: pd.DataFrame, policy: str) -> dict[str, int]:
             "failed_tasks": len(set(rows["task_id"]) - done)}
 
 
-def _item(value: float | None, interval: Interval) -> dict[str, Any] | None:
-    """``value`` (over every completed task) and the interval of the steady-state
-    ``estimate`` (after the warm-up), with what backs it."""
-    if value is None:
-        return None
+def _item(value: float, interval: Interval) -> dict[str, Any]:
+    """``value`` (the whole run: every completed task, no interval) beside the
+    steady-state ``estimate`` and its interval, with what backs it."""
     return {"value": value, "estimate": interval.estimate, "ci": interval.bounds,
             "batches": interval.n, "batch_tasks": interval.batch_tasks,
-            "warmup_tasks": interval.warmup}
+            "warmup_tasks": interval.warmup, "bounded_at_zero": interval.bounded_at_zero}
 
 
-def policy_intervals(frame: pd.DataFrame, policy: str,
+def policy_intervals(table: pd.DataFrame, cutoff: float,
                      stats: Sequence[str] = STATS) -> dict[str, dict[str, Any] | None]:
-    """Per statistic: its value over every completed task and its batch-means interval."""
-    series = task_latencies_ms(frame, policy).to_numpy(dtype=float)
-    out: dict[str, dict[str, Any] | None] = {}
-    for name in stats:
-        if series.size == 0:
-            out[name] = None
-            continue
-        out[name] = _item(statistic(series, name), batch_interval(series, name))
-    return out
+    """Per statistic of one policy's :func:`task_table`: its whole-run value and its
+    steady-state estimate over the tasks arriving from ``cutoff`` on, with the
+    batch-means interval (``None`` for a policy without completed tasks)."""
+    series = table["latency"].to_numpy(float)
+    warmup = int((table["arrival"] < cutoff).sum())
+    return {name: None if series.size == 0 else
+            _item(statistic(series, name), batch_interval(series, name, warmup=warmup))
+            for name in stats}
 
 
-def summary_intervals(frame: pd.DataFrame, policy: str) -> dict[str, Any]:
-    """What ``summary.json`` adds beside a policy's documented keys: the interval of each
-    of ``mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` (``None`` when the run cannot carry
-    one), the method, and how many replications and repetitions stand behind them."""
-    found = policy_intervals(frame, policy)
-    rows = frame[frame["policy"] == policy]
-    first = next((v for v in found.values() if v is not None), None)
-    out: dict[str, Any] = {
-        "replications": 1, "repetitions": int(rows["repetition"].nunique()),
-        "confidence": CONFIDENCE, "method": "batch means",
-        "batches": first["batches"] if first else 0,
-        "batch_tasks": first["batch_tasks"] if first else 0,
-        "warmup_tasks": first["warmup_tasks"] if first else 0}
-    for name, item in found.items():
-        out[f"{name}_ci_ms"] = None if item is None else item["ci"]
+def summary_intervals(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per policy, what ``summary.json`` keeps under ``intervals``: the steady-state
+    point of each of ``mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` beside its interval
+    (``*_ci_ms``; ``None`` where the run is too short for one, with the reason in
+    ``notes``), the estimand, the method, the warm-up shared by every policy and how
+    many replications and repetitions stand behind them."""
+    policies = sorted(frame["policy"].unique())
+    tables = {policy: task_table(frame, policy) for policy in policies}
+    cutoff = steady_cutoff(list(tables.values()))
+    out: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        found = policy_intervals(tables[policy], cutoff)
+        rows = frame[frame["policy"] == policy]
+        entry: dict[str, Any] = {
+            "estimand": STEADY_STATE, "method": "batch means", "replications": 1,
+            "repetitions": int(rows["repetition"].nunique()), "confidence": CONFIDENCE,
+            "warmup_until_model_s": None if math.isinf(cutoff) else cutoff,
+            "warmup_tasks": int((tables[policy]["arrival"] < cutoff).sum()),
+            "batches": {}, "batch_tasks": {}, "bounded_at_zero": [], "notes": {}}
+        for name, item in found.items():
+            entry[f"{name}_ms"] = None if item is None else item["estimate"]
+            entry[f"{name}_ci_ms"] = None if item is None else item["ci"]
+            entry["batches"][name] = 0 if item is None else item["batches"]
+            entry["batch_tasks"][name] = 0 if item is None else item["batch_tasks"]
+            if item is not None and item["bounded_at_zero"]:
+                entry["bounded_at_zero"].append(name)
+            if item is None or item["ci"] is None:
+                entry["notes"][name] = ("no completed task" if item is None else TOO_SHORT)
+        out[policy] = entry
     return out
 
 
@@ -119,19 +157,22 @@ def _check_same_tasks(frame: pd.DataFrame, policies: Sequence[str], baseline: st
                 f"{missing} of the baseline's (repetition, task_id) missing, {extra} extra")
 
 
-def _diff(frame: pd.DataFrame, policy: str, baseline: str,
+def _diff(mine: pd.DataFrame, theirs: pd.DataFrame, cutoff: float,
           stats: Sequence[str]) -> dict[str, Any]:
-    mine = task_latencies_ms(frame, policy)
-    theirs = task_latencies_ms(frame, baseline)
+    """``mine - theirs`` per statistic over the tasks both completed: the whole-run value
+    and the steady-state estimate (tasks arriving from ``cutoff`` on) with its paired
+    batch-means interval."""
     shared = theirs.index.intersection(mine.index, sort=False)  # the baseline's order
-    x, y = mine.loc[shared].to_numpy(float), theirs.loc[shared].to_numpy(float)
-    diff: dict[str, Any] = {"n_pairs": int(shared.size), "stats": dict.fromkeys(stats)}
+    x = mine.loc[shared, "latency"].to_numpy(float)
+    y = theirs.loc[shared, "latency"].to_numpy(float)
+    warmup = int((theirs.loc[shared, "arrival"] < cutoff).sum())
+    diff: dict[str, Any] = {"n_pairs": int(shared.size), "steady_pairs": int(shared.size) - warmup,
+                            "stats": dict.fromkeys(stats)}
     if not shared.size:
         return diff
     for name in stats:
-        interval = paired_batch_interval(x, y, name)
+        interval = paired_batch_interval(x, y, name, warmup=warmup)
         item = _item(statistic(x, name) - statistic(y, name), interval)
-        assert item is not None
         bounds = interval.bounds
         item["excludes_zero"] = bounds is not None and (bounds[0] > 0.0 or bounds[1] < 0.0)
         diff["stats"][name] = item
@@ -143,17 +184,20 @@ def compare(df: pd.DataFrame, baseline: str | None = None,
     """Every policy's statistics and its paired difference to ``baseline``.
 
     ``baseline`` defaults to the first policy by name, and the result says so. For each
-    policy and statistic (``mean`` or ``p<q>``, ms): the value over its completed tasks
-    and a batch-means interval; for each other policy the difference ``policy -
-    baseline`` over the tasks both completed, with a paired batch-means interval.
-    Raises :class:`TestbedError` for an unknown baseline or statistic, or if the
-    policies did not run the same (repetition, task_id) set. Returns::
+    policy and statistic (``mean`` or ``p<q>``, ms): the whole-run value over its
+    completed tasks, and the steady-state estimate (after the warm-up shared by every
+    policy, :func:`steady_cutoff`) with its batch-means interval; for each other policy
+    the difference ``policy - baseline`` over the tasks both completed, the same two
+    ways, the steady-state one with a paired batch-means interval. Raises
+    :class:`TestbedError` for an unknown baseline or statistic, or if the policies did
+    not run the same (repetition, task_id) set. Returns::
 
         {"baseline", "baseline_chosen": "given" | "default: first policy by name",
-         "unit": "ms", "confidence", "method", "replications": 1, "batches", "stats",
+         "unit": "ms", "confidence", "method", "estimand", "replications": 1,
+         "warmup_until_model_s", "stats",
          "policies": {NAME: {"n_ok", "n_error", "n_timeout", "failed_tasks",
-                             "stats": {STAT: {"value", "ci", "batches", ...} | None},
-                             "diff": None (baseline) | {"n_pairs",
+                             "stats": {STAT: {"value", "estimate", "ci", ...} | None},
+                             "diff": None (baseline) | {"n_pairs", "steady_pairs",
                                       "stats": {STAT: {..., "excludes_zero"} | None}}}}}
     """
     frame = validate_frame(df)
@@ -168,45 +212,69 @@ def compare(df: pd.DataFrame, baseline: str | None = None,
     if baseline not in policies:
         raise TestbedError(f"baseline policy {baseline!r} is not in the traces; found {policies}")
     _check_same_tasks(frame, policies, baseline)
-    result: dict[str, Any] = {
-        "baseline": baseline, "baseline_chosen": chosen, "unit": "ms",
-        "confidence": CONFIDENCE, "method": "batch means", "replications": 1,
-        "batches": BATCHES, "stats": stats, "policies": {}}
+    cutoff, entries = steady_state(frame, baseline, stats)
+    return {"baseline": baseline, "baseline_chosen": chosen, "unit": "ms",
+            "confidence": CONFIDENCE, "method": "batch means", "estimand": STEADY_STATE,
+            "replications": 1,
+            "warmup_until_model_s": None if math.isinf(cutoff) else cutoff,
+            "stats": stats, "policies": entries}
+
+
+def steady_state(frame: pd.DataFrame, baseline: str, stats: Sequence[str] = STATS
+                 ) -> tuple[float, dict[str, dict[str, Any]]]:
+    """The warm-up cut shared by every policy of one run's ``frame`` and, per policy,
+    its counts, statistics (:func:`policy_intervals`) and paired difference to
+    ``baseline`` (``None`` for the baseline itself, or when it is absent)."""
+    policies = sorted(frame["policy"].unique())
+    tables = {policy: task_table(frame, policy) for policy in policies}
+    cutoff = steady_cutoff(list(tables.values()))
+    entries: dict[str, dict[str, Any]] = {}
     for policy in policies:
-        series = task_latencies_ms(frame, policy)
-        entry: dict[str, Any] = {"n_ok": int(series.size), **failures(frame, policy),
-                                 "stats": policy_intervals(frame, policy, stats)}
-        entry["diff"] = None if policy == baseline else _diff(frame, policy, baseline, stats)
-        result["policies"][policy] = entry
-    return result
+        table = tables[policy]
+        entry: dict[str, Any] = {"n_ok": len(table), **failures(frame, policy),
+                                 "stats": policy_intervals(table, cutoff, stats)}
+        entry["diff"] = None if policy == baseline or baseline not in tables else \
+            _diff(table, tables[baseline], cutoff, stats)
+        entries[policy] = entry
+    return cutoff, entries
 
 
-def _with_ci(item: Mapping[str, Any] | None, sign: bool = False) -> str:
-    """``value; estimate [low, high]`` (all tasks; after the warm-up, with its interval),
-    ``value; no CI`` without an interval, ``-`` when missing."""
-    if item is None:
+def _estimate(item: Mapping[str, Any] | None, sign: bool = False) -> str:
+    """``estimate [low, high]``, ``estimate (too short for an interval)`` or ``-``."""
+    if item is None or item["estimate"] is None:
         return "-"
     spec = "+.2f" if sign else ".2f"
     if item["ci"] is None:
-        return f"{item['value']:{spec}}; no CI"
+        return f"{item['estimate']:{spec}} ({TOO_SHORT})"
     low, high = item["ci"]
-    return f"{item['value']:{spec}}; {item['estimate']:{spec}} [{low:{spec}}, {high:{spec}}]"
+    return f"{item['estimate']:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
-def format_compare(result: Mapping[str, Any]) -> str:
+def _whole(item: Mapping[str, Any] | None, sign: bool = False) -> str:
+    return "-" if item is None else f"{item['value']:{'+.2f' if sign else '.2f'}}"
+
+
+def format_compare(result: Mapping[str, Any], degraded: str | None = None) -> str:
     """A :func:`compare` result as a fixed-width table: per policy and statistic the
-    value with its interval and the paired difference to the baseline (``*`` when its
-    interval excludes zero), after two lines naming the baseline and the method."""
+    whole-run value, then the steady-state estimate with its interval and its paired
+    difference to the baseline (``*`` when that interval excludes zero), after lines
+    naming the baseline, the estimand and the method, and ``degraded`` (the fidelity
+    guard's line for this run) when given."""
     percent = round(result["confidence"] * 100)
+    cut = result.get("warmup_until_model_s")
     lines = [
         (f"baseline {result['baseline']} ({result['baseline_chosen']}); {result['unit']}; "
          "* = difference excludes 0"),
-        (f"value over all completed tasks; then the steady-state estimate after an MSER-5 "
-         f"warm-up with its {percent}% batch-means interval ({result['replications']} "
-         f"replication, {result['batches']} batches of consecutive tasks; tasks are not "
-         "resampled: docs/statistics.md)")]
-    header = ("policy", "n_ok", "failed", "stat", "value; estimate [CI]",
-              "diff vs baseline; estimate [CI]", "pairs")
+        (f"whole run: every completed task, no interval. steady state: the tasks arriving "
+         f"after the warm-up ({'none cut' if cut is None else f'{cut:.3f} model s'}, MSER-5, "
+         f"the same for every policy), with its {percent}% batch-means interval "
+         f"({result['replications']} replication; batch size chosen by a test of "
+         "independence; latency bounds at least 0; docs/statistics.md). The difference is "
+         "the difference of the steady-state estimates over the tasks both completed.")]
+    if degraded:
+        lines.append(degraded)
+    header = ("policy", "n_ok", "failed", "stat", "whole run", "steady state [CI]",
+              "diff vs baseline, steady state [CI]", "pairs")
     rows = [header]
     for policy, entry in result["policies"].items():
         diff = entry["diff"]
@@ -216,11 +284,11 @@ def format_compare(result: Mapping[str, Any]) -> str:
             else:
                 item = diff["stats"][name]
                 marker = " *" if item is not None and item["excludes_zero"] else ""
-                change, pairs = _with_ci(item, sign=True) + marker, str(diff["n_pairs"])
+                change, pairs = _estimate(item, sign=True) + marker, str(diff["n_pairs"])
             rows.append((policy, str(entry["n_ok"]), str(entry["failed_tasks"]), name,
-                         _with_ci(entry["stats"][name]), change, pairs))
+                         _whole(entry["stats"][name]), _estimate(entry["stats"][name]),
+                         change, pairs))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines += ["  ".join(cell.ljust(width) for cell, width in
                         zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines)
-

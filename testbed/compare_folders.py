@@ -29,11 +29,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from testbed.compare import task_latencies_ms
+from testbed.compare import steady_cutoff, task_latencies_ms, task_table
 from testbed.errors import TestbedError
+from testbed.fidelity import warning_line
 from testbed.stats import (
     CONFIDENCE,
+    RUN_AS_CONFIGURED,
+    STEADY_STATE,
+    TOO_SHORT,
     batch_interval,
+    interval_half,
     paired_batch_interval,
     replication_interval,
     statistic,
@@ -59,39 +64,60 @@ def _trace_hash(folder: Path) -> str | None:
 
 
 def _entry(diff: float | None, low: float | None, high: float | None, method: str,
-           a_ms: float | None, b_ms: float | None, n: int) -> dict[str, Any]:
+           a_ms: float | None, b_ms: float | None, n: int, estimand: str
+           ) -> dict[str, Any]:
     rel = None if diff is None or not a_ms else 100.0 * diff / a_ms
     return {"a_ms": a_ms, "b_ms": b_ms, "diff_ms": diff,
             "ci_ms": None if low is None or high is None else [low, high],
-            "diff_pct": rel, "n": n, "method": method}
+            "diff_pct": rel, "n": n, "method": method, "estimand": estimand}
 
 
 def _runs_diff(a: pd.DataFrame, b: pd.DataFrame, policy: str, same_trace: bool
                ) -> dict[str, Any]:
-    """B - A of one policy's mean latency from two runs' task series."""
-    xa, xb = task_latencies_ms(a, policy), task_latencies_ms(b, policy)
-    if xa.empty or xb.empty:
-        return _entry(None, None, None, "no completed task on one side", None, None, 0)
-    a_ms, b_ms = statistic(xa.to_numpy(float), "mean"), statistic(xb.to_numpy(float), "mean")
+    """B - A of one policy's steady-state mean latency from two runs' task series; the
+    ``a_ms`` and ``b_ms`` shown are the two steady-state means it is the difference of."""
+    ta, tb = task_table(a, policy), task_table(b, policy)
+    if ta.empty or tb.empty:
+        return _entry(None, None, None, "no completed task on one side", None, None, 0,
+                      STEADY_STATE)
     if same_trace:
-        shared = xa.index.intersection(xb.index, sort=False)
-        interval = paired_batch_interval(xb.loc[shared].to_numpy(float),
-                                         xa.loc[shared].to_numpy(float), "mean")
+        shared = ta.index.intersection(tb.index, sort=False)
+        ta, tb = ta.loc[shared], tb.loc[shared]
+        cutoff = steady_cutoff([ta, tb])
+        warmup = int((ta["arrival"] < cutoff).sum())
+        xa, xb = ta["latency"].to_numpy(float), tb["latency"].to_numpy(float)
+        interval = paired_batch_interval(xb, xa, "mean", warmup=warmup)
         return _entry(interval.estimate, interval.low, interval.high,
-                      f"paired batch means over {shared.size} shared tasks (after the "
-                      "warm-up)", a_ms, b_ms, 1)
-    ia = batch_interval(xa.to_numpy(float), "mean")
-    ib = batch_interval(xb.to_numpy(float), "mean")
-    if ia.low is None or ib.low is None:
-        return _entry(b_ms - a_ms, None, None, "different traces; too few tasks for an "
-                      "interval", a_ms, b_ms, 1)
-    half = math.hypot(ia.high - ia.estimate, ib.high - ib.estimate)  # type: ignore[operator]
-    return _entry(b_ms - a_ms, b_ms - a_ms - half, b_ms - a_ms + half,
-                  "different traces; independent batch-means intervals", a_ms, b_ms, 1)
+                      f"paired batch means over {shared.size - warmup} shared tasks after "
+                      f"a warm-up of {warmup}" + ("" if interval.bounds else f"; {TOO_SHORT}"),
+                      statistic(xa[warmup:], "mean"), statistic(xb[warmup:], "mean"), 1,
+                      STEADY_STATE)
+    ia = batch_interval(ta["latency"].to_numpy(float), "mean")
+    ib = batch_interval(tb["latency"].to_numpy(float), "mean")
+    assert ia.estimate is not None and ib.estimate is not None
+    diff = ib.estimate - ia.estimate
+    if ia.bounds is None or ib.bounds is None:
+        return _entry(diff, None, None, f"different traces; {TOO_SHORT} on one side",
+                      ia.estimate, ib.estimate, 1, STEADY_STATE)
+    half = math.hypot(interval_half(ia), interval_half(ib))  # type: ignore[arg-type]
+    return _entry(diff, diff - half, diff + half,
+                  "different traces; independent batch-means intervals", ia.estimate,
+                  ib.estimate, 1, STEADY_STATE)
+
+
+def degraded_line(folder: Path) -> str | None:
+    """What the fidelity guard said of a run folder's emulation, as one line naming the
+    folder (``None`` when it was sound, or is a simulator run)."""
+    try:
+        verdict = json.loads((folder / "metadata.json").read_text()).get("fidelity")
+    except (OSError, ValueError, AttributeError):
+        return None
+    line = warning_line(verdict) if isinstance(verdict, dict) else None
+    return None if line is None else f"{folder}: {line}"
 
 
 def compare_runs(a: Path, b: Path) -> dict[str, Any]:
-    """Per policy present in both runs: B - A of the mean latency."""
+    """Per policy present in both runs: B - A of the steady-state mean latency."""
     fa, fb = read_traces(a), read_traces(b)
     policies = sorted(set(fa["policy"]) & set(fb["policy"]))
     if not policies:
@@ -99,27 +125,36 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
     same = _trace_hash(a) is not None and _trace_hash(a) == _trace_hash(b)
     rows = [{"policy": p, **_runs_diff(fa, fb, p, same)} for p in policies]
     return {"kind": "run", "a": str(a), "b": str(b), "same_trace": same, "grid": [],
-            "confidence": CONFIDENCE, "rows": rows}
+            "confidence": CONFIDENCE, "rows": rows,
+            "degraded": [line for line in (degraded_line(a), degraded_line(b)) if line]}
 
 
-def _study(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``study.json`` and the usable cells' records, each with its traces (read once)."""
+def _study(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """``study.json``, the usable cells' records, each with its traces (read once), and
+    how many finished cells the fidelity guard called degraded (left out)."""
     about = json.loads((folder / "study.json").read_text())
-    records = []
+    records, degraded = [], 0
     for path in sorted((folder / "cells").glob("*/cell.json")):
         record = json.loads(path.read_text())
-        if record.get("status") in ("ok", "incomplete") and not record.get("degraded"):
-            record["frame"] = pd.read_parquet(folder / "traces" / f"{record['key']}.parquet")
-            records.append(record)
-    return about, records
+        if record.get("status") not in ("ok", "incomplete"):
+            continue
+        if record.get("degraded"):
+            degraded += 1
+            continue
+        record["frame"] = pd.read_parquet(folder / "traces" / f"{record['key']}.parquet")
+        records.append(record)
+    return about, records, degraded
 
 
 def _replication_means(records: Sequence[Mapping[str, Any]], policy: str
                        ) -> dict[Any, tuple[float, pd.DataFrame]]:
-    """seed -> (the replication's mean latency of ``policy``, its traces); a record
-    without a seed gets a key of its own, so it pairs with nothing."""
+    """seed -> (the replication's mean latency of ``policy``, its traces), leaving out
+    cells where the guard marked ``policy`` degraded; a record without a seed gets a key
+    of its own, so it pairs with nothing."""
     out = {}
     for record in records:
+        if policy in (record.get("degraded_policies") or {}):
+            continue
         frame = record["frame"]
         series = task_latencies_ms(frame, policy)
         if not series.empty:
@@ -132,31 +167,36 @@ def _replication_means(records: Sequence[Mapping[str, Any]], policy: str
 def _studies_diff(a: Mapping[Any, tuple[float, pd.DataFrame]],
                   b: Mapping[Any, tuple[float, pd.DataFrame]], policy: str
                   ) -> dict[str, Any]:
+    """B - A across replications of the mean of a run as configured; paired on shared
+    seeds (``a_ms``, ``b_ms`` then over those seeds, so the difference is theirs)."""
     if not a or not b:
-        return _entry(None, None, None, "no completed replication on one side", None, None, 0)
-    a_ms = float(np.mean([v for v, _ in a.values()]))
-    b_ms = float(np.mean([v for v, _ in b.values()]))
+        return _entry(None, None, None, "no completed replication on one side", None, None,
+                      0, RUN_AS_CONFIGURED)
     shared = sorted(set(a) & set(b), key=str)
     if len(shared) >= 2:
         interval = replication_interval([b[s][0] - a[s][0] for s in shared])
         return _entry(interval.estimate, interval.low, interval.high,
-                      f"paired t across {len(shared)} replications (same seeds)", a_ms, b_ms,
-                      len(shared))
+                      f"paired t across {len(shared)} replications (same seeds)",
+                      float(np.mean([a[s][0] for s in shared])),
+                      float(np.mean([b[s][0] for s in shared])), len(shared),
+                      RUN_AS_CONFIGURED)
+    a_ms = float(np.mean([v for v, _ in a.values()]))
+    b_ms = float(np.mean([v for v, _ in b.values()]))
     if len(a) >= 2 and len(b) >= 2:
         test = scipy_stats.ttest_ind([v for v, _ in b.values()], [v for v, _ in a.values()],
                                      equal_var=False)
         ci = test.confidence_interval(CONFIDENCE)
         return _entry(b_ms - a_ms, float(ci.low), float(ci.high),
                       f"Welch t, {len(a)} and {len(b)} replications", a_ms, b_ms,
-                      min(len(a), len(b)))
+                      min(len(a), len(b)), RUN_AS_CONFIGURED)
     (_, fa), (_, fb) = next(iter(a.values())), next(iter(b.values()))
     return _runs_diff(fa, fb, policy, same_trace=len(shared) == 1)
 
 
 def compare_studies(a: Path, b: Path) -> dict[str, Any]:
     """Per matching (grid values, executor, policy): B - A of the mean latency."""
-    about_a, rec_a = _study(a)
-    about_b, rec_b = _study(b)
+    about_a, rec_a, degraded_a = _study(a)
+    about_b, rec_b, degraded_b = _study(b)
     if about_a["grid"] != about_b["grid"]:
         raise TestbedError(f"{a} varies {about_a['grid']} and {b} varies {about_b['grid']}: "
                            "compare studies over the same grid paths")
@@ -179,8 +219,10 @@ def compare_studies(a: Path, b: Path) -> dict[str, Any]:
                              "policy": policy, **entry})
     if not rows:
         raise TestbedError(f"{a} and {b} share no grid point and policy")
+    degraded = [f"{folder}: {count} degraded emulation cell(s) left out"
+                for folder, count in ((a, degraded_a), (b, degraded_b)) if count]
     return {"kind": "study", "a": str(a), "b": str(b), "grid": about_a["grid"],
-            "confidence": CONFIDENCE, "rows": rows}
+            "confidence": CONFIDENCE, "rows": rows, "degraded": degraded}
 
 
 def compare_folders(a: str | Path, b: str | Path) -> dict[str, Any]:
@@ -198,11 +240,16 @@ def _num(x: float | None, spec: str = ".1f") -> str:
 
 
 def format_folders(result: Mapping[str, Any]) -> str:
-    """The comparison as a table, after lines naming A, B and what the difference is."""
+    """The comparison as a table, after lines naming A, B, what the difference is and
+    its estimand, and whatever the fidelity guard said of either side."""
     percent = round(result["confidence"] * 100)
+    estimands = sorted({row["estimand"] for row in result["rows"]})
     lines = [f"A: {result['a']}", f"B: {result['b']}",
              (f"difference B - A of the mean latency, ms, with its {percent}% interval; "
-             "* = interval excludes 0")]
+              "A ms and B ms are the two numbers it is the difference of; "
+              "* = interval excludes 0"),
+             "estimand: " + "; ".join(estimands) + " (each row's in --json)"]
+    lines += [f"degraded: {line}" for line in result.get("degraded", [])]
     head = [*result["grid"], *(["executor"] if result["kind"] == "study" else []), "policy",
             "A ms", "B ms", "B - A ms [CI]", "B - A %", "method"]
     body = []

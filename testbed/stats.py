@@ -1,24 +1,33 @@
-"""Confidence intervals that hold for queueing latencies.
+"""Confidence intervals that hold for queueing latencies, each with its estimand.
 
 The latencies of one run are not independent draws: a task that waits behind a burst
 makes the next one wait too, so resampling a run's tasks as if they were independent
 gives intervals far narrower than the run-to-run spread (``docs/statistics.md``). Two
-methods are used instead, and every interval says which one and how many units stand
-behind it:
+methods are used instead; every interval names its method, its **estimand** (what it is
+an interval *for*) and how many units stand behind it, and the point printed with it is
+that same estimator's value, so the point always lies inside its interval:
 
-* **Across replications** (:func:`t_interval`): each independent replication (its own
-  workload seed, its own trace) gives one value of a statistic; the interval is
-  Student's t over those values. This is the method of studies.
-* **Batch means** (:func:`batch_interval`, :func:`paired_batch_interval`) when there is
-  a single replication: the warm-up is cut with MSER-5 (:func:`mser5_warmup`), the
-  remaining tasks, in arrival order, are split into :data:`BATCHES` consecutive batches
-  and the statistic is computed per batch. Batches long enough to outlast the
-  correlation are close to independent, so the spread of the batch values gives the
-  standard error. The interval is centred on the statistic of all the batched tasks
-  together (sectioning: for the mean it is the mean of the batch means; for a
-  percentile it avoids the small-sample bias of the batches' own percentiles), with
-  Student's t on ``BATCHES - 1`` degrees of freedom. With fewer than :data:`BATCHES`
-  completed tasks after the warm-up no interval is given.
+* **Across replications** (:func:`replication_interval`): each independent replication
+  (its own workload seed, its own trace) gives one value of a statistic; the interval is
+  Student's t over those values. Its estimand is the expected value of that statistic
+  for *a run as configured* (started empty, of the configured duration): a run started
+  empty is not in steady state, so this is not the steady-state value unless each
+  replication's warm-up was cut first.
+* **Batch means** (:func:`batch_interval`, :func:`paired_batch_interval`) within one
+  run. Its estimand is the **steady-state** value: the warm-up is cut with MSER-5
+  (:func:`mser5_warmup`) and the point is the statistic of every task after it. The
+  batch size is chosen from the data (:func:`batch_plan`): batches double in size until
+  their values pass a von Neumann test of independence with at least
+  :data:`TEST_BATCHES` batches, then the tasks are regrouped into
+  :data:`FINAL_BATCHES` longer batches, and the half-width is Student's t over the batch values
+  (sectioning: centred on the statistic of all the tasks, not on the batches' own
+  small-sample percentiles). A run too short for batches that pass the test gets no
+  interval, and says so (:data:`TOO_SHORT`), rather than a wrong one. A percentile's
+  batches must each hold at least :data:`TAIL_TASKS` tasks beyond it.
+
+An interval of a latency (not of a difference) is bounded at zero: its lower end is
+``max(0, low)`` (``bounded_at_zero`` says when that cut it). The coverage of both methods
+is measured, not assumed: ``python -m tests.bench.coverage`` (``docs/statistics.md``).
 
 Statistics are ``mean`` or a percentile ``p<q>`` of latencies in milliseconds
 (numpy's linear interpolation, as ``summary.json``).
@@ -36,8 +45,23 @@ from scipy import stats as scipy_stats
 from testbed.errors import TestbedError
 
 CONFIDENCE = 0.95
-BATCHES = 20
 MSER_BATCH = 5  # MSER-5: the warm-up search works on means of 5 consecutive tasks
+#: Fewest batches the independence test is run on: below this it has too little power
+#: to see the correlation left between short batches.
+TEST_BATCHES = 40
+#: How many batches an interval is formed from once the test passed: the tasks regrouped
+#: into batches at least four times as long as the ones that passed, which carry less
+#: of the correlation the test could not see (``docs/statistics.md``, coverage).
+FINAL_BATCHES = 10
+#: The test's level: a lenient one, so that doubtful batch sizes are doubled.
+INDEPENDENCE_ALPHA = 0.20
+#: A percentile's batches each hold at least this many tasks beyond it (p99: 1000-task
+#: batches), so a batch's percentile is not just its largest value.
+TAIL_TASKS = 10
+#: What an estimate without an interval says, in tables and ``describe``.
+TOO_SHORT = "too short for an interval"
+STEADY_STATE = "steady state (warm-up removed)"
+RUN_AS_CONFIGURED = "mean of a run as configured (started empty)"
 
 
 def parse_statistic(name: str) -> float | None:
@@ -100,11 +124,15 @@ def mser5_warmup(series: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class Interval:
-    """An interval of a statistic: ``estimate`` (its centre), bounds, and what backs it.
+    """An estimate, its interval, what it estimates and what backs it.
 
-    ``method`` is ``"replications"`` or ``"batch means"``; ``n`` counts replications or
-    batches; ``warmup`` and ``batch_tasks`` describe batch means (0 otherwise). Bounds are
-    ``None`` when the data cannot carry an interval (one replication, too few tasks).
+    ``estimate`` is the point the interval belongs to (it lies inside the bounds);
+    ``estimand`` is :data:`STEADY_STATE` for batch means and :data:`RUN_AS_CONFIGURED`
+    for replications. ``method`` is ``"replications"`` or ``"batch means"``; ``n``
+    counts replications or batches; ``warmup`` and ``batch_tasks`` describe batch means
+    (0 otherwise). Bounds are ``None`` when the data cannot carry an interval (one
+    replication, a run :data:`TOO_SHORT`); ``bounded_at_zero`` is set when a latency's
+    lower bound was raised to zero.
     """
 
     estimate: float | None
@@ -114,6 +142,8 @@ class Interval:
     method: str
     warmup: int = 0
     batch_tasks: int = 0
+    estimand: str = STEADY_STATE
+    bounded_at_zero: bool = False
 
     @property
     def bounds(self) -> list[float] | None:
@@ -125,65 +155,130 @@ class Interval:
         if self.method == "replications":
             return f"t-interval across {self.n} replication(s)"
         if self.low is None:
-            return f"no interval: fewer than {BATCHES} completed tasks after the warm-up"
-        return (f"batch means: {self.n} batches of {self.batch_tasks} tasks after "
+            return f"{TOO_SHORT} (after {self.warmup} warm-up tasks, MSER-5)"
+        return (f"batch means: {self.n} batches of about {self.batch_tasks} tasks after "
                 f"{self.warmup} warm-up tasks (MSER-5)")
 
 
-def _batches(n: int, warmup: int, batches: int) -> tuple[int, int] | None:
-    """(first task, batch size) of ``batches`` equal batches after ``warmup``, or None."""
-    size = (n - warmup) // batches
-    if size < 1:
-        return None
-    return n - batches * size, size  # the remainder is dropped from the warm-up side
+def independent(values: np.ndarray, alpha: float | None = None) -> bool:
+    """Whether consecutive ``values`` pass von Neumann's test of independence against
+    positive lag-one correlation at level ``alpha`` (one-sided; the ratio is
+    approximately normal with variance ``(k - 2) / (k^2 - 1)`` under independence)."""
+    alpha = INDEPENDENCE_ALPHA if alpha is None else alpha
+    k = values.size
+    centred = values - values.mean()
+    spread = float(centred @ centred)
+    if spread == 0.0:
+        return True
+    ratio = 1.0 - float(np.sum(np.diff(values) ** 2)) / (2.0 * spread)
+    return ratio <= scipy_stats.norm.ppf(1.0 - alpha) * np.sqrt((k - 2) / (k * k - 1.0))
 
 
-def batch_interval(series: np.ndarray, name: str, batches: int = BATCHES,
+def _per_batch(series: np.ndarray, name: str, batches: int) -> np.ndarray:
+    """The statistic of each of ``batches`` consecutive batches of ``series``, the first
+    ``len % batches`` of them one task longer than the rest (every task is used)."""
+    size, longer = divmod(series.size, batches)
+    q = parse_statistic(name)
+    if q is None:
+        starts = np.arange(batches) * size + np.minimum(np.arange(batches), longer)
+        return np.add.reduceat(series, starts) / (size + (np.arange(batches) < longer))
+    cut = longer * (size + 1)
+    parts = [series[:cut].reshape(longer, size + 1), series[cut:].reshape(-1, size)]
+    return np.concatenate([np.percentile(part, q, axis=1) for part in parts if part.size])
+
+
+def _batch_values(series: np.ndarray, name: str, batches: int,
+                  theirs: np.ndarray | None = None) -> np.ndarray:
+    """The statistic of each of ``batches`` near-equal consecutive batches of
+    ``series`` (minus the same batch of ``theirs`` when given)."""
+    values = _per_batch(series, name, batches)
+    return values if theirs is None else values - _per_batch(theirs, name, batches)
+
+
+def smallest_batch(name: str) -> int:
+    """The smallest batch a statistic is formed over: one task for the mean, enough for
+    :data:`TAIL_TASKS` tasks beyond a percentile."""
+    q = parse_statistic(name)
+    if q is None:
+        return 1
+    tail = min(q, 100.0 - q) / 100.0
+    return int(np.ceil(TAIL_TASKS / tail)) if tail > 0 else 1
+
+
+def batch_plan(series: np.ndarray, name: str, theirs: np.ndarray | None = None
+               ) -> int | None:
+    """How many batches the steady-state ``series`` (warm-up removed) is cut into for
+    statistic ``name``, or ``None`` when it is too short for an interval.
+
+    Batches start at :func:`smallest_batch` tasks and double until their values (of the
+    statistic; of the paired difference when ``theirs`` is given) pass :func:`independent`
+    while there are at least :data:`TEST_BATCHES` of them; the tasks are then regrouped
+    into :data:`FINAL_BATCHES` batches.
+    """
+    size = smallest_batch(name)
+    while series.size // size >= TEST_BATCHES:
+        count = series.size // size
+        if independent(_batch_values(series, name, count, theirs)):
+            return FINAL_BATCHES
+        size *= 2
+    return None
+
+
+def _sectioned(estimate: float, series: np.ndarray, name: str, warmup: int,
+               theirs: np.ndarray | None, bounded: bool, confidence: float) -> Interval:
+    """The batch-means interval of ``estimate`` from the plan :func:`batch_plan` gives."""
+    count = batch_plan(series, name, theirs)
+    if count is None:
+        return Interval(estimate, None, None, 0, "batch means", warmup)
+    half = half_width(_batch_values(series, name, count, theirs), confidence)
+    assert half is not None
+    low, high = estimate - half, estimate + half
+    cut = bounded and low < 0.0
+    return Interval(estimate, max(low, 0.0) if bounded else low, high, count, "batch means",
+                    warmup, series.size // count, bounded_at_zero=cut)
+
+
+def batch_interval(series: np.ndarray, name: str, warmup: int | None = None,
                    confidence: float = CONFIDENCE) -> Interval:
-    """The batch-means interval of statistic ``name`` of one run's ``series`` (tasks in
-    arrival order)."""
-    warmup = mser5_warmup(series)
-    plan = _batches(series.size, warmup, batches)
-    if plan is None:
-        return Interval(None, None, None, 0, "batch means", warmup)
-    start, size = plan
-    per_batch = [statistic(series[start + k * size: start + (k + 1) * size], name)
-                 for k in range(batches)]
-    return _sectioned(statistic(series[start:], name), per_batch, start, size, confidence)
+    """The steady-state estimate of statistic ``name`` of one run's latencies
+    ``series`` (tasks in arrival order) and its batch-means interval, bounded at zero.
 
-
-def _sectioned(estimate: float, per_batch: Sequence[float], start: int, size: int,
-               confidence: float) -> Interval:
-    half = half_width(per_batch, confidence)
-    if half is None:
-        return Interval(estimate, None, None, len(per_batch), "batch means", start, size)
-    return Interval(estimate, estimate - half, estimate + half, len(per_batch),
-                    "batch means", start, size)
+    ``warmup`` tasks are dropped first (MSER-5 of the series when ``None``); the
+    estimate is the statistic of every task after them; ``estimate`` is ``None`` only
+    when no task is left.
+    """
+    start = mser5_warmup(series) if warmup is None else warmup
+    kept = series[start:]
+    if kept.size == 0:
+        return Interval(None, None, None, 0, "batch means", start)
+    return _sectioned(statistic(kept, name), kept, name, start, None, True, confidence)
 
 
 def paired_batch_interval(mine: np.ndarray, theirs: np.ndarray, name: str,
-                          batches: int = BATCHES, confidence: float = CONFIDENCE) -> Interval:
-    """The batch-means interval of ``statistic(mine) - statistic(theirs)`` over tasks
-    paired by position (the same tasks in arrival order under two policies): both series
-    lose the longer of their two warm-ups and are cut into the same batches."""
-    warmup = max(mser5_warmup(mine), mser5_warmup(theirs))
-    plan = _batches(mine.size, warmup, batches)
-    if plan is None:
-        return Interval(None, None, None, 0, "batch means", warmup)
-    start, size = plan
-    per_batch = []
-    for k in range(batches):
-        part = slice(start + k * size, start + (k + 1) * size)
-        per_batch.append(statistic(mine[part], name) - statistic(theirs[part], name))
-    estimate = statistic(mine[start:], name) - statistic(theirs[start:], name)
-    return _sectioned(estimate, per_batch, start, size, confidence)
+                          warmup: int | None = None, confidence: float = CONFIDENCE
+                          ) -> Interval:
+    """The steady-state ``statistic(mine) - statistic(theirs)`` over tasks paired by
+    position (the same tasks in arrival order under two policies) and its batch-means
+    interval: both series lose ``warmup`` tasks (the longer of their two MSER-5
+    warm-ups when ``None``) and are cut into the same batches, chosen on the batch
+    differences. The estimate is the difference of the two series' own steady-state
+    estimates over those tasks."""
+    start = max(mser5_warmup(mine), mser5_warmup(theirs)) if warmup is None else warmup
+    x, y = mine[start:], theirs[start:]
+    if x.size == 0:
+        return Interval(None, None, None, 0, "batch means", start)
+    return _sectioned(statistic(x, name) - statistic(y, name), x, name, start, y, False,
+                      confidence)
 
 
-def replication_interval(values: Sequence[float], confidence: float = CONFIDENCE
-                         ) -> Interval:
-    """The t-interval of one value per independent replication."""
+def replication_interval(values: Sequence[float], confidence: float = CONFIDENCE,
+                         bounded: bool = False) -> Interval:
+    """The t-interval of one value per independent replication (estimand
+    :data:`RUN_AS_CONFIGURED`); ``bounded``: a latency, whose lower bound is at least 0."""
     estimate, low, high = t_interval(values, confidence)
-    return Interval(estimate, low, high, len(values), "replications")
+    cut = bounded and low is not None and low < 0.0
+    return Interval(estimate, max(low, 0.0) if cut else low, high, len(values),
+                    "replications", estimand=RUN_AS_CONFIGURED, bounded_at_zero=cut)
 
 
 def interval_half(interval: Interval) -> float | None:

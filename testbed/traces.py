@@ -316,12 +316,14 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
 
     Beside those keys: ``n_error`` and ``n_timeout`` (the failed rows by outcome),
     ``failed_tasks`` (tasks completed in no repetition) and ``intervals``
-    (:func:`testbed.compare.summary_intervals`: batch-means intervals of the mean and
-    percentiles, the method, the replications and repetitions behind them).
+    (:func:`testbed.compare.summary_intervals`: the steady-state estimates of the mean
+    and percentiles, each beside its batch-means interval, the estimand, the method,
+    the replications and repetitions behind them).
     """
     from testbed.compare import failures, summary_intervals
 
     frame = validate_frame(df)
+    intervals = summary_intervals(frame)
     policies: dict[str, Any] = {}
     for policy in sorted(frame["policy"].unique()):
         rows = frame[frame["policy"] == policy]
@@ -340,7 +342,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
             str(t): int(counts[t]) / len(rows) for t in sorted(counts.index)
         }
         entry.update(failures(frame, policy))
-        entry["intervals"] = summary_intervals(frame, policy)
+        entry["intervals"] = intervals[policy]
         policies[str(policy)] = entry
     return {"policies": policies}
 

@@ -2,11 +2,14 @@
 
 Each replication is one independent trace (its own seed), so a replication's mean,
 p50, p95 and p99 over its tasks are independent draws, and the table gives their mean
-with a 95 % t-interval across replications; the paired difference against the
-baseline is taken per replication (both policies replayed the same trace) and gets
-its own t-interval. With a single replication there is nothing to spread over: the
-intervals are then batch means over that run's tasks (:mod:`testbed.stats`), and the
-``method`` column says so. ``replications`` counts what stands behind every row.
+with a 95 % t-interval across replications: its estimand is the statistic of *a run as
+configured* (started empty, of the configured duration), not the steady state. The
+paired difference against the baseline is taken per replication (both policies
+replayed the same trace) and gets its own t-interval. With a single replication there
+is nothing to spread over: the values and intervals are then the steady-state batch
+means of that run (:func:`testbed.compare.compare`), or the estimate alone where the run
+is too short for an interval; the ``method`` and ``estimand`` columns say which.
+Latency bounds are at least 0. ``replications`` counts what stands behind every row.
 
 Failed and timed-out tasks are counted (``failed_tasks``: tasks no repetition
 completed), never silently dropped. Degraded emulation cells (see
@@ -22,15 +25,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from testbed.compare import failures, task_latencies_ms
+from testbed.compare import failures, steady_state, task_latencies_ms
 from testbed.stats import (
-    BATCHES,
+    RUN_AS_CONFIGURED,
+    STEADY_STATE,
+    TOO_SHORT,
     Interval,
-    batch_interval,
-    paired_batch_interval,
     replication_interval,
     statistic,
 )
@@ -40,7 +42,7 @@ STATS = ("mean", "p50", "p95", "p99")
 COLUMNS = ("executor", "policy", "replications", "mean_ms", "mean_ci_low_ms",
            "mean_ci_high_ms", "p50_ms", "p95_ms", "p95_ci_low_ms", "p95_ci_high_ms", "p99_ms",
            "diff_vs_baseline_ms", "diff_ci_low_ms", "diff_ci_high_ms", "failed_tasks",
-           "degraded_cells", "failed_cells", "method")
+           "degraded_cells", "failed_cells", "method", "estimand")
 
 
 def _bounds(interval: Interval | None) -> tuple[float, float]:
@@ -55,11 +57,12 @@ def _value(x: float | None) -> float:
 
 def _replicated(per_rep: Sequence[Mapping[str, float]], diffs: Sequence[float]
                 ) -> dict[str, Any]:
-    """Columns from one value per replication."""
+    """Columns from one value per replication (estimand: a run as configured; latency
+    bounds at least 0)."""
     out: dict[str, Any] = {}
     for name in STATS:
         values = [r[name] for r in per_rep]
-        interval = replication_interval(values)
+        interval = replication_interval(values, bounded=True)
         out[f"{name}_ms"] = _value(interval.estimate)
         if name in ("mean", "p95"):
             out[f"{name}_ci_low_ms"], out[f"{name}_ci_high_ms"] = _bounds(interval)
@@ -67,32 +70,34 @@ def _replicated(per_rep: Sequence[Mapping[str, float]], diffs: Sequence[float]
     out["diff_vs_baseline_ms"] = _value(diff.estimate) if diff else math.nan
     out["diff_ci_low_ms"], out["diff_ci_high_ms"] = _bounds(diff)
     out["method"] = f"t across {len(per_rep)} replications"
+    out["estimand"] = RUN_AS_CONFIGURED
     return out
 
 
-def _batched(series: np.ndarray, baseline: np.ndarray | None) -> dict[str, Any]:
-    """Columns from the one replication's tasks, by batch means. Where an interval exists
-    the value is its centre, the steady-state estimate after the warm-up (so the value
-    lies inside its interval); without one, the value over every completed task."""
+def _batched(frame: pd.DataFrame, policy: str, baseline: str) -> dict[str, Any]:
+    """Columns from the one replication's tasks by batch means (the rule of
+    :func:`testbed.compare.steady_state`): every value is the steady-state estimate after the warm-up shared
+    by the run's policies, the one its interval belongs to, and the difference is the
+    difference of two such means."""
+    found = steady_state(frame, baseline, STATS)[1][policy]
     out: dict[str, Any] = {}
-    described = ""
     for name in STATS:
-        out[f"{name}_ms"] = statistic(series, name) if series.size else math.nan
+        item = found["stats"][name]
+        out[f"{name}_ms"] = math.nan if item is None else _value(item["estimate"])
         if name in ("mean", "p95"):
-            interval = batch_interval(series, name) if series.size else None
-            out[f"{name}_ci_low_ms"], out[f"{name}_ci_high_ms"] = _bounds(interval)
-            if interval is not None and interval.bounds is not None:
-                out[f"{name}_ms"] = interval.estimate
-                described = described or interval.describe()
-    diff = None
-    if baseline is not None and series.size and baseline.size == series.size:
-        diff = paired_batch_interval(series, baseline, "mean")
-        out["diff_vs_baseline_ms"] = (diff.estimate if diff.bounds is not None else
-                                      statistic(series, "mean") - statistic(baseline, "mean"))
-    else:
-        out["diff_vs_baseline_ms"] = math.nan
-    out["diff_ci_low_ms"], out["diff_ci_high_ms"] = _bounds(diff)
-    out["method"] = f"1 replication; {described or f'no interval (< {BATCHES} tasks)'}"
+            ci = None if item is None else item["ci"]
+            out[f"{name}_ci_low_ms"], out[f"{name}_ci_high_ms"] = ci or (math.nan, math.nan)
+    diff = None if found["diff"] is None else found["diff"]["stats"]["mean"]
+    out["diff_vs_baseline_ms"] = (0.0 if policy == baseline else
+                                  math.nan if diff is None else _value(diff["estimate"]))
+    out["diff_ci_low_ms"], out["diff_ci_high_ms"] = (diff or {}).get("ci") or (math.nan,
+                                                                               math.nan)
+    mean = found["stats"]["mean"]
+    described = (TOO_SHORT if mean is None or mean["ci"] is None else
+                 f"batch means: {mean['batches']} batches of about {mean['batch_tasks']} "
+                 f"tasks after {mean['warmup_tasks']} warm-up tasks (MSER-5)")
+    out["method"] = f"1 replication; {described}"
+    out["estimand"] = STEADY_STATE
     return out
 
 
@@ -101,31 +106,26 @@ def _policy_row(frames: Sequence[pd.DataFrame], policy: str, baseline: str) -> d
     per_rep: list[dict[str, float]] = []
     diffs: list[float] = []
     failed = 0
-    series_one = baseline_one = None
     for frame in frames:
         failed += failures(frame, policy)["failed_tasks"]
         mine = task_latencies_ms(frame, policy)
         if mine.empty:
             continue
-        x = mine.to_numpy(float)
-        per_rep.append({name: statistic(x, name) for name in STATS})
+        per_rep.append({name: statistic(mine.to_numpy(float), name) for name in STATS})
         theirs = task_latencies_ms(frame, baseline)
         shared = theirs.index.intersection(mine.index, sort=False)
         if shared.size:
             diffs.append(float(mine.loc[shared].mean() - theirs.loc[shared].mean()))
-        series_one = mine.loc[shared].to_numpy(float) if policy != baseline else x
-        baseline_one = theirs.loc[shared].to_numpy(float)
     row: dict[str, Any] = {"replications": len(per_rep), "failed_tasks": failed}
     if len(per_rep) >= 2:
         row.update(_replicated(per_rep, diffs))
     elif len(per_rep) == 1:
-        assert series_one is not None
-        row.update(_batched(series_one, baseline_one))
-        if policy == baseline:
-            row["diff_vs_baseline_ms"] = 0.0
+        row.update(_batched(next(f for f in frames if not task_latencies_ms(f, policy).empty),
+                            policy, baseline))
     else:
         row.update({c: math.nan for c in COLUMNS if c.endswith("_ms")})
         row["method"] = "no completed task"
+        row["estimand"] = "-"
     return row
 
 
@@ -161,6 +161,7 @@ def summarize(study: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                 if not used:
                     row["method"] = (f"no replication to use: {len(doubtful)} degraded "
                                      f"(left out), {failed_cells} failed")
+                    row["estimand"] = "-"
                 row.update(degraded_cells=len(doubtful), failed_cells=failed_cells)
                 rows.append(row)
     frame = pd.DataFrame(rows)
@@ -206,4 +207,6 @@ def format_summary(frame: pd.DataFrame, grid: Sequence[str], baseline: str) -> s
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
     methods = sorted({m.split(":")[0] for m in frame["method"]}) if len(frame) else []
     lines += [f"method: {m} (each row's in summary.csv)" for m in methods]
+    estimands = sorted(set(frame["estimand"]) - {"-"}) if len(frame) else []
+    lines += [f"estimand: {e}" for e in estimands]
     return "\n".join(lines)

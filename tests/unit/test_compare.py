@@ -1,5 +1,6 @@
-"""Tests of policy comparisons on one run: paired differences, batch-means intervals,
-failed tasks counted, repetitions averaged, the baseline stated."""
+"""Tests of policy comparisons on one run: paired differences, steady-state batch-means
+intervals and their own points, failed tasks counted, repetitions averaged, the
+baseline stated."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from testbed.compare import compare, format_compare
 from testbed.errors import TestbedError
+from testbed.stats import FINAL_BATCHES, STEADY_STATE, TOO_SHORT
 from testbed.traces import summarize
 from tests.unit.test_stats import mm1_latencies
 from tests.unit.trace_frames import frame
@@ -22,16 +24,20 @@ def base_latencies() -> list[float]:
 
 
 def test_uniformly_slower_policy_excludes_zero(base_latencies):
-    df = frame({"base": base_latencies, "slow": [x + 0.010 for x in base_latencies]})
+    base = list(np.random.default_rng(1).exponential(0.05, size=1000))
+    df = frame({"base": base, "slow": [x + 0.010 for x in base]})
     result = compare(df, "base")
     diff = result["policies"]["slow"]["diff"]
-    assert diff["n_pairs"] == 300
+    assert diff["n_pairs"] == 1000
     for stat in ("mean", "p50", "p95", "p99"):
         item = diff["stats"][stat]
         assert item["value"] == pytest.approx(10.0) and item["estimate"] == pytest.approx(10.0)
+        if stat in ("p95", "p99"):  # 1000 tasks hold too few beyond these for batches
+            assert item["ci"] is None and not item["excludes_zero"]
+            continue
         low, high = item["ci"]
         assert low == pytest.approx(10.0) and high == pytest.approx(10.0)
-        assert item["excludes_zero"] and item["batches"] == 20
+        assert item["excludes_zero"] and item["batches"] == FINAL_BATCHES
     assert result["policies"]["base"]["diff"] is None
     assert result["baseline_chosen"] == "given" and result["replications"] == 1
 
@@ -44,12 +50,12 @@ def test_identical_policies_include_zero(base_latencies):
 
 
 def test_noisy_comparisons_on_an_autocorrelated_queue():
-    base = mm1_latencies(3000, 1, 0.7, seed=5)[0] / 100.0 + 0.01
+    base = mm1_latencies(20_000, 1, 0.7, seed=6)[0] / 100.0 + 0.01
     noise = np.random.default_rng(6).normal(0.0, 0.002, size=base.size)  # 5 sd below 0.01
     df = frame({"base": list(base), "same": list(base + noise),
                 "worse": list(base * 1.2 + noise)}, repetitions=2)
     result = compare(df, "base")
-    assert result["policies"]["worse"]["diff"]["n_pairs"] == 3000  # tasks, not rows
+    assert result["policies"]["worse"]["diff"]["n_pairs"] == 20_000  # tasks, not rows
     same = result["policies"]["same"]["diff"]["stats"]["mean"]
     worse = result["policies"]["worse"]["diff"]["stats"]["mean"]
     assert same["ci"][0] < 0 < same["ci"][1]
@@ -57,7 +63,7 @@ def test_noisy_comparisons_on_an_autocorrelated_queue():
 
 
 def test_intervals_are_wider_than_pretending_tasks_are_independent():
-    x = mm1_latencies(4000, 1, 0.8, seed=7)[0] / 100.0
+    x = mm1_latencies(20_000, 1, 0.7, seed=7)[0] / 100.0
     item = compare(frame({"a": list(x)}))["policies"]["a"]["stats"]["mean"]
     ms = x * 1000.0
     iid_half = 1.96 * ms.std(ddof=1) / np.sqrt(ms.size)
@@ -72,8 +78,8 @@ def test_per_policy_stats(base_latencies):
     assert stats["mean"]["value"] == pytest.approx(ms.mean())
     assert stats["p90"]["value"] == pytest.approx(np.percentile(ms, 90))
     assert stats["p99.9"]["value"] == pytest.approx(np.percentile(ms, 99.9))
-    for item in stats.values():
-        assert item["ci"][0] <= item["estimate"] <= item["ci"][1]
+    assert stats["mean"]["ci"][0] <= stats["mean"]["estimate"] <= stats["mean"]["ci"][1]
+    assert stats["p99.9"]["ci"] is None  # 300 tasks: too short for a tail interval
     assert result["stats"] == ["mean", "p90", "p99.9"]
     assert result["confidence"] == 0.95 and result["unit"] == "ms"
     assert result["method"] == "batch means"
@@ -115,7 +121,7 @@ def test_policy_without_completed_tasks():
     assert entry["diff"]["n_pairs"] == 0 and entry["diff"]["stats"]["p99"] is None
     # two tasks cannot carry an interval: the value stands alone
     assert result["policies"]["a"]["stats"]["mean"]["ci"] is None
-    assert "no CI" in format_compare(result)
+    assert TOO_SHORT in format_compare(result)
 
 
 def test_default_baseline_is_stated(base_latencies):
@@ -152,7 +158,11 @@ def test_format_compare(base_latencies):
     assert len(lines) == 3 + 4
     slow_lines = [line for line in lines if line.startswith("slow")]
     assert all(line.endswith("300") for line in slow_lines)
-    assert all("+10.00; +10.00 [+10.00, +10.00] *" in line for line in slow_lines)
+    assert "+10.00 [+10.00, +10.00] *" in slow_lines[0]  # the mean
+    assert f"+10.00 ({TOO_SHORT})" in slow_lines[1]  # p95 of 300 tasks
+    assert "degraded" not in "\n".join(lines)
+    flagged = format_compare(compare(df, "base"), "run: warning: degraded emulation: x")
+    assert "run: warning: degraded emulation: x" in flagged.splitlines()[2]
     assert any("(baseline)" in line for line in lines if line.startswith("base "))
 
 
@@ -163,9 +173,12 @@ def test_summary_keeps_its_keys_and_adds_intervals(base_latencies):
         assert key in entry
     assert entry["n_timeout"] == 1 and entry["n_error"] == 0 and entry["failed_tasks"] == 1
     found = entry["intervals"]
-    assert found["method"] == "batch means" and found["batches"] == 20
+    assert found["method"] == "batch means" and found["batches"]["mean"] == FINAL_BATCHES
+    assert found["estimand"] == STEADY_STATE
     low, high = found["mean_ci_ms"]
-    assert low < entry["mean_ms"] < high
+    assert low <= found["mean_ms"] <= high  # the interval's own point
+    assert found["p99_ci_ms"] is None and found["notes"]["p99"] == TOO_SHORT
+    assert found["p99_ms"] is not None
     json.dumps(summary, allow_nan=False)
 
 

@@ -12,14 +12,15 @@ from testbed.compare_folders import compare_folders, format_folders
 from testbed.errors import TestbedError
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
+from testbed.stats import RUN_AS_CONFIGURED, STEADY_STATE, TOO_SHORT
 from testbed.study.run import run_study
 from testbed.study.spec import study_from_dict
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def sim_run(folder: Path, seed: int) -> Path:
-    scenario = load_scenario("continuum").with_overrides(duration=40, seed=seed)
+def sim_run(folder: Path, seed: int, duration: float = 40) -> Path:
+    scenario = load_scenario("continuum").with_overrides(duration=duration, seed=seed)
     return run_scenario(scenario, out=folder, executor="sim", progress=lambda _l: None,
                         plots=False)
 
@@ -32,23 +33,45 @@ def study(folder: Path, seed: int, replications: int = 3) -> Path:
 
 
 def test_two_runs_of_one_trace_pair_task_by_task(tmp_path: Path) -> None:
-    a = sim_run(tmp_path / "a", seed=2)
-    b = sim_run(tmp_path / "b", seed=2)
-    other = sim_run(tmp_path / "c", seed=3)
+    a = sim_run(tmp_path / "a", seed=2, duration=2000)
+    b = sim_run(tmp_path / "b", seed=2, duration=2000)
+    other = sim_run(tmp_path / "c", seed=3, duration=2000)
     same = compare_folders(a, b)
     assert same["same_trace"] and [r["policy"] for r in same["rows"]] == ["jsq", "random"]
     for row in same["rows"]:  # the simulator is deterministic: identical runs
-        assert row["diff_ms"] == 0 and row["ci_ms"] == [0, 0]
+        assert row["diff_ms"] == 0 and row["a_ms"] == row["b_ms"]
         assert row["method"].startswith("paired batch means")
+        assert row["estimand"] == STEADY_STATE
+    assert same["rows"][0]["ci_ms"] == [0, 0]
     apart = compare_folders(a, other)
-    assert not apart["same_trace"]
+    assert not apart["same_trace"] and apart["degraded"] == []
     for row in apart["rows"]:
         assert row["method"].startswith("different traces")
-        low, high = row["ci_ms"]
-        assert low < row["diff_ms"] < high
+        # the difference is always the difference of the two numbers shown
         assert row["diff_ms"] == pytest.approx(row["b_ms"] - row["a_ms"])
+    jsq, random = apart["rows"]
+    low, high = jsq["ci_ms"]
+    assert low < jsq["diff_ms"] < high
+    # random overloads the continuum: its queue only grows, there is no steady state
+    assert random["ci_ms"] is None and TOO_SHORT in random["method"]
     text = format_folders(apart)
     assert text.splitlines()[0] == f"A: {a}" and "B - A" in text
+    assert f"estimand: {STEADY_STATE}" in text
+
+
+def test_a_degraded_side_is_named(tmp_path: Path) -> None:
+    import json
+
+    a = sim_run(tmp_path / "a", seed=2)
+    b = sim_run(tmp_path / "b", seed=2)
+    meta = json.loads((b / "metadata.json").read_text())
+    meta["fidelity"] = {"degraded": True, "reasons": ["event crash e2 at 10 model s late"],
+                        "degraded_policies": {}}
+    (b / "metadata.json").write_text(json.dumps(meta))
+    found = compare_folders(a, b)
+    expected = f"{b}: warning: degraded emulation: event crash e2 at 10 model s late"
+    assert found["degraded"] == [expected]
+    assert f"degraded: {b}: warning" in format_folders(found)
 
 
 def test_two_studies_pair_replications_with_the_same_seed(tmp_path: Path) -> None:
@@ -58,7 +81,8 @@ def test_two_studies_pair_replications_with_the_same_seed(tmp_path: Path) -> Non
     paired = compare_folders(a, again)
     assert len(paired["rows"]) == 4  # 2 points x 2 policies
     assert all(r["method"] == "paired t across 3 replications (same seeds)" and
-               r["diff_ms"] == 0 for r in paired["rows"])
+               r["diff_ms"] == 0 and r["estimand"] == RUN_AS_CONFIGURED
+               for r in paired["rows"])
     welch = compare_folders(a, other)
     for row in welch["rows"]:
         assert row["method"] == "Welch t, 3 and 3 replications"

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from testbed.stats import RUN_AS_CONFIGURED, STEADY_STATE
 from testbed.study.cells import CELL_FILE, plan_cells
 from testbed.study.run import StudyIncomplete, run_study
 from testbed.study.spec import load_study, study_from_dict
@@ -154,15 +155,23 @@ def test_a_failing_policy_keeps_the_rest_of_its_cell(tmp_path: Path, echo: None)
 
 def test_one_replication_falls_back_to_named_batch_means(tmp_path: Path) -> None:
     doc = study_doc(replications=1, grid={})
-    doc["grid"] = {"duration": [60]}
+    doc["grid"] = {"duration": [60, 2000]}
     out = run_study(study_from_dict(doc), tmp_path / "s", serial=True,
                     progress=lambda _l: None)
     table = pd.read_parquet(out / "summary.parquet")
     assert (table["replications"] == 1).all()
-    assert table["method"].str.startswith("1 replication; batch means").all()
-    jsq = table[table["policy"] == "jsq"]
-    assert jsq["diff_ci_low_ms"].item() <= jsq["diff_vs_baseline_ms"].item() \
-        <= jsq["diff_ci_high_ms"].item()
+    assert (table["estimand"] == STEADY_STATE).all()
+    short, long = table[table["duration"] == 60], table[table["duration"] == 2000]
+    assert short["method"].str.startswith("1 replication; ").all()
+    # 60 s hold too few tasks beyond the p95 for batches: the estimate stands alone
+    assert short["p95_ci_low_ms"].isna().all() and short["p95_ms"].notna().all()
+    jsq = long[long["policy"] == "jsq"]
+    assert jsq["method"].item().startswith("1 replication; batch means")
+    assert jsq["mean_ci_low_ms"].item() <= jsq["mean_ms"].item() <= jsq["mean_ci_high_ms"].item()
+    # the difference is the difference of the two steady-state means shown
+    random = long[long["policy"] == "random"]
+    assert jsq["diff_vs_baseline_ms"].item() == pytest.approx(
+        jsq["mean_ms"].item() - random["mean_ms"].item())
 
 
 def test_a_local_dask_cluster_gives_the_serial_result(tmp_path: Path) -> None:
@@ -244,4 +253,9 @@ def test_every_value_lies_inside_its_interval(tmp_path: Path) -> None:
                                  ("p95_ms", "p95_ci_low_ms", "p95_ci_high_ms"),
                                  ("diff_vs_baseline_ms", "diff_ci_low_ms", "diff_ci_high_ms")):
             inside = (table[low] <= table[value] + 1e-9) & (table[value] <= table[high] + 1e-9)
-            assert inside.all(), table[[value, low, high]]
+            none = table[low].isna() & table[high].isna()  # too short for an interval
+            assert (inside | none).all(), table[[value, low, high]]
+            if reps > 1:
+                assert inside.all() and (table["estimand"] == RUN_AS_CONFIGURED).all()
+                if value != "diff_vs_baseline_ms":
+                    assert (table[low] >= 0).all()  # a latency bound is never negative
