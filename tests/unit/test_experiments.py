@@ -239,3 +239,24 @@ def test_emulation_replays_a_subset_of_loads_on_the_same_traces(tmp_path):
     emulated = {offloading._sweep_x("load", size, p)[1]
                 for e, s in both if s.name == "offloading-load" for p in s.points()}
     assert emulated == {f"continuum-load{x:g}" for x in size.emulation_loads}
+
+
+def test_paired_differences_across_replications_are_whole_run_differences():
+    """Across replications the difference to hybrid is the mean of each replication's
+    whole-run difference (the estimand of the whole-run means reported beside it), not of
+    steady-state estimates after a warm-up."""
+    from tests.unit.trace_frames import frame
+
+    rng = np.random.default_rng(3)
+    frames, whole = [], []
+    for shift in (0.1, 0.3):
+        hybrid = list(np.concatenate([np.linspace(5.0, 0.1, 100), rng.exponential(0.1, 900)]))
+        other = [x + shift * (1.0 if k >= 100 else 10.0) for k, x in enumerate(hybrid)]
+        frames.append(frame({"hybrid": hybrid, "other": other}))
+        whole.append(float(np.mean(other) - np.mean(hybrid)))
+    found = offloading.replicated_vs_hybrid(frames)["other"]["mean"]
+    assert found["value_s"] == pytest.approx(np.mean(whole))
+    assert found["replications"] == 2
+    one = offloading.paired_vs_hybrid(frames[0])["other"]["mean"]
+    assert one["all_tasks_s"] == pytest.approx(whole[0])
+    assert one["value_s"] < one["all_tasks_s"]  # the steady state leaves the warm-up out

@@ -561,11 +561,12 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
 
     Mean and p95 over tasks completed under both, with a 95 % paired batch-means
     interval of the run (:func:`testbed.compare.compare`; ``None`` when the run is too
-    short to carry one); ``excludes_zero`` marks a significant difference. With an
-    interval, ``value_s`` is its centre, the steady-state estimate after the warm-up,
-    so it lies inside its interval (``all_tasks_s`` is over every shared task); an
-    overloaded policy whose queue only grows has no steady state, and its estimate then
-    describes the end of the run.
+    short to carry one); ``excludes_zero`` marks a significant difference. ``value_s``
+    is the steady-state estimate after the warm-up, the point its interval belongs to;
+    ``all_tasks_s`` is over every shared task (the whole run, what
+    :func:`replicated_vs_hybrid` averages across replications). An overloaded policy
+    whose queue only grows has no steady state: its estimate then describes the end of
+    the run and it gets no interval.
     """
     from testbed.compare import compare
 
@@ -576,7 +577,7 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
             continue
         out[policy] = {
             stat: None if item is None else {
-                "value_s": (item["value"] if item["ci"] is None else item["estimate"]) / 1000.0,
+                "value_s": item["estimate"] / 1000.0,
                 "all_tasks_s": item["value"] / 1000.0,
                 "ci_s": None if item["ci"] is None else [v / 1000.0 for v in item["ci"]],
                 "excludes_zero": item["excludes_zero"]}
@@ -586,8 +587,10 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
 
 def replicated_vs_hybrid(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
     """:func:`paired_vs_hybrid` over independent replications: per policy and statistic
-    the mean over replications of (policy - hybrid) in the same replication, with the
-    95 % t-interval across them. One replication: batch means of that run."""
+    the mean over replications of (policy - hybrid) over the whole run (every task both
+    completed: the estimand is a run as configured, the same as the whole-run means
+    reported beside it), with the 95 % t-interval across them. One replication: the
+    steady-state batch means of that run."""
     from testbed.stats import replication_interval
 
     if len(frames) == 1:
@@ -597,7 +600,7 @@ def replicated_vs_hybrid(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
     for policy in per_rep[0]:
         out[policy] = {}
         for stat in ("mean", "p95"):
-            values = [rep[policy][stat]["value_s"] for rep in per_rep
+            values = [rep[policy][stat]["all_tasks_s"] for rep in per_rep
                       if rep.get(policy) and rep[policy].get(stat)]
             interval = replication_interval(values)
             bounds = interval.bounds
