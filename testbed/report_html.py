@@ -267,23 +267,28 @@ def _failed_replays_note(meta: Mapping[str, Any]) -> str:
 
 
 def _summary_stat(entry: Mapping[str, Any], name: str) -> str:
-    """A ``summary.json`` policy entry's ``<name>_ms`` with its interval."""
-    ci = (entry.get("intervals") or {}).get(f"{name}_ci_ms") or (None, None)
-    return _with_ci(entry.get(f"{name}_ms"), *ci)
+    """A ``summary.json`` policy entry's steady-state ``<name>_ms`` with its interval
+    (the point the interval belongs to, from ``intervals``)."""
+    intervals = entry.get("intervals") or {}
+    ci = intervals.get(f"{name}_ci_ms") or (None, None)
+    return _with_ci(intervals.get(f"{name}_ms"), *ci)
 
 
 def _run_table(summary: Mapping[str, Any]) -> str:
     header = ("policy", "tasks", "completed", "failed tasks", "errors", "timeouts",
-              "mean ms [95% CI]", "p50 ms [CI]", "p95 ms [CI]", "p99 ms [CI]", "interval")
+              "mean ms, whole run", "steady state: mean ms [95% CI]", "p50 ms [CI]",
+              "p95 ms [CI]", "p99 ms [CI]", "interval")
     rows = []
     for policy, entry in summary["policies"].items():
         intervals = entry.get("intervals") or {}
-        how = (f"{intervals.get('method', '-')}: {intervals.get('batches', 0)} batches of "
-               f"{intervals.get('batch_tasks', 0)} tasks after a warm-up of "
-               f"{intervals.get('warmup_tasks', 0)}") if intervals else "-"
+        batches = intervals.get("batches") or {}
+        how = (f"{intervals.get('method', '-')}: {batches.get('mean', 0)} batches of about "
+               f"{(intervals.get('batch_tasks') or {}).get('mean', 0)} tasks after a "
+               f"warm-up of {intervals.get('warmup_tasks', 0)}") if intervals else "-"
         rows.append((policy, _count(entry.get("n")), _count(entry.get("n_ok")),
                      _count(entry.get("failed_tasks", entry.get("n_failed"))),
                      _count(entry.get("n_error")), _count(entry.get("n_timeout")),
+                     _ms(entry["mean_ms"]) if _finite(entry.get("mean_ms")) else "-",
                      *(_summary_stat(entry, s) for s in ("mean", "p50", "p95", "p99")), how))
     return html_page.table(header, rows, highlight=(3, 4, 5))
 
@@ -315,9 +320,11 @@ def write_run_page(folder: str | Path) -> Path:
                       f"{most} quantile points per curve"),
             html_page.heading("Summary"), _run_table(summary),
             html_page.paragraph(
-                "Values are over every completed task; the intervals are 95 % batch means "
-                "of the steady state after the warm-up (one run is one replication; "
-                "docs/statistics.md). Failed tasks completed in no repetition.")]
+                "The whole-run mean is over every completed task, without an interval. "
+                "The steady-state values are over the tasks after the warm-up, each beside "
+                "its own 95 % batch-means interval (one run is one replication; no CI: too "
+                "short for an interval; docs/statistics.md). Failed tasks completed in no "
+                "repetition.")]
     path = base / PAGE_NAME
     path.write_text(html_page.document(f"Run {run}", [b for b in body if b]),
                     encoding="utf-8")
