@@ -15,7 +15,9 @@ The emulation executor measures four things while it runs
 * ``shaper_lateness``: how late the userspace delayer released frames against their due
   time, over every link (netem reports nothing);
 * ``rtt``: per client-to-target path, the median of a few TCP connects at the start of
-  the run against the round trip the topology's link delays configure.
+  the run against the round trip the topology's link delays configure;
+* ``event_lateness``: how late each scheduled event of each replay took effect, in
+  model seconds, from the event log (:mod:`testbed.event_log`).
 
 A measure that could not be taken is ``None`` and judged by nothing ("absent", not
 zero); ``absent`` says why. :func:`judge` returns the verdict ``metadata.json`` keeps as
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from testbed.event_log import APPLIED, FAILED, NOT_APPLIED, lateness_model_s
 from testbed.scenario.model import Scenario
 
 #: Row kinds whose ``arrival_wall`` is a scheduled send instant (``testbed.traces.CORE_KIND``,
@@ -38,6 +41,9 @@ LAG_KINDS = ("task",)
 #: At most this many client-to-target paths are probed (declaration order), so a large
 #: topology's start-up stays short.
 MAX_PROBED_PATHS = 64
+#: The late events a measure lists (the latest first) and a reason names.
+MAX_LATE_LISTED = 20
+MAX_LATE_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,19 @@ class Thresholds:
     #: ``max(rtt_slack_ms, rtt_slack_share * configured) + 2 * its jitter``.
     rtt_slack_ms: float = 2.0
     rtt_slack_share: float = 0.10
+    #: A scheduled event is late when its change took effect more than this many model
+    #: seconds after it was due, or more than this share of the scenario's duration
+    #: where that is smaller.
+    max_event_late_model_s: float = 1.0
+    max_event_late_share: float = 0.01
 
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form, recorded beside the verdict."""
         return asdict(self)
+
+    def event_allowance(self, duration: float) -> float:
+        """How late (model seconds) an event of a scenario lasting ``duration`` may be."""
+        return min(self.max_event_late_model_s, self.max_event_late_share * duration)
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -116,6 +131,81 @@ def dispatch_lag(rows: Iterable[Mapping[str, Any]],
         summary["by_policy"] = {policy: summarize_ms(lags)
                                 for policy, lags in sorted(per_policy.items())}
     return summary
+
+
+def _late_entry(line: Mapping[str, Any], late: float | None) -> dict[str, Any]:
+    return {"policy": line.get("policy"), "repetition": line.get("repetition"),
+            "action": line.get("action"), "target": line.get("target"), "at": line.get("at"),
+            "late_model_s": late, "outcome": line.get("outcome")}
+
+
+def event_lateness(lines: Sequence[Mapping[str, Any]], allowed_model_s: float
+                   ) -> dict[str, Any] | None:
+    """The ``event_lateness`` measure of a run's event log ``lines``; ``None`` without any.
+
+    ``count`` lines, of which ``applied``, ``not_applied`` and ``failed``; ``p50`` and
+    ``max_model_s`` of the applied ones' lateness; ``late``: how many took effect more
+    than ``allowed_model_s`` after they were due, or never while due that long (the
+    replay ended), or failed; ``by_policy`` the same two counts per policy; and
+    ``late_events``, the latest :data:`MAX_LATE_LISTED` of them (failed first) naming
+    policy, repetition, action, target, ``at``, ``late_model_s`` and outcome.
+    """
+    if not lines:
+        return None
+    late_lines: list[tuple[float, dict[str, Any]]] = []
+    applied: list[float] = []
+    by_policy: dict[str, dict[str, int]] = {}
+    for line in lines:
+        late = lateness_model_s(line)
+        if late is not None and line.get("outcome") == APPLIED:
+            applied.append(late)
+        counts = by_policy.setdefault(str(line.get("policy")), {"count": 0, "late": 0})
+        counts["count"] += 1
+        if late is None or late > allowed_model_s:
+            counts["late"] += 1
+            late_lines.append((math.inf if late is None else late, _late_entry(line, late)))
+    late_lines.sort(key=lambda item: -item[0])
+    outcomes = [str(line.get("outcome")) for line in lines]
+    return {"count": len(lines), "applied": outcomes.count(APPLIED),
+            "not_applied": outcomes.count(NOT_APPLIED),
+            "failed": sum(o.startswith(FAILED) for o in outcomes),
+            "p50_model_s": quantile(applied, 0.5) if applied else None,
+            "max_model_s": max(applied) if applied else None,
+            "allowed_model_s": allowed_model_s, "late": len(late_lines),
+            "by_policy": dict(sorted(by_policy.items())),
+            "late_events": [entry for _, entry in late_lines[:MAX_LATE_LISTED]]}
+
+
+def _describe_late(entry: Mapping[str, Any]) -> str:
+    where = f"{entry['action']} {entry['target']} at {entry['at']:g} model s (policy " \
+            f"{entry['policy']}, repetition {entry['repetition']})"
+    late = entry["late_model_s"]
+    if late is None:
+        return f"{where} {entry['outcome']}"
+    if entry["outcome"] != APPLIED:
+        return f"{where} not applied: the replay ended {late:.2f} model s after it was due"
+    return f"{where} {late:.2f} model s late"
+
+
+def _event_reasons(measure: Mapping[str, Any] | None) -> tuple[str | None, dict[str, str]]:
+    """The run's reason when late events hit every policy's replays, else a reason per
+    policy whose replays were hit."""
+    if not measure or not measure.get("late"):
+        return None, {}
+    allowed = measure["allowed_model_s"]
+    listed = measure.get("late_events") or []
+
+    def reason(entries: list[Mapping[str, Any]], count: int) -> str:
+        named = "; ".join(_describe_late(e) for e in entries[:MAX_LATE_NAMED])
+        more = count - min(len(entries), MAX_LATE_NAMED)
+        return f"{count} event(s) late by more than {allowed:g} model s or not applied: " \
+               f"{named}" + (f"; and {more} more" if more > 0 else "")
+
+    hit = {name: item["late"] for name, item in measure["by_policy"].items() if item["late"]}
+    if len(hit) == len(measure["by_policy"]):
+        return reason(listed, measure["late"]), {}
+    return None, {name: reason([e for e in listed if str(e["policy"]) == name], count)
+                  for name, count in sorted(hit.items())}
 
 
 def probe_plan(scenario: Scenario, limit: int = MAX_PROBED_PATHS) -> list[dict[str, Any]]:
@@ -179,15 +269,16 @@ def judge(measures: Mapping[str, Any], thresholds: Thresholds = DEFAULT_THRESHOL
 
     ``measures`` holds ``host_idle_share`` (share in [0, 1]), ``dispatch_lag`` and
     ``shaper_lateness`` (``{"count", "p50_ms", "p99_ms", "max_ms"}``, the lag also
-    ``by_policy``) and ``rtt`` (a list
-    of paths from :func:`probe_plan` with ``measured_ms``), each possibly ``None``
-    (absent: judged by nothing). Every reason is one line naming the measure, its value
-    and the threshold it crossed.
+    ``by_policy``), ``rtt`` (a list of paths from :func:`probe_plan` with
+    ``measured_ms``) and ``event_lateness`` (:func:`event_lateness`), each possibly
+    ``None`` (absent: judged by nothing). Every reason is one line naming the measure,
+    its value and the threshold it crossed.
 
-    The host, the shaper and the paths degrade the whole run. The dispatch lag is judged
-    per policy: a policy whose own client fell behind (the oracle waits for true state
-    before each decision) is listed in ``degraded_policies`` with its reason, and only
-    its numbers are in doubt; the run is degraded by the lag only when every policy lagged.
+    The host, the shaper and the paths degrade the whole run. The dispatch lag and the
+    events are judged per policy: a policy whose own client fell behind (the oracle
+    waits for true state before each decision), or whose replays alone had an event
+    late, is listed in ``degraded_policies`` with its reason, and only its numbers are
+    in doubt; the run is degraded by either only when every policy was hit.
     """
     reasons: list[str] = []
     idle = measures.get("host_idle_share")
@@ -215,6 +306,11 @@ def judge(measures: Mapping[str, Any], thresholds: Thresholds = DEFAULT_THRESHOL
         reason = _rtt_reason(path, thresholds)
         if reason:
             reasons.append(reason)
+    run_reason, late_policies = _event_reasons(measures.get("event_lateness"))
+    if run_reason:
+        reasons.append(run_reason)
+    for name, why in late_policies.items():
+        policies[name] = f"{policies[name]}; {why}" if name in policies else why
     return {"degraded": bool(reasons), "reasons": reasons,
             "degraded_policies": {} if reasons else policies, "measures": dict(measures),
             "thresholds": thresholds.to_dict(), "absent": dict(absent or {})}

@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +49,11 @@ from testbed.emulation.docker_engine import (
     ensure_base_image,
     safe_name,
 )
+from testbed.emulation.exits import wait_exits
 from testbed.emulation.ledger import (
     Entry,
     Ledger,
+    is_running,
     process_start_time,
     undo_handler,
     wait_gone,
@@ -136,6 +139,37 @@ def _undo_volume(data: dict) -> None:
         return
     finally:
         client.close()
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def container_processes(init_pid: int) -> list[int]:
+    """Every process of the container whose init is ``init_pid``: the members of the
+    init's ``pids`` cgroup (v1) or of its unified cgroup (v2 only) that share its pid
+    namespace; processes exec'd into a container are the init's siblings, not its
+    children. Empty when no such cgroup is found."""
+    try:
+        lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    entries = [line.split(":", 2) for line in lines]
+    folders = [Path("/sys/fs/cgroup/pids", path.lstrip("/")) for _, controllers, path
+               in entries if "pids" in controllers.split(",") and path != "/"]
+    folders += [Path("/sys/fs/cgroup", path.lstrip("/")) for hid, controllers, path
+                in entries if hid == "0" and not controllers and path != "/"]
+    namespace = _pid_namespace(init_pid)
+    for folder in folders:
+        try:
+            pids = [int(pid) for pid in (folder / "cgroup.procs").read_text().split()]
+        except OSError:
+            continue
+        return [pid for pid in pids if namespace and _pid_namespace(pid) == namespace]
+    return []
 
 
 def cpu_quota(share: float) -> int:
@@ -247,7 +281,7 @@ class DockerHost(Host):
             self.container = self._create(self.container_name, name,
                                           network_mode=f"container:{self.sandbox.id}",
                                           **self._config)
-            self.container_pid = self._start(self.container)
+            self._start_service_container()
             super().__init__(name, **params)
         except BaseException:
             self._release_all()
@@ -311,6 +345,16 @@ class DockerHost(Host):
             raise EmulationError(f"container {container.name} exited at start "
                                  f"({container.attrs['State'].get('Error')})")
         return pid
+
+    def _start_service_container(self) -> int:
+        """Start the service container; records its init's pid and start time (so a
+        crash never signals a recycled pid) and how long the start took
+        (``container_start_s``: what a join of a crashed node pays for it)."""
+        began = time.monotonic()
+        self.container_pid = self._start(self.container)
+        self.container_start = process_start_time(self.container_pid)
+        self.container_start_s = time.monotonic() - began
+        return self.container_pid
 
     def _release_all(self) -> None:
         """Remove what this host made, newest first (service container, sandbox, volumes)."""
@@ -397,11 +441,35 @@ class DockerHost(Host):
         links and addresses remain and the kernel still answers pings; services are gone,
         and so are the containers they started in the pod.
         """
-        try:
-            self.container.kill()
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: not running any more
-                raise
+        self.kill()
+        self.settle_crash()
+
+    def kill(self) -> None:
+        """The instant part of :meth:`crash`: SIGKILL every process of the service
+        container from the host at once (its services, exec'd beside the init, and its
+        background load) and return once they are gone. An engine call would take tens
+        of milliseconds more, and the init takes as long again to tear its pid namespace
+        down; the engine notices by itself, and :meth:`settle_crash` waits for both."""
+        if not is_running(self.container_pid, self.container_start):
+            return
+        procs = [(pid, process_start_time(pid)) for pid in container_processes(
+            self.container_pid) if pid != self.container_pid]
+        init = (self.container_pid, self.container_start)
+        for pid, start in [*procs, init]:
+            if is_running(pid, start):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if not wait_exits(procs or [init], timeout=30):  # the init alone: no cgroup read
+            raise EmulationError(f"{self.name}: the service container's processes still "
+                                 "run 30 s after SIGKILL")
+
+    def settle_crash(self) -> None:
+        """After :meth:`kill`: wait until the container's init has ended and the engine
+        has recorded it, and remove the containers the node's services had started in
+        the pod."""
+        if not wait_exits([(self.container_pid, self.container_start)], timeout=30):
+            raise EmulationError(f"{self.name}: the service container's init still runs "
+                                 "30 s after SIGKILL")
         self.container.wait(timeout=30)
         if self.engine_socket is not None:  # what the node's services started dies too
             _remove_children(self.client, self.container_name)
@@ -418,8 +486,7 @@ class DockerHost(Host):
         init's pid."""
         if self.running():
             self.crash()
-        self.container_pid = self._start(self.container)
-        return self.container_pid
+        return self._start_service_container()
 
     def recreate(self) -> int:
         """Replace the service container by a fresh one of the same image and settings,
@@ -429,8 +496,7 @@ class DockerHost(Host):
         self.container = self._create(self.container_name, self.name,
                                       network_mode=f"container:{self.sandbox.id}",
                                       **self._config)
-        self.container_pid = self._start(self.container)
-        return self.container_pid
+        return self._start_service_container()
 
     def set_cpu(self, share: float) -> None:
         """Change the CPU limit live to ``share`` of the whole machine in (0, 1]."""

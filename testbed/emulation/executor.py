@@ -20,7 +20,6 @@ removed in reverse order on success, exception, SIGINT or SIGTERM):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -29,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,15 +36,19 @@ from typing import Any, Protocol
 from nodes.secret import RunSecret
 from testbed.emulation import links as linkmod
 from testbed.emulation.cpu_partition import Partition, env_partition
+from testbed.emulation.events import EventScheduler, cost_warnings, join_cost_s, warning_text
+from testbed.emulation.exits import wait_exits
 from testbed.emulation.fidelity_watch import FidelityWatch
+from testbed.emulation.gate import Gate
 from testbed.emulation.launcher import LauncherClient, start_launcher
-from testbed.emulation.ledger import Ledger
+from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
 from testbed.emulation.shaping import resolve_backend, shaping_engine, shaping_rx
 from testbed.errors import EmulationError
+from testbed.fidelity import DEFAULT_THRESHOLDS
 from testbed.replays import replay_each, replay_groups
 from testbed.scenario.model import Event, Scenario, Service
 
@@ -228,6 +231,7 @@ class Infrastructure:
 class RunningService:
     service: Service
     pid: int | None = None  # process runtime: the launcher's child
+    start: int | None = None  # ... and its start time (a recycled pid is never killed)
     handle: Any = None  # docker runtime: the exec handle
 
 
@@ -241,6 +245,13 @@ class EmulatedTopology:
     workdir: Path
     services: dict[str, RunningService] = field(default_factory=dict)
     loads: dict[str, list[RunningService]] = field(default_factory=dict)
+    gates: dict[str, Gate] = field(default_factory=dict)
+    #: What actions cost on this machine, measured at bring-up: ``service_start_s`` (per
+    #: service, from its start until it answered), ``container_start_s`` (per ``docker``
+    #: node, its service container's start).
+    costs: dict[str, Any] = field(default_factory=dict)
+    #: Every replay's ``events.jsonl`` lines, for the fidelity guard.
+    event_records: list[dict[str, Any]] = field(default_factory=list)
 
     # ----- services -------------------------------------------------------------------
     def service_argv(self, svc: Service) -> list[str]:
@@ -321,7 +332,7 @@ class EmulatedTopology:
                                         cgroups=cgroup.procs_files if cgroup else None,
                                         cwd=self.workdir, env=self.service_env())
         self.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
-        return RunningService(svc, pid=pid)
+        return RunningService(svc, pid=pid, start=process_start_time(pid))
 
     def start_service(self, svc: Service) -> None:
         from testbed.systems import find_program
@@ -376,63 +387,146 @@ class EmulatedTopology:
         ip = "127.0.0.1" if svc.node == client else self.net.ip(svc.node)
         return f"http://{ip}:{svc.port}{path}"
 
-    def wait_services(self, names: list[str] | None = None) -> float:
-        """Wait until every (or each named) service answers ``/health`` on its own host."""
-        wanted = None if names is None else set(names)
+    def wait_services(self, names: list[str] | None = None) -> dict[str, float]:
+        """Wait until every (or each named) service answers ``/health`` on its own host;
+        the seconds until each did."""
+        wanted = [svc for svc in self.scenario.services if names is None or svc.name in names]
         targets = [(self.net.hosts[svc.node].pid, f"http://127.0.0.1:{svc.port}/health")
-                   for svc in self.scenario.services if wanted is None or svc.name in wanted]
-        return wait_http_ok_each(targets, SERVICE_START_TIMEOUT_S)
+                   for svc in wanted]
+        answered = wait_http_ok_each(targets, SERVICE_START_TIMEOUT_S)
+        return {svc.name: seconds for svc, seconds in zip(wanted, answered, strict=True)}
 
-    def schedule_events(self, start_at: float) -> EventScheduler:
-        """Start applying the scenario's events at ``start_at + at / time_scale`` (wall
-        epoch); the caller stops the returned scheduler when its replay ends."""
-        scheduler = EventScheduler(self, start_at, self.workdir / "events.jsonl")
-        scheduler.start()
-        return scheduler
+    def schedule_events(self, start_at: float, policy: str, repetition: int
+                        ) -> EventScheduler:
+        """Start applying the scenario's events of the replay of ``policy`` (repetition
+        ``repetition``) at ``start_at + at / time_scale`` (wall epoch); the caller stops
+        the returned scheduler when its replay ends, which logs every event's line in
+        ``events.jsonl`` (:mod:`testbed.emulation.events`)."""
+        return EventScheduler(self, start_at, policy, repetition,
+                              self.workdir / "events.jsonl", self.event_records).start()
 
     # ----- events ---------------------------------------------------------------------
     def apply_event(self, event: Event) -> None:
-        """Carry out one scheduled change now."""
+        """Carry out one change now, and return once it is complete (a join: the node's
+        services answer)."""
+        settle = self.event_effect(event)
+        if settle is not None:
+            settle()
+
+    def event_effect(self, event: Event) -> Callable[[], None] | None:
+        """Make ``event``'s change take effect now (a join: once the node's services
+        answer; the scheduler prepares one ahead instead, :meth:`prepare_join`). Returns
+        what is left to do once it has (the engine's record of a killed container, the
+        exit statuses of killed services), or ``None``."""
         action = event.action
         if action in ("link_down", "link_up"):
             linkmod.set_link_up(self.net.link(event.target), action == "link_up")
         elif action == "link_change":
             linkmod.set_link_params(self.net.link(event.target), **dict(event.params))
         elif action == "leave":
-            for svc in self.scenario.services_on(event.target):
-                self.stop_service(svc.name, signal.SIGTERM)
+            self._end_all([self.services.pop(svc.name)
+                           for svc in self.scenario.services_on(event.target)
+                           if svc.name in self.services], signal.SIGTERM)
             self._set_node_links(event.target, up=False)
         elif action == "join":
             self._set_node_links(event.target, up=True)
-            self._start_missing()
+            self._start_missing(event.target)
         elif action == "crash":
-            self.crash_node(event.target)
+            return self.crash_node(event.target)
         elif action == "load":
             self.set_load(event.target, float(event.params["cpu"]))
         else:
             raise EmulationError(f"event action {action!r} is not supported by emulation")
+        return None
 
-    def crash_node(self, node: str) -> None:
-        """Every program of ``node`` dies abruptly: its services and load are SIGKILLed;
-        a ``docker`` node's service container is killed whole (its volumes and network
-        stay; the next ``join`` or restore starts the container and its services again)."""
+    def crash_node(self, node: str) -> Callable[[], None]:
+        """Every program of ``node`` dies abruptly: its services (and on a ``docker``
+        node its whole service container, background load included; its volumes and
+        network stay) are SIGKILLed. Returns once they are dead; the returned function
+        collects what is left (exit statuses, the engine's record of the container)."""
         if self.scenario.node(node).runtime == "docker":
-            self.net.hosts[node].crash()
+            host = self.net.hosts[node]
+            host.kill()
             for svc in self.scenario.services_on(node):
                 self.services.pop(svc.name, None)
             self.loads.pop(node, None)
+            return host.settle_crash
+        killed = [self.services.pop(svc.name) for svc in self.scenario.services_on(node)
+                  if svc.name in self.services]
+        for running in killed:
+            with suppress(ProcessLookupError):
+                os.kill(running.pid, signal.SIGKILL)
+        if not wait_exits([(r.pid, r.start) for r in killed], timeout=10.0):
+            raise EmulationError(f"crash of {node}: its services still run 10 s after "
+                                 "SIGKILL")
+
+        def collect() -> None:
+            for running in killed:
+                self.infra.launcher.wait(running.pid, timeout=5.0)
+        return collect
+
+    def _end_all(self, running: list[RunningService], sig: signal.Signals) -> None:
+        """:meth:`end` several programs, signalled together rather than one by one."""
+        if len(running) == 1:
+            self.end(running[0], sig)
             return
-        for svc in self.scenario.services_on(node):
-            self.stop_service(svc.name)
+        threads = [threading.Thread(target=self.end, args=(r, sig)) for r in running]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def _set_node_links(self, node: str, up: bool) -> None:
         for link in self.scenario.topology.links:
             if node in (link.a, link.b):
                 linkmod.set_link_up(self.net.link(link.name), up)
 
-    def _start_missing(self) -> None:
-        missing = [s for s in self.scenario.services if s.name not in self.services]
-        for name in sorted({s.node for s in missing}):
+    def _missing(self, node: str | None = None) -> list[Service]:
+        return [s for s in self.scenario.services if s.name not in self.services
+                and (node is None or s.node == node)]
+
+    def join_pending(self, node: str) -> bool:
+        """Whether a join of ``node`` has services (or a container) to start."""
+        return bool(self._missing(node)) or (
+            self.scenario.node(node).runtime == "docker"
+            and not self.net.hosts[node].running())
+
+    def join_cost_s(self, node: str) -> float:
+        """Estimated wall seconds to bring ``node``'s services back (measured at
+        bring-up, :attr:`costs`)."""
+        return join_cost_s(self.scenario, node, self.costs)
+
+    def can_prepare_join(self, node: str) -> bool:
+        """Whether ``node`` has a gate (:mod:`testbed.emulation.gate`): its rules are
+        installed on first use; a kernel without ``xt_recent`` has none, and its joins
+        are applied at their instant instead, as late as their start takes."""
+        if node not in self.gates:
+            host = self.net.hosts[node]
+            gate = Gate(host.pid, [i.IP() for i in host.intfList() if i.IP()])
+            try:
+                gate.install()
+            except EmulationError:
+                return False
+            self.gates[node] = gate
+        return True
+
+    def prepare_join(self, node: str) -> None:
+        """Start ``node``'s stopped services (its container first, on a ``docker``
+        node) behind its closed gate and wait until they answer: to every other host the
+        node still looks crashed, until :meth:`commit_join`."""
+        self.gates[node].close()
+        self._start_missing(node)
+
+    def commit_join(self, node: str) -> None:
+        """The join takes effect: ``node``'s links come up and its gate opens."""
+        self._set_node_links(node, up=True)
+        self.gates[node].open()
+
+    def _start_missing(self, node: str | None = None) -> None:
+        """Start the stopped services (of ``node``, or of every node) and wait until they
+        answer; a crashed ``docker`` node's container is started again first."""
+        missing = self._missing(node)
+        for name in sorted({s.node for s in missing} | ({node} if node else set())):
             if self.scenario.node(name).runtime == "docker" and \
                     not self.net.hosts[name].running():
                 self.net.hosts[name].restart()
@@ -442,7 +536,8 @@ class EmulatedTopology:
             self.wait_services([s.name for s in missing])
 
     def restore(self, events: tuple[Event, ...]) -> None:
-        """Undo the effects of ``events`` so the next policy starts from the same state."""
+        """Undo the effects of ``events`` so the next policy starts from the same state
+        (every gate open, every service answering)."""
         topology = self.scenario.topology
         for event in events:
             if event.action.startswith("link_"):
@@ -454,43 +549,11 @@ class EmulatedTopology:
                 linkmod.set_link_up(built, True)
             elif event.action in ("leave", "join"):
                 self._set_node_links(event.target, up=True)
+        for gate in self.gates.values():
+            gate.open()
         for node in list(self.loads):
             self.set_load(node, 0.0)
         self._start_missing()
-
-
-class EventScheduler(threading.Thread):
-    """Applies a scenario's events at ``start_at + at / time_scale`` (wall clock)."""
-
-    def __init__(self, topo: EmulatedTopology, start_at: float, log: Path) -> None:
-        super().__init__(name="events", daemon=True)
-        self.topo = topo
-        self.start_at = start_at
-        self.log = log
-        self.stopped = threading.Event()
-        self.errors: list[str] = []
-
-    def stop(self) -> None:
-        """Apply no further event and wait until the scheduler has ended."""
-        self.stopped.set()
-        self.join()
-
-    def run(self) -> None:
-        scale = self.topo.scenario.time_scale
-        with self.log.open("a") as fh:
-            for event in self.topo.scenario.events:
-                due = self.start_at + event.at / scale
-                if self.stopped.wait(max(0.0, due - time.time())):
-                    return
-                try:
-                    self.topo.apply_event(event)
-                    outcome = "applied"
-                except Exception as exc:  # noqa: BLE001 - recorded; the run goes on and reports it
-                    outcome = f"failed: {exc}"
-                    self.errors.append(f"{event.action} {event.target}: {exc}")
-                fh.write(json.dumps({**event.to_dict(), "due_wall": due,
-                                     "applied_wall": time.time(), "outcome": outcome}) + "\n")
-                fh.flush()
 
 
 def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
@@ -510,15 +573,24 @@ def bring_up(scenario: Scenario, ledger: Ledger, workdir: Path, prefix: str,
              f"{time.monotonic() - t0:.1f} s")
     topo = EmulatedTopology(scenario=scenario, infra=infra, net=net, workdir=workdir)
     t0 = time.monotonic()
+    spawning: dict[str, float] = {}  # when each service's start began
     try:
         with ledger.phase():
             for svc in scenario.services:
+                spawning[svc.name] = time.monotonic()
                 topo.start_service(svc)
-        topo.wait_services()
+        waiting = time.monotonic()
+        answered = topo.wait_services()
     except BaseException:
         stop_network(net)
         raise
     progress(f"{len(scenario.services)} services answering in {time.monotonic() - t0:.1f} s")
+    topo.costs = {
+        "service_start_s": {name: waiting + seconds - spawning[name]
+                            for name, seconds in answered.items()},
+        "container_start_s": {name: host.container_start_s
+                              for name, host in net.hosts.items()
+                              if getattr(host, "container_start_s", None) is not None}}
     return topo
 
 
@@ -554,6 +626,21 @@ def emulated_topology(scenario: Scenario, ledger: Ledger, workdir: Path, prefix:
         if late is not None:
             late.teardown_errors = list(errors)
             raise late
+
+
+def event_timing(topo: EmulatedTopology, progress: Progress) -> dict[str, Any]:
+    """What the scheduled events cost here (``costs``, measured at bring-up), how late
+    one may be (``allowed_model_s``), where the replays log them, and the joins that
+    cannot be prepared in time at this ``time_scale`` (``warnings``, also one progress
+    line); ``metadata.json`` keeps it as ``event_timing``."""
+    scenario = topo.scenario
+    allowed = DEFAULT_THRESHOLDS.event_allowance(scenario.duration)
+    warnings = cost_warnings(scenario, topo.costs, allowed) if scenario.events else []
+    line = warning_text(warnings, scenario.time_scale)
+    if line:
+        progress(line)
+    return {"log": str(topo.workdir / "events.jsonl"), "costs": topo.costs,
+            "allowed_model_s": allowed, "warnings": warnings}
 
 
 class Driver(Protocol):
@@ -606,6 +693,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                                    "runtime": scenario.node(name).runtime}
                             for name, host in topo.net.hosts.items()}
         driver.prepare(topo, run, trace_dir, progress)
+        details["event_timing"] = event_timing(topo, progress)
         together = getattr(driver, "replay_together", None)
 
         def restore() -> None:  # after every replay, failed or not

@@ -6,7 +6,8 @@ from inside the client's namespace, right after bring-up, before any event), res
 userspace delayer's release-lateness count and starts a
 :class:`~testbed.host_monitor.HostMonitor`; on exit it stops the monitor and reads the
 delayer's count. :meth:`FidelityWatch.verdict` adds the dispatch lag of the rows and
-hands everything to :func:`testbed.fidelity.judge`. The thresholds and the judgement
+the lateness of the replays' events (the lines the event scheduler logged,
+``topo.event_records``) and hands everything to :func:`testbed.fidelity.judge`. The thresholds and the judgement
 live there; this module only measures.
 """
 
@@ -152,6 +153,14 @@ class FidelityWatch:
         if lag is None:
             absent["dispatch_lag"] = "no row records a scheduled send (" \
                                      f"kinds {', '.join(fidelity.LAG_KINDS)})"
+        scenario = self.topo.scenario
+        events = fidelity.event_lateness(
+            self.topo.event_records,
+            fidelity.DEFAULT_THRESHOLDS.event_allowance(scenario.duration))
+        if events is None:
+            absent["event_lateness"] = (
+                "no replay scheduled the scenario's events (its driver applies them itself)"
+                if scenario.events else "the scenario has no events")
         measures = {
             "host_idle_share": self.host["idle_share"] if self.host else None,
             "host_min_idle_share": self.host["min_idle_share"] if self.host else None,
@@ -159,6 +168,7 @@ class FidelityWatch:
             "dispatch_lag": lag,
             "shaper_lateness": self.lateness,
             "rtt": self.rtt,
+            "event_lateness": events,
         }
         return fidelity.judge(measures, absent=absent)
 

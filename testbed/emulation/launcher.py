@@ -43,12 +43,15 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from testbed.emulation.cpu_partition import confine, cpu_list, parse_cpu_list
+from testbed.emulation.exits import wait_exits
 from testbed.emulation.ledger import Ledger, process_start_time
 from testbed.emulation.netns import enter_netns_of
 from testbed.errors import EmulationError
 
 #: Modules every run's services share; a system adds its own (``System.preload``).
 PRELOAD = ("asyncio", "aiohttp", "aiohttp.web", "numpy", "nodes.common", "workloads.trace")
+#: How long the launcher may take to collect a child that has ended (it reaps on SIGCHLD).
+REAP_TIMEOUT_S = 5.0
 
 
 def main_code(module: str) -> tuple[Any, CodeType]:
@@ -245,9 +248,11 @@ def main(argv: list[str] | None = None) -> None:
 class LauncherClient:
     """The harness's handle on a running launcher.
 
-    The launcher answers one request at a time (a ``wait`` holds it until the child
-    ends or the timeout passes), so one thread drives it; requests from several threads
-    are serialised by a lock rather than interleaved on the socket.
+    The launcher answers one request at a time, so requests from several threads are
+    serialised by a lock rather than interleaved on the socket. :meth:`wait` therefore
+    waits here, on the child's pidfd, and asks the launcher only for the exit code: a
+    driver waiting for its clients must not hold the launcher while a scheduled event
+    needs it (a join's spawn, a load's burners).
     """
 
     def __init__(self, control: Path, pid: int) -> None:
@@ -258,6 +263,7 @@ class LauncherClient:
         self._sock.connect(str(control))
         self._stream = self._sock.makefile("rwb")
         self._lock = threading.Lock()
+        self._starts: dict[int, int | None] = {}  # spawned pid -> its start time
 
     def request(self, **req: object) -> dict:
         with self._lock:
@@ -276,13 +282,23 @@ class LauncherClient:
               cwd: Path | None = None) -> int:
         """Start ``python -m module argv...`` inside the namespace of ``netns_pid``, in
         the folder ``cwd`` (the launcher's own when ``None``)."""
-        return self.request(op="spawn", netns_pid=netns_pid, module=module, argv=argv,
-                            log=str(log), cgroups=cgroups or [], env=env or {},
-                            cwd=str(cwd) if cwd is not None else None)["pid"]
+        pid = self.request(op="spawn", netns_pid=netns_pid, module=module, argv=argv,
+                           log=str(log), cgroups=cgroups or [], env=env or {},
+                           cwd=str(cwd) if cwd is not None else None)["pid"]
+        self._starts[pid] = process_start_time(pid)
+        return pid
 
     def wait(self, pid: int, timeout: float) -> int | None:
         """Exit code of a child, or None if it still runs after ``timeout`` seconds."""
-        return self.request(op="wait", pid=pid, timeout=timeout)["exit"]
+        start = self._starts.get(pid)
+        if start is not None:
+            if not wait_exits([(pid, start)], timeout):
+                return None
+            timeout = REAP_TIMEOUT_S  # ended: the launcher reaps it on SIGCHLD
+        code = self.request(op="wait", pid=pid, timeout=timeout)["exit"]
+        if code is not None:
+            self._starts.pop(pid, None)
+        return code
 
     def close(self) -> None:
         self._stream.close()

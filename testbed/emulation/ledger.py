@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -299,6 +300,9 @@ class Ledger:
         self._removed_hooks: list[Callable[[], None]] = []
         self._phase: IO[str] | None = None  # the file held open during a phase
         self._phase_depth = 0
+        # Lines come from several threads (a replay's event lanes start services while
+        # the driver starts its clients): one at a time, each with its own number.
+        self._lock = threading.Lock()
         self._publish({"owner": os.getpid(), "owner_start": process_start_time(os.getpid()),
                        "run": run_id, "time": time.time()})
 
@@ -353,17 +357,19 @@ class Ledger:
         """Write down a resource that now exists; returns its entry for :meth:`forget`."""
         if kind not in UNDO:
             raise KeyError(f"no undo handler for ledger kind {kind!r}")
-        self._seq += 1
-        entry = Entry(self._seq, kind, dict(data))
-        self._append({"seq": entry.seq, "kind": kind, "data": entry.data})
-        self._open[entry.seq] = entry
+        with self._lock:
+            self._seq += 1
+            entry = Entry(self._seq, kind, dict(data))
+            self._append({"seq": entry.seq, "kind": kind, "data": entry.data})
+            self._open[entry.seq] = entry
         return entry
 
     def confirm(self, entry: Entry, **data: object) -> None:
         """Add what identifies the resource now that it exists (an intent recorded
         before creating it becomes a confirmed entry)."""
-        entry.data.update(data)
-        self._append({"confirm": entry.seq, "data": dict(data)})
+        with self._lock:
+            entry.data.update(data)
+            self._append({"confirm": entry.seq, "data": dict(data)})
 
     def intend_interface(self, kind: str, name: str, prefix: str) -> Entry:
         """Record a ``link`` or ``bridge`` the run is about to make under its reserved
@@ -389,8 +395,9 @@ class Ledger:
 
     def forget(self, entry: Entry) -> None:
         """Mark a resource as removed by its owner (nothing left for teardown)."""
-        if self._open.pop(entry.seq, None) is not None:
-            self._append({"undone": entry.seq})
+        with self._lock:
+            if self._open.pop(entry.seq, None) is not None:
+                self._append({"undone": entry.seq})
 
     def release(self, entry: Entry) -> None:
         """Remove one resource now and mark it removed."""

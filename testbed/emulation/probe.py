@@ -107,38 +107,40 @@ def _status(url: str, timeout: float) -> int:
         conn.close()
 
 
-def wait_http_ok_each(targets: Sequence[tuple[int, str]], timeout: float) -> float:
+def wait_http_ok_each(targets: Sequence[tuple[int, str]], timeout: float) -> list[float]:
     """Wait until every ``(pid, url)`` answers 200 from inside ``pid``'s namespace.
 
     One worker thread moves from namespace to namespace (``setns`` per target) instead
     of one thread per target, and retries only what did not answer yet: hundreds of
     services, one per host, are checked in one pass. ``timeout`` runs from the last
     target that answered (each target gets it, as when they were waited for one by
-    one). Returns the seconds it took; raises :class:`EmulationError` naming the URLs
-    that never answered.
+    one). Returns, per target, the seconds until it first answered; raises
+    :class:`EmulationError` naming the URLs that never answered.
     """
     if not targets:
-        return 0.0
+        return []
 
-    def poll() -> float:
+    def poll() -> list[float]:
         start = progress = time.monotonic()
-        pending = list(targets)
+        answered: dict[int, float] = {}
+        pending = list(enumerate(targets))
         while pending:
             still = []
-            for pid, url in pending:
+            for index, (pid, url) in pending:
                 enter_netns_of(pid)
-                if _status(url, 1.0) != 200:
-                    still.append((pid, url))
+                if _status(url, 1.0) == 200:
+                    answered[index] = time.monotonic() - start
+                else:
+                    still.append((index, (pid, url)))
             if len(still) < len(pending):
                 progress = time.monotonic()
             pending = still
             if pending and time.monotonic() - progress > timeout:
-                shown = ", ".join(url for _, url in pending[:5])
+                shown = ", ".join(url for _, (_, url) in pending[:5])
                 raise EmulationError(f"{len(pending)} services did not answer within "
                                      f"{timeout} s: {shown}")
             if pending:
                 time.sleep(0.02)
-        return time.monotonic() - start
+        return [answered[index] for index in range(len(targets))]
 
-    # in_netns's thread is discarded afterwards, so poll may move it between namespaces
     return in_netns(targets[0][0], poll)

@@ -47,6 +47,7 @@ def _package_modules(package: str) -> list[str]:
 def _pure_modules() -> list[str]:
     modules = ["testbed.scenario", "testbed.scenario.loader", "testbed.scenario.model",
                "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity",
+               "testbed.event_log",
                "testbed.study.spec", "testbed.limits", "testbed.machine"]
     modules += _package_modules("testbed.policies") + _package_modules("testbed.sim")
     modules += _package_modules("workloads") + NODE_RULES

@@ -205,7 +205,7 @@ class StorageDriver:
                 topo.secret.value))
             task = in_netns(user, lambda: nearest_task(beacon_url, app))
             faces = Stream(policy, prep["plan"].mode, repetition, task.get("node_id") or "?")
-            events = topo.schedule_events(time.time())
+            events = topo.schedule_events(time.time(), policy, repetition)
             try:
                 in_netns(user, lambda: stream_faces(task["url"], prep["frames"], prep["plan"],
                                                     faces, self.run))

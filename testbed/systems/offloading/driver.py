@@ -96,7 +96,7 @@ class DispatchDriver:
                                             env=topo.service_env())
             topo.infra.ledger.record_process(pid, what=f"dispatcher {client.name}")
             pids[client.name], outs[client.name] = pid, out
-        events = topo.schedule_events(start_at)
+        events = topo.schedule_events(start_at, policy, repetition)
         budget = START_LEAD_S + (scenario.duration + timeout_model) / scenario.time_scale + 60.0
         deadline = time.monotonic() + budget
         try:
