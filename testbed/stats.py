@@ -18,8 +18,8 @@ that same estimator's value, so the point always lies inside its interval:
   (:func:`mser5_warmup`) and the point is the statistic of every task after it. The
   batch size is chosen from the data (:func:`batch_plan`): batches double in size until
   their values pass a von Neumann test of independence with at least
-  :data:`TEST_BATCHES` batches, then the tasks are regrouped into
-  :data:`FINAL_BATCHES` longer batches, and the half-width is Student's t over the batch values
+  :data:`TEST_BATCHES` batches; the half-width is the wider of Student's t over those
+  batches and over the tasks regrouped into :data:`FINAL_BATCHES` longer batches
   (sectioning: centred on the statistic of all the tasks, not on the batches' own
   small-sample percentiles). A run too short for batches that pass the test gets no
   interval, and says so (:data:`TOO_SHORT`), rather than a wrong one. A percentile's
@@ -49,9 +49,9 @@ MSER_BATCH = 5  # MSER-5: the warm-up search works on means of 5 consecutive tas
 #: Fewest batches the independence test is run on: below this it has too little power
 #: to see the correlation left between short batches.
 TEST_BATCHES = 40
-#: How many batches an interval is formed from once the test passed: the tasks regrouped
-#: into batches at least four times as long as the ones that passed, which carry less
-#: of the correlation the test could not see (``docs/statistics.md``, coverage).
+#: How many long batches the tasks are regrouped into once the test passed (each at
+#: least four times as long as the ones that passed, so they carry less of the
+#: correlation the test could not see; ``docs/statistics.md``, coverage).
 FINAL_BATCHES = 10
 #: The test's level: a lenient one, so that doubtful batch sizes are doubled.
 INDEPENDENCE_ALPHA = 0.20
@@ -206,36 +206,39 @@ def smallest_batch(name: str) -> int:
 
 
 def batch_plan(series: np.ndarray, name: str, theirs: np.ndarray | None = None
-               ) -> int | None:
-    """How many batches the steady-state ``series`` (warm-up removed) is cut into for
-    statistic ``name``, or ``None`` when it is too short for an interval.
+               ) -> np.ndarray | None:
+    """The values of the batches that passed the test of independence, or ``None`` when
+    the steady-state ``series`` (warm-up removed) is too short for an interval.
 
     Batches start at :func:`smallest_batch` tasks and double until their values (of the
     statistic; of the paired difference when ``theirs`` is given) pass :func:`independent`
-    while there are at least :data:`TEST_BATCHES` of them; the tasks are then regrouped
-    into :data:`FINAL_BATCHES` batches.
+    while there are at least :data:`TEST_BATCHES` of them.
     """
     size = smallest_batch(name)
     while series.size // size >= TEST_BATCHES:
-        count = series.size // size
-        if independent(_batch_values(series, name, count, theirs)):
-            return FINAL_BATCHES
+        values = _batch_values(series, name, series.size // size, theirs)
+        if independent(values):
+            return values
         size *= 2
     return None
 
 
 def _sectioned(estimate: float, series: np.ndarray, name: str, warmup: int,
                theirs: np.ndarray | None, bounded: bool, confidence: float) -> Interval:
-    """The batch-means interval of ``estimate`` from the plan :func:`batch_plan` gives."""
-    count = batch_plan(series, name, theirs)
-    if count is None:
+    """The batch-means interval of ``estimate``: the wider of two sectioned intervals, over
+    the batches that passed :func:`batch_plan`'s test and over the tasks regrouped into
+    :data:`FINAL_BATCHES` batches at least four times as long. The long batches carry
+    less of the correlation the test could not see; the many short ones give a steadier
+    spread, a floor under a long-batch spread that came out small by chance."""
+    passed = batch_plan(series, name, theirs)
+    if passed is None:
         return Interval(estimate, None, None, 0, "batch means", warmup)
-    half = half_width(_batch_values(series, name, count, theirs), confidence)
-    assert half is not None
+    final = _batch_values(series, name, FINAL_BATCHES, theirs)
+    half = max(half_width(passed, confidence) or 0.0, half_width(final, confidence) or 0.0)
     low, high = estimate - half, estimate + half
     cut = bounded and low < 0.0
-    return Interval(estimate, max(low, 0.0) if bounded else low, high, count, "batch means",
-                    warmup, series.size // count, bounded_at_zero=cut)
+    return Interval(estimate, max(low, 0.0) if bounded else low, high, FINAL_BATCHES,
+                    "batch means", warmup, series.size // FINAL_BATCHES, bounded_at_zero=cut)
 
 
 def batch_interval(series: np.ndarray, name: str, warmup: int | None = None,
