@@ -2,8 +2,10 @@
 
 ``testbed compare A B`` takes two run folders or two study folders (the simulator
 against the emulation, two days, two code versions). The difference is always ``B -
-A`` in milliseconds of mean latency, and how its interval was formed depends on what
-the folders share:
+A`` in milliseconds of mean latency, printed beside the two numbers it is the
+difference of (``a_ms``, ``b_ms``: the same estimator's), with its estimand: the steady
+state for runs, the mean of a run as configured for studies. How its interval was
+formed depends on what the folders share:
 
 * **Two runs** of the same trace (equal trace hashes): the tasks pair one to one, and
   the interval is paired batch means over them (:mod:`testbed.stats`). Other traces:
