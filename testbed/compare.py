@@ -110,20 +110,17 @@ def summary_intervals(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     (``*_ci_ms``; ``None`` where the run is too short for one, with the reason in
     ``notes``), the estimand, the method, the warm-up shared by every policy and how
     many replications and repetitions stand behind them."""
-    policies = sorted(frame["policy"].unique())
-    tables = {policy: task_table(frame, policy) for policy in policies}
-    cutoff = steady_cutoff(list(tables.values()))
+    cutoff, entries = steady_state(frame, None)
     out: dict[str, dict[str, Any]] = {}
-    for policy in policies:
-        found = policy_intervals(tables[policy], cutoff)
+    for policy, found in entries.items():
         rows = frame[frame["policy"] == policy]
         entry: dict[str, Any] = {
             "estimand": STEADY_STATE, "method": "batch means", "replications": 1,
             "repetitions": int(rows["repetition"].nunique()), "confidence": CONFIDENCE,
             "warmup_until_model_s": None if math.isinf(cutoff) else cutoff,
-            "warmup_tasks": int((tables[policy]["arrival"] < cutoff).sum()),
+            "warmup_tasks": found["warmup_tasks"],
             "batches": {}, "batch_tasks": {}, "bounded_at_zero": [], "notes": {}}
-        for name, item in found.items():
+        for name, item in found["stats"].items():
             entry[f"{name}_ms"] = None if item is None else item["estimate"]
             entry[f"{name}_ci_ms"] = None if item is None else item["ci"]
             entry["batches"][name] = 0 if item is None else item["batches"]
@@ -220,11 +217,12 @@ def compare(df: pd.DataFrame, baseline: str | None = None,
             "stats": stats, "policies": entries}
 
 
-def steady_state(frame: pd.DataFrame, baseline: str, stats: Sequence[str] = STATS
+def steady_state(frame: pd.DataFrame, baseline: str | None, stats: Sequence[str] = STATS
                  ) -> tuple[float, dict[str, dict[str, Any]]]:
     """The warm-up cut shared by every policy of one run's ``frame`` and, per policy,
-    its counts, statistics (:func:`policy_intervals`) and paired difference to
-    ``baseline`` (``None`` for the baseline itself, or when it is absent)."""
+    its counts, the tasks it cut (``warmup_tasks``), statistics (:func:`policy_intervals`)
+    and paired difference to ``baseline`` (``None`` for the baseline itself, when it is
+    absent or not asked for)."""
     policies = sorted(frame["policy"].unique())
     tables = {policy: task_table(frame, policy) for policy in policies}
     cutoff = steady_cutoff(list(tables.values()))
@@ -232,6 +230,7 @@ def steady_state(frame: pd.DataFrame, baseline: str, stats: Sequence[str] = STAT
     for policy in policies:
         table = tables[policy]
         entry: dict[str, Any] = {"n_ok": len(table), **failures(frame, policy),
+                                 "warmup_tasks": int((table["arrival"] < cutoff).sum()),
                                  "stats": policy_intervals(table, cutoff, stats)}
         entry["diff"] = None if policy == baseline or baseline not in tables else \
             _diff(table, tables[baseline], cutoff, stats)

@@ -160,11 +160,10 @@ class Interval:
                 f"{self.warmup} warm-up tasks (MSER-5)")
 
 
-def independent(values: np.ndarray, alpha: float | None = None) -> bool:
+def independent(values: np.ndarray, alpha: float = INDEPENDENCE_ALPHA) -> bool:
     """Whether consecutive ``values`` pass von Neumann's test of independence against
     positive lag-one correlation at level ``alpha`` (one-sided; the ratio is
     approximately normal with variance ``(k - 2) / (k^2 - 1)`` under independence)."""
-    alpha = INDEPENDENCE_ALPHA if alpha is None else alpha
     k = values.size
     centred = values - values.mean()
     spread = float(centred @ centred)
