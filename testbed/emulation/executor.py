@@ -20,6 +20,7 @@ removed in reverse order on success, exception, SIGINT or SIGTERM):
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -27,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,6 +405,14 @@ class EmulatedTopology:
         ``events.jsonl`` (:mod:`testbed.emulation.events`)."""
         return EventScheduler(self, start_at, policy, repetition,
                               self.workdir / "events.jsonl", self.event_records).start()
+
+    def log_event_lines(self, lines: Sequence[Mapping[str, Any]]) -> None:
+        """Append event lines (:func:`testbed.event_log.log_line`) of a replay whose
+        driver applies its own events (one line per event, as the scheduler writes) to
+        ``events.jsonl`` and to the records the fidelity guard judges."""
+        with (self.workdir / "events.jsonl").open("a") as fh:
+            fh.writelines(json.dumps(dict(line)) + "\n" for line in lines)
+        self.event_records.extend(dict(line) for line in lines)
 
     # ----- events ---------------------------------------------------------------------
     def apply_event(self, event: Event) -> None:

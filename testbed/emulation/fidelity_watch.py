@@ -159,7 +159,7 @@ class FidelityWatch:
             fidelity.DEFAULT_THRESHOLDS.event_allowance(scenario.duration))
         if events is None:
             absent["event_lateness"] = (
-                "no replay scheduled the scenario's events (its driver applies them itself)"
+                "no replay logged the scenario's events"
                 if scenario.events else "the scenario has no events")
         measures = {
             "host_idle_share": self.host["idle_share"] if self.host else None,

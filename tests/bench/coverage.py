@@ -61,6 +61,8 @@ REPLICATIONS = {0.5: (10,), 0.8: (10, 20), 0.9: (10, 20)}
 REFERENCE_RUNS = 1000
 REFERENCE_TASKS = 4_000_000
 PARETO_ALPHA = 4.0
+#: A warm-up cut longer than this share of a run is counted apart (:class:`Cell`).
+LONG_CUT = 0.05
 STATS = ("mean", "p95")
 
 
@@ -108,14 +110,18 @@ def steady_truth(kind: str, rho: float, reference_tasks: int) -> dict[str, float
     return {"mean": float(x.mean()), "p95": float(np.percentile(x, 95))}
 
 
-def _single(args: tuple[str, float, int, int]) -> dict[str, list[float] | None]:
+def _single(args: tuple[str, float, int, int]
+            ) -> tuple[dict[str, list[float] | None], int]:
+    """One run's steady-state interval per statistic, and its warm-up cut (tasks)."""
     kind, rho, n, seed = args
     x = latencies(kind, rho, n, seed)
     out: dict[str, list[float] | None] = {}
+    warmup = 0
     for name in STATS:
         found = batch_interval(x, name)
         out[name] = found.bounds
-    return out
+        warmup = found.warmup
+    return out, warmup
 
 
 def _run_mean(args: tuple[str, float, int, int]) -> float:
@@ -138,28 +144,36 @@ class Cell:
     covered: int
     coverage: float
     of_steady_state: float | None = None
+    #: Single runs: intervals whose MSER-5 warm-up cut more than :data:`LONG_CUT` of the
+    #: run (a start-up transient here lasts well under 1 %), and how many of them covered.
+    long_cuts: int | None = None
+    long_cuts_covered: int | None = None
 
 
 def single_run(pool: ProcessPoolExecutor, kind: str, rho: float, n: int, want: int,
                truth: dict[str, float]) -> list[Cell]:
     """Runs until every statistic has ``want`` intervals (or 4 x ``want`` runs)."""
     found: dict[str, list[list[float]]] = {name: [] for name in STATS}
+    cut_long: dict[str, list[bool]] = {name: [] for name in STATS}
     refused = dict.fromkeys(STATS, 0)
     seed = 1
     while min(len(v) for v in found.values()) < want and seed <= 4 * want:
         batch = [(kind, rho, n, s) for s in range(seed, seed + 2 * (os.cpu_count() or 1))]
         seed += len(batch)
-        for result in pool.map(_single, batch):
+        for result, warmup in pool.map(_single, batch):
             for name in STATS:
                 if result[name] is None:
                     refused[name] += 1
                 elif len(found[name]) < want:
                     found[name].append(result[name])
+                    cut_long[name].append(warmup > LONG_CUT * n)
     cells = []
     for name in STATS:
-        covered = sum(low <= truth[name] <= high for low, high in found[name])
+        hits = [low <= truth[name] <= high for low, high in found[name]]
+        long_hits = [hit for hit, long in zip(hits, cut_long[name], strict=True) if long]
         cells.append(Cell(kind, rho, "single run", n, name, "steady state", len(found[name]),
-                          refused[name], covered, covered / max(1, len(found[name]))))
+                          refused[name], sum(hits), sum(hits) / max(1, len(hits)),
+                          long_cuts=len(long_hits), long_cuts_covered=sum(long_hits)))
     return cells
 
 
@@ -183,19 +197,23 @@ def across(pool: ProcessPoolExecutor, kind: str, rho: float, n: int, want: int,
                 of_steady / want)
 
 
-def measure(want: int, quick: bool) -> list[Cell]:
-    """Every cell of the table."""
+def measure(want: int, quick: bool, only: Sequence[str] = (), single: bool = False
+            ) -> list[Cell]:
+    """Every cell of the table (``only``: of these ``KIND:LOAD``, e.g. ``mmc:0.9``;
+    ``single``: single-run cells only)."""
     scale = 10 if quick else 1
     cells: list[Cell] = []
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
         for kind in ("mmc", "mgc"):
             for rho in LOADS:
+                if only and f"{kind}:{rho}" not in only:
+                    continue
                 truth = steady_truth(kind, rho, REFERENCE_TASKS // scale)
                 found = [cell for n in SINGLE_TASKS[rho]
                          for cell in single_run(pool, kind, rho, n // scale, want, truth)]
-                found += [across(pool, kind, rho, REPLICATION_TASKS[rho], want,
-                                 truth["mean"], r)
-                          for r in (REPLICATIONS[rho] if kind == "mmc" else (10,))]
+                found += [] if single else [
+                    across(pool, kind, rho, REPLICATION_TASKS[rho], want, truth["mean"], r)
+                    for r in (REPLICATIONS[rho] if kind == "mmc" else (10,))]
                 for cell in found:
                     print(format_row(cell), flush=True)
                 cells += found
@@ -207,9 +225,12 @@ def format_row(cell: Cell) -> str:
     model = "M/M/4" if cell.model == "mmc" else "M/G/4 Pareto(4)"
     steady = "" if cell.of_steady_state is None else \
         f"  (of the steady-state value: {100 * cell.of_steady_state:.1f} %)"
+    cuts = "" if not cell.long_cuts else \
+        f"  (warm-up cut > {LONG_CUT:.0%} of the run in {cell.long_cuts}: " \
+        f"{100 * (cell.long_cuts_covered or 0) / cell.long_cuts:.1f} % covered)"
     return (f"{model:16} rho {cell.load}  {cell.kind:27} {cell.tasks:>7} tasks  "
             f"{cell.statistic:4}  {100 * cell.coverage:5.1f} % of {cell.intervals} "
-            f"({cell.refused} runs too short){steady}")
+            f"({cell.refused} runs too short){steady}{cuts}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,9 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--intervals", type=int, default=200,
                         help="intervals per cell (default 200)")
     parser.add_argument("--json", help="also write every cell to this file")
+    parser.add_argument("--only", action="append", default=[], metavar="KIND:LOAD",
+                        help="only this queue and load (e.g. mmc:0.9, mgc:0.8); repeatable")
+    parser.add_argument("--single", action="store_true", help="single-run cells only")
     args = parser.parse_args(argv)
     print(f"{round(CONFIDENCE * 100)} % intervals; goal: coverage 93-97 %", flush=True)
-    cells = measure(args.intervals, args.quick)
+    cells = measure(args.intervals, args.quick, args.only, args.single)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([asdict(c) for c in cells], fh, indent=1)

@@ -338,7 +338,7 @@ def test_the_harness_records_the_replica_view_before_each_action() -> None:
         def __init__(self) -> None:
             self.events: list[str] = []
 
-        def apply_event(self, event: Any) -> None:
+        def event_effect(self, event: Any) -> None:
             self.events.append(f"{event.action} {event.target}")
 
     views = iter([[_replica("det-1", "e01")], RuntimeError("beacon down")])
@@ -357,3 +357,28 @@ def test_the_harness_records_the_replica_view_before_each_action() -> None:
     assert applied[1]["replicas"] is None and "beacon down" in applied[1]["replicas_error"]
     assert "replicas" not in apply_actions(topo, [Action(0.0, "crash", "e03")], time.time(),
                                            {})[0]
+
+
+def test_a_streams_applied_actions_become_event_log_lines_the_guard_judges() -> None:
+    from testbed.event_log import lateness_model_s
+    from testbed.fidelity import event_lateness
+    from testbed.systems.armada.fleet import event_lines
+
+    start = 1000.0
+    applied = [{"offset_s": 2.0, "action": "crash", "target": "e01", "asked": "serving:u1",
+                "params": {}, "at": 1002.0, "done": 1002.05, "error": None},
+               {"offset_s": 4.0, "action": "load", "target": "e02", "asked": "e02",
+                "params": {"cpu": 0.5}, "at": 1005.5, "done": 1005.6, "error": None},
+               {"offset_s": 6.0, "action": "crash", "target": None, "asked": "serving:u9",
+                "params": {}, "at": 1006.0, "done": None,
+                "error": "serving:u9 names no node at 6 s"}]
+    lines = event_lines(applied, "armada", 1, start, time_scale=1.0)
+    assert [(x["action"], x["target"], x["at"]) for x in lines] == [
+        ("crash", "e01", 2.0), ("load", "e02", 4.0), ("crash", "serving:u9", 6.0)]
+    assert [x["policy"] for x in lines] == ["armada"] * 3 and lines[0]["repetition"] == 1
+    assert lateness_model_s(lines[0]) == pytest.approx(0.05)
+    assert lateness_model_s(lines[1]) == pytest.approx(1.6)
+    assert lines[2]["outcome"].startswith("failed: serving:u9 names no node")
+    assert lines[2]["applied_model"] is None
+    judged = event_lateness(lines, allowed_model_s=1.0)
+    assert judged["late"] == 2 and judged["applied"] == 2 and judged["failed"] == 1

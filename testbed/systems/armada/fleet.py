@@ -361,18 +361,39 @@ def apply_actions(topo: Any, actions: Sequence[Action], start_at: float,
         elif target.startswith("last:"):
             target = next((a["target"] for a in reversed(applied)
                            if a["action"] == target.split(":", 1)[1]), None)
+        done: float | None = None
         if target is None:
             error = f"{act.target} names no node at {act.offset_s:g} s"
         else:
             try:
-                topo.apply_event(Event(at=act.offset_s, action=act.action, target=target,
-                                       params=dict(act.params)))
+                settle = topo.event_effect(Event(at=act.offset_s, action=act.action,
+                                                 target=target, params=dict(act.params)))
+                done = time.time()
+                if settle is not None:
+                    settle()
             except Exception as exc:  # noqa: BLE001 - recorded and raised by the driver
                 error = f"{type(exc).__name__}: {exc}"
         applied.append({"offset_s": act.offset_s, "action": act.action, "target": target,
                         "asked": act.target, "params": dict(act.params), "at": at,
-                        "error": error, **view})
+                        "done": done, "error": error, **view})
     return applied
+
+
+def event_lines(applied: Sequence[Mapping[str, Any]], policy: str, repetition: int,
+                start_at: float, time_scale: float) -> list[dict[str, Any]]:
+    """The event log's lines (:func:`testbed.event_log.log_line`) of one stream's
+    applied actions: due at ``start_at + offset_s``, in effect once the topology's
+    ``event_effect`` returned (``done``), so the fidelity guard judges these actions as
+    it judges the scheduler's."""
+    from testbed.event_log import APPLIED, FAILED, log_line
+    from testbed.scenario.model import Event
+
+    return [log_line(policy, repetition,
+                     Event(at=a["offset_s"] * time_scale, action=a["action"],
+                           target=a["target"] or a["asked"], params=dict(a["params"])),
+                     start_at, time_scale, a["done"],
+                     APPLIED if a["error"] is None else f"{FAILED}{a['error']}")
+            for a in applied]
 
 
 def client_mode(policy: str) -> str:
@@ -428,6 +449,8 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
         pids[user] = start_user(topo, user, config, tag)
     applied = apply_actions(topo, plan.actions, start_at, rows_of,
                             lambda: replicas_now(topo))
+    topo.log_event_lines(event_lines(applied, plan.policy, k if repetition is None
+                                     else repetition, start_at, scenario.time_scale))
     wait_users(topo, pids, tag, start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
     failed = [a for a in applied if a["error"]]
     if failed:
