@@ -277,3 +277,26 @@ def test_paired_difference_without_steady_tasks_has_no_estimate_but_a_whole_run_
     assert one["all_tasks_s"] == pytest.approx(1.0)
     across = offloading.replicated_vs_hybrid(frames)["other"]["mean"]
     assert across["value_s"] == pytest.approx(1.0) and across["replications"] == 2
+
+
+def test_a_policy_left_out_of_one_replication_counts_one_replication_fewer():
+    """A replication whose rows for a policy were left out (a degraded policy) drops
+    that policy there: its values and its differences to hybrid come from the other
+    replications, even when the replication without it comes first."""
+    from tests.unit.trace_frames import frame
+
+    rng = np.random.default_rng(5)
+    frames = []
+    for _ in range(3):
+        hybrid = list(rng.exponential(0.1, 400))
+        frames.append(frame({"hybrid": hybrid, "other": [x + 0.5 for x in hybrid]}))
+    frames[0] = frames[0][frames[0]["policy"] != "other"]
+    per_rep = offloading.per_replication(frames, ["hybrid", "other"])
+    assert [sorted(rep) for rep in per_rep] == [["hybrid"], ["hybrid", "other"],
+                                                ["hybrid", "other"]]
+    found = offloading.replicated_metrics(per_rep, "other")
+    assert found["replicated"]["mean_s"]["n"] == 2
+    assert found["paired"]["mean_s"]["value"] == pytest.approx(0.5)
+    across = offloading.replicated_vs_hybrid(frames)["other"]["mean"]
+    assert across["replications"] == 2 and across["value_s"] == pytest.approx(0.5)
+    assert offloading.decision_us(frames[0].iloc[:0]) == (None, None, None)

@@ -451,11 +451,13 @@ def recovery_time(series: pd.Series, pre_value: float, burst_end: float,
     return float(back.index[0] - burst_end) if not back.empty else None
 
 
-def decision_us(df: pd.DataFrame) -> tuple[float, float, float]:
+def decision_us(df: pd.DataFrame) -> tuple[float | None, float | None, float | None]:
     """Mean, median and p99 of the policy's decision time, microseconds, over every row
     (the median is the claim's measure: a pre-empted decision can push the mean above
-    the p99)."""
+    the p99); ``None`` each without rows."""
     values = df["decision_us"].to_numpy(dtype=float)
+    if values.size == 0:
+        return None, None, None
     return (float(values.mean()), float(np.percentile(values, 50)),
             float(np.percentile(values, 99)))
 
@@ -500,6 +502,15 @@ def across_replications(values: Sequence[float | None]) -> dict[str, Any] | None
         return None
     interval = replication_interval(kept)
     return {"value": interval.estimate, "ci": interval.bounds, "n": len(kept)}
+
+
+def per_replication(frames: Sequence[pd.DataFrame], policies: Sequence[str]
+                    ) -> list[dict[str, dict[str, Any]]]:
+    """One ``{policy: metrics}`` mapping per replication (what :func:`replicated_metrics`
+    takes); a policy without rows in a replication (left out there as degraded) is absent
+    from that replication's mapping, so it counts one replication fewer."""
+    return [{policy: policy_metrics(rows) for policy in policies
+             if len(rows := frame[frame["policy"] == policy])} for frame in frames]
 
 
 def replicated_metrics(per_rep: Sequence[Mapping[str, Any]], policy: str,
@@ -597,7 +608,7 @@ def replicated_vs_hybrid(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
         return paired_vs_hybrid(frames[0])
     per_rep = [paired_vs_hybrid(frame) for frame in frames]
     out: dict[str, Any] = {}
-    for policy in per_rep[0]:
+    for policy in dict.fromkeys(p for rep in per_rep for p in rep):
         out[policy] = {}
         for stat in ("mean", "p95"):
             values = [rep[policy][stat]["all_tasks_s"] for rep in per_rep
@@ -867,9 +878,8 @@ def point_metrics(point: Point, size: Size,
                            f"; see {out / 'studies'}")
     frames = {e: pooled(replications[(e, point.name)]) for e in executors}
     paired = {e: replicated_vs_hybrid(replications[(e, point.name)]) for e in executors}
-    per_rep = {e: [{policy: policy_metrics(frame[frame["policy"] == policy])
-                    for policy in point.scenario.policies}
-                   for frame in replications[(e, point.name)]] for e in executors}
+    per_rep = {e: per_replication(replications[(e, point.name)], point.scenario.policies)
+               for e in executors}
     for policy in point.scenario.policies:
         per: dict[str, Any] = {}
         for executor in executors:
