@@ -180,14 +180,14 @@ def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -
 
 
 def _record_dtype(dim: int) -> np.dtype:
-    """The face workload's record (``workloads.faces.encode_record``): the id as 8 bytes
+    """The face workload's record (``workloads.armada_faces.encode_record``): the id as 8 bytes
     big-endian unsigned, then the vector as ``dim`` float64 little-endian."""
     return np.dtype([("id", ">u8"), ("vector", "<f8", (dim,))])
 
 
 def pack_records(ids: Sequence[int], vectors: Any) -> bytes:
     """The binary data-set format: per record the id (uint64 big-endian) then the vector
-    (float64 little-endian), as ``workloads.faces.encode_records`` writes them."""
+    (float64 little-endian), as ``workloads.armada_faces.encode_records`` writes them."""
     matrix = np.asarray(vectors, dtype=np.float64)
     if matrix.ndim != 2 or len(matrix) != len(ids):
         raise ValueError("expected one vector per id, all of one dimension")

@@ -72,7 +72,7 @@ from nodes.armada.frame_task import WorkerPool, frame_operation, read_jpeg
 from nodes.common import PUBLIC, Address, Route, client_error, json_errors, run_service
 from nodes.config import CannotStart
 from nodes.openapi import add_api, op
-from workloads.faces import (
+from workloads.armada_faces import (
     INITIAL_RECORDS,
     MAX_IDENTITIES,
     MODES,

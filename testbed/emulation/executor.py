@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nodes.secret import RunSecret
+from testbed.analysis.fidelity import DEFAULT_THRESHOLDS
 from testbed.emulation import links as linkmod
 from testbed.emulation.cpu_partition import Partition, env_partition
 from testbed.emulation.events import EventScheduler, cost_warnings, join_cost_s, warning_text
@@ -49,7 +50,6 @@ from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
 from testbed.emulation.shaping import resolve_backend, shaping_engine, shaping_rx
 from testbed.errors import EmulationError
-from testbed.fidelity import DEFAULT_THRESHOLDS
 from testbed.replays import replay_each, replay_groups
 from testbed.scenario.model import Event, Scenario, Service
 
@@ -685,7 +685,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                   progress: Progress, driver: Driver,
                   ledger_root: Path | None = None) -> dict[str, Any]:
     """Run every repetition and policy of ``scenario`` with ``driver``; returns rows and
-    run details (``fidelity``: the verdict of :func:`testbed.fidelity.judge`)."""
+    run details (``fidelity``: the verdict of :func:`testbed.analysis.fidelity.judge`)."""
     ledger = Ledger(run, root=ledger_root)
     prefix = reserve_prefix(ledger)  # held until the ledger is gone (teardown or clean)
     started = time.time()
