@@ -593,7 +593,7 @@ def test_bad_settings_and_a_cargo_store_without_its_location(
 
 
 def test_the_cargo_reads_the_workloads_record_format() -> None:
-    from nodes.armada.cargo import pack_records, unpack_records
+    from nodes.armada.cargo.codec import pack_records, unpack_records
     from workloads.armada_faces import encode_records, initial_records
 
     records = initial_records(0)[:5]

@@ -409,7 +409,7 @@ def test_the_built_in_scenarios_service_params_are_valid() -> None:
 
 
 def test_cannot_start_is_what_the_services_raise_for_their_environment() -> None:
-    from nodes.armada.cargo_manager import StateFileError
+    from nodes.armada.cargo_manager.state import StateFileError
     from nodes.armada.face_task import StoreNotWiredError
 
     assert issubclass(StateFileError, CannotStart)

@@ -1,8 +1,13 @@
 """The Cargo: Armada's storage node, one per storage-contributing edge node.
 
-It keeps the data of the applications the Cargo Manager allocated here, serves their
-tasks' reads and writes, and replicates writes to the application's other replicas.
-The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
+This module is the Cargo's service: its HTTP handlers, replication to its peers,
+allocations and their initial data sets, registration with the Cargo Manager, and the
+command line. It keeps the data of the applications the Cargo Manager allocated here,
+serves their tasks' reads and writes, and replicates writes to the application's other
+replicas. The records are kept in :mod:`nodes.armada.cargo.store` (durable) and
+:mod:`nodes.armada.cargo.index` (in memory, for reads and matches); their format is
+:mod:`nodes.armada.cargo.codec`. The HTTP contract is ``docs/armada.md`` ("Storage
+layer"). Decisions:
 
 * **Data model.** Per application a key/record store: a record is an ``id`` (8-byte
   integer, non-negative) and a float64 ``vector`` of the application's dimension ``dim``
@@ -42,10 +47,11 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
   ``write_timeout_s``).
 * **Initial data set.** An allocation may name a source, pulled before the Cargo answers:
   records inline, a URL or a file (JSON ``{"records": [...]}`` or the binary format of
-  :func:`pack_records`), or the application's live replicas (the manager's copy when it
-  restores the replication factor; every listed replica is copied and merged). Files are
-  read only below ``--data-root`` and every URL or file read is streamed with a size limit
-  (the quota, at most ``--max-source-mb``): :mod:`nodes.armada.sources`.
+  :func:`~nodes.armada.cargo.codec.pack_records`), or the application's live replicas
+  (the manager's copy when it restores the replication factor; every listed replica is
+  copied and merged). Files are read only below ``--data-root`` and every URL or file
+  read is streamed with a size limit (the quota, at most ``--max-source-mb``):
+  :mod:`nodes.armada.sources`.
 * **Versions are bounded by the clock.** A replicated version more than
   ``max_clock_skew_s`` ahead of this Cargo's clock is refused (400): one far in the future
   would win every later write of its record for good. The write clock is a hybrid
@@ -53,20 +59,18 @@ The HTTP contract is ``docs/armada.md`` ("Storage layer"). Decisions:
   what its replica holds; one that still stores nothing is 409, never 200.
 
 Run it as ``python -m nodes.armada.cargo --host H --port P --data-dir DIR --cargo-id ID
---lat LAT --lon LON [--capacity-gb 2] [--beacon URL] [...]`` with the run secret in ``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
+--lat LAT --lon LON [--capacity-gb 2] [--beacon URL] [...]`` with the run secret in
+``$TESTBED_SECRET_FILE`` (or ``--secret-file``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import logging
 import math
 import socket
-import sqlite3
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +84,9 @@ from aiohttp import web
 
 from nodes.armada import openapi as doc
 from nodes.armada.agent import BeaconAgent
+from nodes.armada.cargo.codec import DEFAULT_DIM, record_bytes, source_limit, unpack_records
+from nodes.armada.cargo.index import VectorIndex
+from nodes.armada.cargo.store import QuotaExceededError, Row, Store
 from nodes.armada.configs import (
     DEFAULT_CAPACITY_BYTES,
     DEFAULT_MAX_CLOCK_SKEW_S,
@@ -117,8 +124,6 @@ from nodes.secret import peer_headers
 
 _log = logging.getLogger("nodes.armada.cargo")
 
-DEFAULT_DIM = 128
-ID_BYTES = 8
 #: Request bodies a Cargo accepts (batches of records, replication, inline sources).
 MAX_BODY_BYTES = 16 * 1024 * 1024
 PAGE_LIMIT = 1000
@@ -145,25 +150,6 @@ MATCH_FIELDS = {
                        and math.isfinite(v) and v >= 0, required=False),
 }
 
-Row = tuple[int, bytes, int, str]  # id, float64 little-endian vector, ts, origin
-
-
-def record_bytes(dim: int) -> int:
-    """What one record of dimension ``dim`` counts against a quota."""
-    return ID_BYTES + 8 * dim
-
-
-#: Upper bound of the bytes one record takes in a JSON data set (``{"id": ..., "vector":
-#: [...]}``: 17-24 characters a float64 written by ``json``, plus separators and spacing).
-JSON_RECORD_BYTES = (64, 32)  # fixed, per dimension
-
-
-def source_limit(quota_records: int, dim: int, json_format: bool, most: int) -> int:
-    """The most bytes a data set of ``quota_records`` records may take (its binary or
-    JSON form), and never more than ``most``."""
-    per = JSON_RECORD_BYTES[0] + JSON_RECORD_BYTES[1] * dim if json_format else record_bytes(dim)
-    return min(most, quota_records * per)
-
 
 def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     """Query parameter ``name`` as an integer in ``[lo, hi]``; 400 naming it otherwise."""
@@ -177,251 +163,6 @@ def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -
         raise client_error(web.HTTPBadRequest, f"{name}: expected integer in [{lo}, {hi}], "
                            f"found {raw[:40]!r}")
     return value
-
-
-def _record_dtype(dim: int) -> np.dtype:
-    """The face workload's record (``workloads.armada_faces.encode_record``): the id as 8 bytes
-    big-endian unsigned, then the vector as ``dim`` float64 little-endian."""
-    return np.dtype([("id", ">u8"), ("vector", "<f8", (dim,))])
-
-
-def pack_records(ids: Sequence[int], vectors: Any) -> bytes:
-    """The binary data-set format: per record the id (uint64 big-endian) then the vector
-    (float64 little-endian), as ``workloads.armada_faces.encode_records`` writes them."""
-    matrix = np.asarray(vectors, dtype=np.float64)
-    if matrix.ndim != 2 or len(matrix) != len(ids):
-        raise ValueError("expected one vector per id, all of one dimension")
-    if any(not 0 <= int(i) <= MAX_RECORD_ID for i in ids):
-        raise ValueError(f"ids must be integers in 0 .. {MAX_RECORD_ID}")
-    packed = np.empty(len(ids), dtype=_record_dtype(matrix.shape[1]))
-    packed["id"], packed["vector"] = ids, matrix
-    return packed.tobytes()
-
-
-def unpack_records(raw: bytes, dim: int) -> list[tuple[int, bytes]]:
-    """Records of the binary format; raises ValueError for malformed data."""
-    size = record_bytes(dim)
-    if len(raw) % size:
-        raise ValueError(f"{len(raw)} bytes is not a whole number of {size}-byte records "
-                         f"(dim {dim})")
-    packed = np.frombuffer(raw, dtype=_record_dtype(dim))
-    if (packed["id"] > MAX_RECORD_ID).any():
-        raise ValueError(f"ids must be at most {MAX_RECORD_ID}")
-    if not np.isfinite(packed["vector"]).all():
-        raise ValueError("vectors must be finite")
-    return [(int(i), v.astype("<f8").tobytes()) for i, v in zip(packed["id"], packed["vector"],
-                                                                 strict=True)]
-
-
-class QuotaExceededError(Exception):
-    """A client write or a data set does not fit in the application's quota."""
-
-
-class Store:
-    """The embedded store: one SQLite database, used from a single thread."""
-
-    SCHEMA = """
-    CREATE TABLE IF NOT EXISTS apps (
-        app TEXT PRIMARY KEY, quota_bytes INTEGER NOT NULL, dim INTEGER NOT NULL,
-        consistency TEXT NOT NULL, peers TEXT NOT NULL, created_at REAL NOT NULL,
-        state TEXT NOT NULL);
-    CREATE TABLE IF NOT EXISTS records (
-        app TEXT NOT NULL, id INTEGER NOT NULL, vector BLOB NOT NULL, ts INTEGER NOT NULL,
-        origin TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (app, id)) WITHOUT ROWID;
-    CREATE INDEX IF NOT EXISTS records_outbox ON records (app, origin, seq);
-    CREATE TABLE IF NOT EXISTS acked (
-        app TEXT NOT NULL, peer TEXT NOT NULL, seq INTEGER NOT NULL,
-        PRIMARY KEY (app, peer));
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode != "wal":
-            raise RuntimeError(f"{path}: cannot use WAL mode (got {mode})")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(self.SCHEMA)
-        #: Highest committed sequence number (read by the event loop thread).
-        self.seq: int = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()[0]
-        self.counts: dict[str, int] = dict(
-            self.db.execute("SELECT app, COUNT(*) FROM records GROUP BY app")
-        )
-
-    def close(self) -> None:
-        self.db.close()
-
-    def _transaction(self) -> contextlib.AbstractContextManager[None]:
-        db = self.db
-
-        @contextlib.contextmanager
-        def txn() -> Any:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-        return txn()
-
-    def apps(self) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT app, quota_bytes, dim, consistency, peers, created_at, state FROM apps"
-        ).fetchall()
-        names = ("app", "quota_bytes", "dim", "consistency", "peers", "created_at", "state")
-        apps = [dict(zip(names, row, strict=True)) for row in rows]
-        for app in apps:
-            app["peers"] = json.loads(app["peers"])
-        return apps
-
-    def acked(self, app: str) -> dict[str, int]:
-        return dict(self.db.execute("SELECT peer, seq FROM acked WHERE app = ?", (app,)))
-
-    def create(self, app: str, quota_bytes: int, dim: int, consistency: str,
-               peers: list[str], created_at: float) -> None:
-        with self._transaction():
-            self.db.execute("INSERT INTO apps VALUES (?, ?, ?, ?, ?, ?, 'syncing')",
-                            (app, quota_bytes, dim, consistency, json.dumps(peers), created_at))
-            self.db.executemany("INSERT OR REPLACE INTO acked VALUES (?, ?, ?)",
-                                [(app, peer, self.seq) for peer in peers])
-
-    def set_state(self, app: str, state: str) -> None:
-        with self._transaction():
-            self.db.execute("UPDATE apps SET state = ? WHERE app = ?", (state, app))
-
-    def drop(self, app: str) -> None:
-        with self._transaction():
-            self.db.execute("DELETE FROM records WHERE app = ?", (app,))
-            self.db.execute("DELETE FROM acked WHERE app = ?", (app,))
-            self.db.execute("DELETE FROM apps WHERE app = ?", (app,))
-        self.counts.pop(app, None)
-
-    def set_peers(self, app: str, peers: list[str], acked: dict[str, int]) -> None:
-        """New peer list; the position of a removed peer is kept (it may come back)."""
-        with self._transaction():
-            self.db.execute("UPDATE apps SET peers = ? WHERE app = ?", (json.dumps(peers), app))
-            self.db.executemany("INSERT OR IGNORE INTO acked VALUES (?, ?, ?)",
-                                [(app, peer, acked[peer]) for peer in peers])
-
-    def set_acked(self, app: str, peer: str, seq: int) -> None:
-        with self._transaction():
-            self.db.execute("UPDATE acked SET seq = MAX(seq, ?) WHERE app = ? AND peer = ?",
-                            (seq, app, peer))
-
-    def write(self, app: str, rows: Iterable[Row], quota_records: int | None
-              ) -> tuple[list[Row], int]:
-        """Apply ``rows`` last-writer-wins in one transaction; the applied rows and the
-        last sequence number given (0 when nothing was applied).
-
-        With ``quota_records``, raises :class:`QuotaExceededError` (and writes nothing)
-        when the new ids would take the application past that many records.
-        """
-        newest: dict[int, Row] = {}
-        for row in rows:
-            old = newest.get(row[0])
-            if old is None or (row[2], row[3]) >= (old[2], old[3]):
-                newest[row[0]] = row
-        seq = self.seq
-        applied: list[Row] = []
-        new = 0
-        with self._transaction():
-            if self.db.execute("SELECT 1 FROM apps WHERE app = ?", (app,)).fetchone() is None:
-                raise KeyError(app)
-            for row in newest.values():
-                old = self.db.execute("SELECT ts, origin FROM records WHERE app = ? AND id = ?",
-                                      (app, row[0])).fetchone()
-                if old is None:
-                    new += 1
-                elif (row[2], row[3]) <= tuple(old):
-                    continue
-                applied.append(row)
-            count = self.counts.get(app, 0)
-            if quota_records is not None and new and count + new > quota_records:
-                raise QuotaExceededError(
-                    f"quota: {new} new records would make {count + new}, the quota holds "
-                    f"{quota_records}"
-                )
-            for rid, blob, ts, origin in applied:
-                seq += 1
-                self.db.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (app, id) DO "
-                    "UPDATE SET vector = excluded.vector, ts = excluded.ts, "
-                    "origin = excluded.origin, seq = excluded.seq",
-                    (app, rid, blob, ts, origin, seq),
-                )
-        self.seq = seq
-        self.counts[app] = count + new
-        return applied, seq if applied else 0
-
-    def page(self, app: str, after: int, limit: int) -> list[Row]:
-        return self.db.execute(
-            "SELECT id, vector, ts, origin FROM records WHERE app = ? AND id > ? "
-            "ORDER BY id LIMIT ?", (app, after, limit),
-        ).fetchall()
-
-    def outbox(self, app: str, origin: str, after: int, limit: int
-               ) -> list[tuple[int, bytes, int, str, int]]:
-        return self.db.execute(
-            "SELECT id, vector, ts, origin, seq FROM records WHERE app = ? AND origin = ? "
-            "AND seq > ? ORDER BY seq LIMIT ?", (app, origin, after, limit),
-        ).fetchall()
-
-    def scan(self, app: str) -> list[Row]:
-        return self.db.execute("SELECT id, vector, ts, origin FROM records WHERE app = ?",
-                               (app,)).fetchall()
-
-    def disk_bytes(self) -> int:
-        suffixes = ("", "-wal", "-shm")
-        paths = [self.path.with_name(self.path.name + s) for s in suffixes]
-        return sum(p.stat().st_size for p in paths if p.exists())
-
-
-class VectorIndex:
-    """The records of one application in memory, for reads and nearest-neighbour matches."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.ids = np.empty(0, dtype=np.int64)
-        self.vectors = np.empty((0, dim), dtype=np.float64)
-        self.size = 0
-        self.where: dict[int, int] = {}
-        self.versions: dict[int, tuple[int, str]] = {}
-
-    def put(self, rid: int, blob: bytes, ts: int, origin: str) -> None:
-        """Store a committed row (an older version than the one held is ignored)."""
-        version = (ts, origin)
-        held = self.versions.get(rid)
-        if held is not None and held > version:
-            return
-        pos = self.where.get(rid)
-        if pos is None:
-            if self.size == len(self.ids):
-                grown = max(64, 2 * self.size)
-                self.ids = np.resize(self.ids, grown)
-                vectors = np.empty((grown, self.dim), dtype=np.float64)
-                vectors[: self.size] = self.vectors[: self.size]
-                self.vectors = vectors
-            pos = self.size
-            self.size += 1
-            self.where[rid] = pos
-            self.ids[pos] = rid
-        self.vectors[pos] = np.frombuffer(blob, dtype="<f8")
-        self.versions[rid] = version
-
-    def get(self, rid: int) -> np.ndarray | None:
-        pos = self.where.get(rid)
-        return None if pos is None else self.vectors[pos]
-
-    def match(self, vector: np.ndarray) -> tuple[int, float] | None:
-        """The id of the record nearest to ``vector`` and its Euclidean distance."""
-        if not self.size:
-            return None
-        diff = self.vectors[: self.size] - vector
-        squared = np.einsum("ij,ij->i", diff, diff)
-        best = int(np.argmin(squared))
-        return int(self.ids[best]), float(math.sqrt(squared[best]))
 
 
 @dataclass
@@ -1223,6 +964,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                        description=__doc__.splitlines()[0], port=0, logger=_log,
                        pick_free_port=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
