@@ -1056,7 +1056,7 @@ def start_delayer(ledger: Ledger, workdir: str | Path, timeout: float = 10.0,
              *(["--rx", check_rx(rx)] if rx else []),
              *(["--cpus", cpu_list(cpus.shaper)] if cpus else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            cwd=str(Path(__file__).resolve().parents[2]), env=env)
+            cwd=str(Path(__file__).resolve().parents[3]), env=env)
     entry = ledger.record_process(proc.pid, role="delayer", control=str(control))
     client = DelayerClient(control, ledger=ledger, entry=entry)
     client.process = proc
