@@ -10,7 +10,7 @@ import pytest
 from testbed.analysis import fidelity
 from testbed.analysis.fidelity import Thresholds, judge
 from testbed.analysis.traces import CORE_KIND
-from testbed.emulation.delayer import LatenessHistogram
+from testbed.emulation.delayer.lateness import LatenessHistogram
 from testbed.scenario.loader import load_scenario
 
 
