@@ -16,9 +16,9 @@ folder (``$TESTBED_FRAME_CACHE``, else ``$XDG_CACHE_HOME/edge-testbed/frames``, 
 ``manifest.json`` there records the spec, the OpenCV version and every file's sha256,
 and a set whose manifest does not match is re-encoded. At most :data:`MAX_FRAMES`
 frames per set and :data:`MAX_CACHED_SETS` sets are kept (the least recently written
-sets are removed first). The face-recognition frames (:mod:`workloads.armada_faces`) are cached
-the same way, in the same folder, with the helpers here (:func:`read_cached_set`,
-:func:`write_cached_set`, :func:`encode_jpeg`).
+sets are removed first). The face-recognition frames
+(:mod:`workloads.armada_face_frames`) are cached the same way, in the same folder, with the
+helpers here (:func:`read_cached_set`, :func:`write_cached_set`, :func:`encode_jpeg`).
 
 The media folder can be moved with ``$TESTBED_OPENCV_DATA``. OpenCV is imported only when
 frames are encoded, so validating a spec (the workload generator does) needs no OpenCV.

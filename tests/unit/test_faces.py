@@ -1,4 +1,5 @@
-"""Tests of the face-recognition workload (``workloads.armada_faces``), its pure recognition layer
+"""Tests of the face-recognition workload (``workloads.armada_faces``, ``armada_face_frames``,
+``armada_face_descriptors``), its pure recognition layer
 (``nodes.armada.face_recognition``) and the face task (``nodes.armada.face_task``) over
 real HTTP with the in-memory store.
 
@@ -34,30 +35,30 @@ from nodes.armada.face_task import (
 from testbed.errors import TestbedError
 from testbed.poll import await_until
 from testbed.systems import generate, generators
-from workloads.armada_faces import (
+from workloads.armada_face_descriptors import (
     DIM,
-    FACE_SOURCES,
     INITIAL_RECORDS,
-    MIN_OVERLAP,
-    PLAN_NAME,
     RECORD_BYTES,
     THRESHOLD,
-    FaceCascade,
-    FaceFrames,
-    FaceFrameSpec,
     IdentityModel,
-    _read_sources,
-    build_face_frames,
     decode_record,
     decode_records,
     encode_record,
     encode_records,
     initial_records,
+)
+from workloads.armada_face_frames import (
+    FACE_SOURCES,
+    MIN_OVERLAP,
+    FaceCascade,
+    FaceFrames,
+    FaceFrameSpec,
+    _read_sources,
+    build_face_frames,
     load_face_frames,
     overlap,
-    read_plan,
-    write_plan,
 )
+from workloads.armada_faces import PLAN_NAME, read_plan, write_plan
 from workloads.armada_frames import FramesUnavailable, data_dir
 from workloads.trace import write_trace
 
@@ -594,7 +595,7 @@ def test_bad_settings_and_a_cargo_store_without_its_location(
 
 def test_the_cargo_reads_the_workloads_record_format() -> None:
     from nodes.armada.cargo.codec import pack_records, unpack_records
-    from workloads.armada_faces import encode_records, initial_records
+    from workloads.armada_face_descriptors import encode_records, initial_records
 
     records = initial_records(0)[:5]
     ids = [r[0] for r in records]

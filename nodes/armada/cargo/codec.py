@@ -4,7 +4,7 @@ data-set format.
 A record is an ``id`` (8-byte integer, non-negative) and a float64 ``vector`` of the
 application's dimension ``dim``; it counts ``8 + 8 * dim`` bytes (the paper's ``<ID,
 vector>``). A binary data set is such records back to back, the id big-endian and the
-vector little-endian, as the face workload (``workloads.armada_faces``) writes them; the
+vector little-endian, as the face workload (``workloads.armada_face_descriptors``) writes them; the
 Cargo reads it as an initial data set, and the Cargo Manager sizes quotas with
 :func:`record_bytes`. Kept apart from the service so both, and the tests, share one
 definition.
@@ -43,14 +43,14 @@ def source_limit(quota_records: int, dim: int, json_format: bool, most: int) -> 
 
 
 def _record_dtype(dim: int) -> np.dtype:
-    """The face workload's record (``workloads.armada_faces.encode_record``): the id as 8 bytes
-    big-endian unsigned, then the vector as ``dim`` float64 little-endian."""
+    """The face workload's record (``workloads.armada_face_descriptors.encode_record``): the
+    id as 8 bytes big-endian unsigned, then the vector as ``dim`` float64 little-endian."""
     return np.dtype([("id", ">u8"), ("vector", "<f8", (dim,))])
 
 
 def pack_records(ids: Sequence[int], vectors: Any) -> bytes:
     """The binary data-set format: per record the id (uint64 big-endian) then the vector
-    (float64 little-endian), as ``workloads.armada_faces.encode_records`` writes them."""
+    (float64 little-endian), as ``workloads.armada_face_descriptors.encode_records`` writes them."""
     matrix = np.asarray(vectors, dtype=np.float64)
     if matrix.ndim != 2 or len(matrix) != len(ids):
         raise ValueError("expected one vector per id, all of one dimension")
