@@ -260,3 +260,20 @@ def test_paired_differences_across_replications_are_whole_run_differences():
     one = offloading.paired_vs_hybrid(frames[0])["other"]["mean"]
     assert one["all_tasks_s"] == pytest.approx(whole[0])
     assert one["value_s"] < one["all_tasks_s"]  # the steady state leaves the warm-up out
+
+
+def test_paired_difference_without_steady_tasks_has_no_estimate_but_a_whole_run_value():
+    """When every task both policies completed arrived before the shared warm-up ended
+    (a policy that lost the rest of the run), the steady-state estimate is ``None``;
+    the whole-run difference is still there and replications average it."""
+    from tests.unit.trace_frames import frame
+
+    hybrid = list(np.concatenate([np.linspace(20.0, 0.1, 900), np.full(100, 0.1)]))
+    other = [x + 1.0 for x in hybrid]
+    lost = {("other", k) for k in range(500, 1000)}
+    frames = [frame({"hybrid": hybrid, "other": other}, failed=lost) for _ in range(2)]
+    one = offloading.paired_vs_hybrid(frames[0])["other"]["mean"]
+    assert one["value_s"] is None and one["ci_s"] is None
+    assert one["all_tasks_s"] == pytest.approx(1.0)
+    across = offloading.replicated_vs_hybrid(frames)["other"]["mean"]
+    assert across["value_s"] == pytest.approx(1.0) and across["replications"] == 2

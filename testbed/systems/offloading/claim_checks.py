@@ -115,7 +115,7 @@ def paired(point: Mapping[str, Any], other: str, executor: str, key: str
     row = m(point, other, executor)
     if key in ("mean_s", "p95_s"):
         found = (row.get("vs_hybrid") or {}).get(key[:-2])
-        if found is None:
+        if found is None or found["value_s"] is None:  # no task left after the warm-up
             return None
         method = (f"t across {found['replications']} replications"
                   if "replications" in found else "batch means")

@@ -577,7 +577,7 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
             continue
         out[policy] = {
             stat: None if item is None else {
-                "value_s": item["estimate"] / 1000.0,
+                "value_s": None if item["estimate"] is None else item["estimate"] / 1000.0,
                 "all_tasks_s": item["value"] / 1000.0,
                 "ci_s": None if item["ci"] is None else [v / 1000.0 for v in item["ci"]],
                 "excludes_zero": item["excludes_zero"]}
