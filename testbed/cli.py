@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     if args.other is not None:
-        from testbed.compare_folders import compare_folders, format_folders
+        from testbed.analysis.compare_folders import compare_folders, format_folders
 
         if args.baseline is not None:
             raise TestbedError("--baseline pairs policies inside one run; with two folders "
@@ -88,9 +88,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=2, default=float) if args.json
               else format_folders(found))
         return 0
-    from testbed.compare import compare, format_compare
-    from testbed.compare_folders import degraded_line
-    from testbed.traces import read_traces
+    from testbed.analysis.compare import compare, format_compare
+    from testbed.analysis.compare_folders import degraded_line
+    from testbed.analysis.traces import read_traces
 
     df = read_traces(args.run_dir)
     result = compare(df, baseline=args.baseline)
@@ -223,7 +223,7 @@ def _cmd_clean(_args: argparse.Namespace) -> int:
 
 
 def _cmd_claims_index(args: argparse.Namespace) -> int:
-    from testbed.claims_index import write_index
+    from testbed.reports.claims_index import write_index
 
     print(f"wrote {write_index(Path(args.root))}")
     return 0

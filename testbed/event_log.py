@@ -2,7 +2,7 @@
 its change had taken effect (``work/events.jsonl``, docs/scenario.md "Events on time").
 
 The emulation's scheduler (:mod:`testbed.emulation.events`) writes the lines, the
-fidelity guard (:mod:`testbed.fidelity`) judges them. Pure: no Mininet, aiohttp, Docker.
+fidelity guard (:mod:`testbed.analysis.fidelity`) judges them. Pure: no Mininet, aiohttp, Docker.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class ScenarioRun:
 
     @property
     def traces(self) -> Any:
-        from testbed.traces import read_traces
+        from testbed.analysis.traces import read_traces
 
         return read_traces(self.folder)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed import __version__
+from testbed.analysis.fidelity import warning_line
 from testbed.errors import TestbedError
-from testbed.fidelity import warning_line
 from testbed.limits import check_run
 from testbed.machine import is_root, total_memory
 from testbed.redact import redacted
@@ -145,7 +145,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     ``metadata.json`` (an experiment's name, size and plan). ``plots=False`` skips the
     figures and the page (a study draws its own across cells).
     """
-    from testbed import report, traces
+    from testbed.analysis import run_summary, traces
+    from testbed.reports import latency_report as report
     from testbed.systems import get_system, resolve
 
     system = get_system(scenario.system)
@@ -188,8 +189,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     failed = details.pop("failed", [])
     df = traces.rows_to_frame(details.pop("rows"))
     traces.write_traces(df, folder)
-    summary = traces.summarize(df)
-    traces.write_summary(summary, folder)
+    summary = run_summary.summarize(df)
+    run_summary.write_summary(summary, folder)
     if plots:
         report.plot_cdfs(df, folder)
     meta = {
@@ -217,7 +218,7 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     }
     (folder / "metadata.json").write_text(json.dumps(meta, indent=2, default=str))
     if plots:  # after metadata.json: the page shows its fidelity note and failed replays
-        from testbed.report_html import write_run_page
+        from testbed.reports.html import write_run_page
 
         write_run_page(folder)
     progress(report.format_table(summary))

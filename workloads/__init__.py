@@ -3,8 +3,11 @@
 A generator turns ``(params, clients, duration, seed)`` into a list of
 :class:`~workloads.trace.Task`. The same inputs always give the same tasks, so a trace
 can be regenerated from its ``trace.json`` and every policy replays identical work.
-Generators are looked up by name in :data:`GENERATORS`; :func:`generate` is the one
-entry point the rest of the harness calls.
+Each system registers its generators by name (``System.generators``; the registry is
+:func:`testbed.systems.generators`, which also looks one up by name with
+:func:`testbed.systems.generate`); :func:`generate_with` is the one entry point that runs
+a generator. This package holds the generic parts (the protocol, the trace format) and
+each system's generators in ``workloads/<system>*.py``.
 """
 
 from __future__ import annotations
@@ -14,14 +17,9 @@ from typing import Any, Protocol
 
 from testbed.checks import is_int, is_number, is_text
 from testbed.errors import TestbedError
-from workloads.bursty_pareto import BurstyPareto
-from workloads.faces import FaceRecognition
-from workloads.frame_stream import FrameStream
-from workloads.person_search import PersonSearch
 from workloads.trace import Task, read_trace, write_trace
 
-__all__ = ["GENERATORS", "Generator", "Task", "generate", "generate_with", "read_trace",
-           "write_trace"]
+__all__ = ["Generator", "Task", "generate_with", "read_trace", "write_trace"]
 
 
 class Generator(Protocol):
@@ -54,26 +52,6 @@ class Generator(Protocol):
         Tasks come sorted by arrival with task ids ``0..n-1`` in that order.
         """
         ...
-
-
-GENERATORS: dict[str, Generator] = {
-    g.name: g for g in (BurstyPareto(), FaceRecognition(), FrameStream(), PersonSearch())
-}
-
-
-def generate(
-    name: str, params: Mapping[str, Any], clients: list[str], duration: float, seed: int
-) -> list[Task]:
-    """Generate the trace of the shipped generator ``name`` (see :func:`generate_with`).
-
-    Raises :class:`TestbedError` for an unknown generator, besides what
-    :func:`generate_with` raises.
-    """
-    generator = GENERATORS.get(name)
-    if generator is None:
-        known = ", ".join(sorted(GENERATORS))
-        raise TestbedError(f"unknown workload generator {name!r}; known: {known}")
-    return generate_with(generator, params, clients, duration, seed)
 
 
 def generate_with(

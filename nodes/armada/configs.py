@@ -42,7 +42,7 @@ DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 DEFAULT_QUEUE_LIMIT = 32
 #: The object detectors of ``nodes.armada.detect_task`` (its ``DETECTORS``).
 DETECTOR_NAMES = ("haar-face", "haar-fullbody", "haar-upperbody", "hog")
-#: The face task's ops (``workloads.faces.MODES``).
+#: The face task's ops (``workloads.armada_faces.MODES``).
 FACE_OPS = ("read", "write", "read-write")
 
 _URL = "http://host:port"

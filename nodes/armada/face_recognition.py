@@ -1,16 +1,17 @@
 """Face recognition for the Armada face task: real detection, synthetic descriptors, matching.
 
 * **Detection is real.** :func:`detect_faces` decodes a JPEG and runs OpenCV's bundled
-  frontal-face Haar cascade with the settings of :mod:`workloads.faces` (the frames of
-  the workload are built to be detectable with exactly these). Every thread keeps its
-  own cascade, built and run once on a blank image the first time (:func:`warm_up`), so
-  no request pays for loading it.
+  frontal-face Haar cascade with the settings of :mod:`workloads.armada_face_frames` (the
+  frames of the workload are built to be detectable with exactly these). Every thread
+  keeps its own cascade, built and run once on a blank image the first time
+  (:func:`warm_up`), so no request pays for loading it.
 * **The descriptor is synthetic.** No face-embedding model can be downloaded here, so
   :func:`describe` does not look at the pixels: the frame's request says which person it
   shows and which observation (photo) of that person it is, and the descriptor is the
-  :class:`~workloads.faces.IdentityModel`'s for that pair. It stands in for an embedding
-  network: a 128-dimensional float64 vector, close to the person's other descriptors and
-  far from everyone else's. A descriptor is only made for a face the cascade found.
+  :class:`~workloads.armada_face_descriptors.IdentityModel`'s for that pair. It stands in
+  for an embedding network: a 128-dimensional float64 vector, close to the person's other
+  descriptors and far from everyone else's. A descriptor is only made for a face the
+  cascade found.
 * **Matching** (:func:`match`, :class:`FaceIndex`) is a nearest-neighbour search by
   Euclidean distance with numpy; a match needs ``distance <= threshold``.
 """
@@ -24,7 +25,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from workloads.faces import DIM, Box, FaceCascade, IdentityModel
+from workloads.armada_face_descriptors import DIM, IdentityModel
+from workloads.armada_face_frames import Box, FaceCascade
 
 _local = threading.local()
 

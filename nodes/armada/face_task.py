@@ -72,14 +72,9 @@ from nodes.armada.frame_task import WorkerPool, frame_operation, read_jpeg
 from nodes.common import PUBLIC, Address, Route, client_error, json_errors, run_service
 from nodes.config import CannotStart
 from nodes.openapi import add_api, op
-from workloads.faces import (
-    INITIAL_RECORDS,
-    MAX_IDENTITIES,
-    MODES,
-    Box,
-    IdentityModel,
-    initial_records,
-)
+from workloads.armada_face_descriptors import INITIAL_RECORDS, IdentityModel, initial_records
+from workloads.armada_face_frames import Box
+from workloads.armada_faces import MAX_IDENTITIES, MODES
 
 IDENTITY_HEADER = "X-Face-Identity"
 OBSERVATION_HEADER = "X-Face-Observation"

@@ -3,8 +3,8 @@
 Before the manager asks a Cargo to create an application's copy (an allocation or a
 restoration) or to delete one (a release), it records an *intent* ``(op, kind, app,
 cargo_id, url)`` in ``DIR/cargo-manager.intents.json`` next to its state file, written
-atomically and fsynced (:func:`~nodes.armada.cargo_manager.write_state_file`), and only
-then calls the Cargo. An intent is *settled* once the state file on disk decides it:
+atomically and fsynced (:func:`~nodes.armada.cargo_manager.state.write_state_file`), and
+only then calls the Cargo. An intent is *settled* once the state file on disk decides it:
 
 * the state file counts the Cargo as a ready replica of the application: the copy is
   meant to be there (an allocation or restoration that committed, or a release that

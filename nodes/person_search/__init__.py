@@ -3,10 +3,10 @@
 * :mod:`nodes.person_search.edge_server` is one edge server: it stores its items' ground
   truth (which targets each of its slots contains) and answers analysis requests after
   the duration the paper's response model gives
-  (:class:`~testbed.systems.person_search.model.AnalysisServer`, driven in wall-clock
+  (:class:`~nodes.person_search.model.AnalysisServer`, driven in wall-clock
   seconds).
 * :mod:`nodes.person_search.coordinator` is the cloud server: it runs every search of a
-  request (Algorithm 1, :class:`~testbed.systems.person_search.model.Search`)
+  request (Algorithm 1, :class:`~nodes.person_search.model.Search`)
   concurrently against the edge servers with one of the person-search policies,
   mirroring the discrete-event simulator.
 

@@ -6,10 +6,10 @@ the timing. The coordinator knows the item metadata only
 (:meth:`~workloads.person_search.Items.for_layout`); the ground truth stays on the edge
 servers, which answer "does item i contain target k" (``nodes.person_search.edge_server``).
 
-It mirrors :func:`testbed.sim.person_search.simulate` as closely as real concurrency
+It mirrors :func:`testbed.systems.person_search.sim.simulate` as closely as real concurrency
 allows:
 
-1. **Searches.** One :class:`~testbed.systems.person_search.model.Search` per target ``k``, starting
+1. **Searches.** One :class:`~nodes.person_search.model.Search` per target ``k``, starting
    from the position of server ``starts[k]`` at ``T_L = 0`` and asking for ``T_R =
    slots`` (as :meth:`Search.for_target` does). All start at once (the run's start is
    time 0) and each has exactly one analysis in flight (Algorithm 1).
@@ -37,7 +37,7 @@ allows:
    depend on how the searches' answers interleave. ``policy_params`` carry a scenario's
    policy entry (the emulation driver sends them): among them the candidate-set rule
    ``candidates`` (``unanalysed`` or ``after-discovery``, module note 3 of
-   :mod:`testbed.systems.person_search.model`), which the coordinator's searches follow
+   :mod:`nodes.person_search.model`), which the coordinator's searches follow
    exactly as the simulator's.
 6. **Failures.** Any failed analysis request (not 200, a malformed answer, a timeout, a
    connection error) or a search that runs out of candidates without finding its
@@ -90,16 +90,16 @@ from nodes.common import (
 from nodes.http import PeerError, call_json, error_of
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import CoordinatorParams
-from nodes.person_search.serving import read_large_json_object, serve
-from nodes.secret import peer_session
-from testbed.checks import is_int, is_number
-from testbed.systems.person_search.model import (
+from nodes.person_search.model import (
     ACCOUNTINGS,
     PriorityParams,
     Search,
     compensation_factor,
 )
-from testbed.systems.person_search.policies import SEARCH_POLICIES, make_search_policy
+from nodes.person_search.policies import SEARCH_POLICIES, make_search_policy
+from nodes.person_search.serving import read_large_json_object, serve
+from nodes.secret import peer_session
+from testbed.checks import is_int, is_number
 from workloads.person_search import LAYOUTS, MAX_SLOTS, MAX_TARGETS, Items, Layout
 
 _log = logging.getLogger("nodes.person_search.coordinator")

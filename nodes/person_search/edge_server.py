@@ -7,7 +7,7 @@ which targets each of them contains (the ground truth, which only this server ho
 ``POST /analyse`` "analyses" one item for one target: it answers whether the target is
 in it after the time the paper's response model gives.
 
-The response model is :class:`testbed.systems.person_search.model.AnalysisServer` with ``Tc`` =
+The response model is :class:`nodes.person_search.model.AnalysisServer` with ``Tc`` =
 ``tc / time_scale`` wall seconds (``time_scale`` is the scenario's: model seconds per
 wall second, >= 1), driven by the event loop's clock (``loop.time()``):
 
@@ -67,9 +67,9 @@ from nodes.common import (
 )
 from nodes.person_search import openapi as doc
 from nodes.person_search.configs import EdgeServerParams
+from nodes.person_search.model import AnalysisServer
 from nodes.person_search.serving import read_large_json_object, serve
 from testbed.checks import is_int, is_number
-from testbed.systems.person_search.model import AnalysisServer
 from workloads.person_search import MAX_SLOTS
 
 _log = logging.getLogger("nodes.person_search.edge_server")

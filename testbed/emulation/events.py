@@ -19,7 +19,7 @@ schedule order): when it was due and when its change had taken effect, in wall a
 model time, and its outcome. :meth:`EventScheduler.stop`
 lets actions under way finish, cancels the ones not yet due, and only then returns, so
 the network is restored for the next replay after its events are over. The fidelity
-guard judges the lines (:func:`testbed.fidelity.event_lateness`); :func:`cost_warnings`
+guard judges the lines (:func:`testbed.analysis.fidelity.event_lateness`); :func:`cost_warnings`
 says before the first replay which joins cannot be prepared in time.
 """
 

@@ -29,27 +29,27 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from nodes.secret import RunSecret
+from testbed.analysis.fidelity import DEFAULT_THRESHOLDS
 from testbed.emulation import links as linkmod
 from testbed.emulation.cpu_partition import Partition, env_partition
 from testbed.emulation.events import EventScheduler, cost_warnings, join_cost_s, warning_text
-from testbed.emulation.exits import wait_exits
 from testbed.emulation.fidelity_watch import FidelityWatch
 from testbed.emulation.gate import Gate
 from testbed.emulation.launcher import LauncherClient, start_launcher
-from testbed.emulation.ledger import Ledger, process_start_time
+from testbed.emulation.ledger import Ledger
 from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
 from testbed.emulation.network import BuiltNetwork, build_network, stop_network
 from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
+from testbed.emulation.runtimes import RunningService, Runtime, runtime_for, uses_engine
 from testbed.emulation.shaping import resolve_backend, shaping_engine, shaping_rx
 from testbed.errors import EmulationError
-from testbed.fidelity import DEFAULT_THRESHOLDS
 from testbed.replays import replay_each, replay_groups
 from testbed.scenario.model import Event, Scenario, Service
 
@@ -128,9 +128,10 @@ def engine_nodes(scenario: Scenario) -> set[str]:
     task containers in its pod)."""
     from testbed.systems import find_program
 
-    docker = {n.name for n in scenario.topology.nodes if n.runtime == "docker"}
+    engine = {n.name for n in scenario.topology.nodes
+              if not n.is_switch and runtime_for(n).needs_engine()}
     return {svc.node for svc in scenario.services
-            if svc.node in docker and "docker_socket" in find_program(svc.program)[1].context}
+            if svc.node in engine and "docker_socket" in find_program(svc.program)[1].context}
 
 
 @dataclass
@@ -168,7 +169,7 @@ class Infrastructure:
                                        preload=get_system(scenario.system).preload,
                                        cpus=self.partition.hosts if self.partition else None)
         self.engine_nodes = engine_nodes(scenario)
-        if any(n.runtime == "docker" for n in scenario.topology.nodes if not n.is_switch):
+        if uses_engine(scenario.topology.nodes):
             from testbed.emulation.docker_engine import ensure_base_image, start_engine
 
             self.engine = start_engine(self.ledger)
@@ -205,35 +206,10 @@ class Infrastructure:
     def switch_params(self) -> dict:
         return {}
 
-    def docker_host_class(self) -> Any:
-        from testbed.emulation.docker_runtime import DockerHost
-
-        return DockerHost
-
-    def docker_host_params(self, node: Any) -> dict:
-        from docker.types import Mount
-
-        assert self.secret_file is not None
-        folder = str(self.secret_file.folder)
-        return {"engine": self.engine, "image": self.image, "ledger": self.ledger,
-                "run_prefix": self.prefix, "cpu": node.cpu, "memory_mb": node.memory_mb,
-                "workdir": str(self.workdir), "volumes": dict(node.volumes),
-                "mounts": [Mount(target=folder, source=folder, type="bind", read_only=True)],
-                "engine_access": node.name in self.engine_nodes,
-                "cpuset": self.partition.hosts_list if self.partition else None}
-
     def wait_switch_connected(self, switch: Any) -> None:
         from testbed.emulation.controller import wait_connected
 
         wait_connected(self.ovs, switch.name, timeout=30.0)
-
-
-@dataclass
-class RunningService:
-    service: Service
-    pid: int | None = None  # process runtime: the launcher's child
-    start: int | None = None  # ... and its start time (a recycled pid is never killed)
-    handle: Any = None  # docker runtime: the exec handle
 
 
 @dataclass
@@ -255,6 +231,10 @@ class EmulatedTopology:
     event_records: list[dict[str, Any]] = field(default_factory=list)
 
     # ----- services -------------------------------------------------------------------
+    def runtime(self, node: str) -> Runtime:
+        """The runtime ``node`` runs its programs in (:mod:`testbed.emulation.runtimes`)."""
+        return runtime_for(self.scenario.node(node))
+
     def service_argv(self, svc: Service) -> list[str]:
         """The command line of a service: address, the values its program takes from
         the scenario (``Program.context``), then its params with ``{ip:NODE}`` expanded,
@@ -322,18 +302,7 @@ class EmulatedTopology:
     def spawn(self, svc: Service, module: str, argv: list[str], log: Path) -> RunningService:
         """Start ``python -m module`` on ``svc.node`` in its runtime (namespace, limits),
         told where the run secret is (``TESTBED_SECRET_FILE``)."""
-        host = self.net.hosts[svc.node]
-        if self.scenario.node(svc.node).runtime == "docker":
-            handle = host.exec_service([sys.executable, "-m", module, *argv], log=str(log),
-                                       env=self.service_env())
-            return RunningService(svc, handle=handle)
-        cgroup = self.net.cgroups.get(svc.node)
-        # in the run's work folder: a relative path a service is given lands in the run
-        pid = self.infra.launcher.spawn(host.pid, module, argv, log,
-                                        cgroups=cgroup.procs_files if cgroup else None,
-                                        cwd=self.workdir, env=self.service_env())
-        self.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
-        return RunningService(svc, pid=pid, start=process_start_time(pid))
+        return self.runtime(svc.node).spawn(self, svc, module, argv, log)
 
     def start_service(self, svc: Service) -> None:
         from testbed.systems import find_program
@@ -345,19 +314,7 @@ class EmulatedTopology:
 
     def end(self, running: RunningService, sig: signal.Signals) -> None:
         """Stop one started program with ``sig`` and wait until it has ended."""
-        if running.handle is not None:
-            host = self.net.hosts[running.service.node]
-            if sig == signal.SIGKILL:  # a crash: no grace period
-                running.handle.signal(signal.SIGKILL)
-            host.stop_service(running.handle)
-            return
-        try:
-            os.kill(running.pid, sig)
-        except ProcessLookupError:
-            return
-        if self.infra.launcher.wait(running.pid, timeout=5.0) is None:
-            os.kill(running.pid, signal.SIGKILL)
-            self.infra.launcher.wait(running.pid, timeout=5.0)
+        self.runtime(running.service.node).end(self, running, sig)
 
     def stop_service(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
         """Stop a service: SIGKILL for a crash, SIGTERM for a graceful leave."""
@@ -453,26 +410,12 @@ class EmulatedTopology:
         node its whole service container, background load included; its volumes and
         network stay) are SIGKILLed. Returns once they are dead; the returned function
         collects what is left (exit statuses, the engine's record of the container)."""
-        if self.scenario.node(node).runtime == "docker":
-            host = self.net.hosts[node]
-            host.kill()
-            for svc in self.scenario.services_on(node):
-                self.services.pop(svc.name, None)
-            self.loads.pop(node, None)
-            return host.settle_crash
         killed = [self.services.pop(svc.name) for svc in self.scenario.services_on(node)
                   if svc.name in self.services]
-        for running in killed:
-            with suppress(ProcessLookupError):
-                os.kill(running.pid, signal.SIGKILL)
-        if not wait_exits([(r.pid, r.start) for r in killed], timeout=10.0):
-            raise EmulationError(f"crash of {node}: its services still run 10 s after "
-                                 "SIGKILL")
-
-        def collect() -> None:
-            for running in killed:
-                self.infra.launcher.wait(running.pid, timeout=5.0)
-        return collect
+        runtime = self.runtime(node)
+        if runtime.crash_ends_load:
+            self.loads.pop(node, None)
+        return runtime.crash(self, node, killed)
 
     def _end_all(self, running: list[RunningService], sig: signal.Signals) -> None:
         """:meth:`end` several programs, signalled together rather than one by one."""
@@ -496,9 +439,7 @@ class EmulatedTopology:
 
     def join_pending(self, node: str) -> bool:
         """Whether a join of ``node`` has services (or a container) to start."""
-        return bool(self._missing(node)) or (
-            self.scenario.node(node).runtime == "docker"
-            and not self.net.hosts[node].running())
+        return bool(self._missing(node)) or self.runtime(node).node_down(self, node)
 
     def join_cost_s(self, node: str) -> float:
         """Estimated wall seconds to bring ``node``'s services back (measured at
@@ -536,9 +477,7 @@ class EmulatedTopology:
         answer; a crashed ``docker`` node's container is started again first."""
         missing = self._missing(node)
         for name in sorted({s.node for s in missing} | ({node} if node else set())):
-            if self.scenario.node(name).runtime == "docker" and \
-                    not self.net.hosts[name].running():
-                self.net.hosts[name].restart()
+            self.runtime(name).bring_back(self, name)
         for svc in missing:
             self.start_service(svc)
         if missing:
@@ -685,7 +624,7 @@ def run_emulation(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
                   progress: Progress, driver: Driver,
                   ledger_root: Path | None = None) -> dict[str, Any]:
     """Run every repetition and policy of ``scenario`` with ``driver``; returns rows and
-    run details (``fidelity``: the verdict of :func:`testbed.fidelity.judge`)."""
+    run details (``fidelity``: the verdict of :func:`testbed.analysis.fidelity.judge`)."""
     ledger = Ledger(run, root=ledger_root)
     prefix = reserve_prefix(ledger)  # held until the ledger is gone (teardown or clean)
     started = time.time()

@@ -7,7 +7,7 @@ userspace delayer's release-lateness count and starts a
 :class:`~testbed.host_monitor.HostMonitor`; on exit it stops the monitor and reads the
 delayer's count. :meth:`FidelityWatch.verdict` adds the dispatch lag of the rows and
 the lateness of the replays' events (the lines the event scheduler logged,
-``topo.event_records``) and hands everything to :func:`testbed.fidelity.judge`. The thresholds and the judgement
+``topo.event_records``) and hands everything to :func:`testbed.analysis.fidelity.judge`. The thresholds and the judgement
 live there; this module only measures.
 """
 
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from testbed import fidelity
+from testbed.analysis import fidelity
 from testbed.emulation.probe import in_netns
 from testbed.errors import EmulationError
 from testbed.host_monitor import HostMonitor
@@ -57,7 +57,7 @@ def tcp_rtt_ms(ip: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> float | 
 
 def probe_path(path: Mapping[str, Any], ip: str, port: int,
                probes: int = PROBES) -> dict[str, Any]:
-    """``path`` (from :func:`testbed.fidelity.probe_plan`) with its measured RTT: the
+    """``path`` (from :func:`testbed.analysis.fidelity.probe_plan`) with its measured RTT: the
     median (``measured_ms``) and minimum of ``probes`` connects, or an ``error``. Runs in
     the client's network namespace."""
     tcp_rtt_ms(ip, port)
@@ -145,7 +145,7 @@ class FidelityWatch:
                 self.absent["shaper_lateness"] = "no frame crossed a delayed link"
 
     def verdict(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-        """The judged measures (:func:`testbed.fidelity.judge`), with ``rows``' dispatch
+        """The judged measures (:func:`testbed.analysis.fidelity.judge`), with ``rows``' dispatch
         lag; the run's ``metadata.json`` keeps it as ``fidelity``."""
         self.stop()
         absent = dict(self.absent)

@@ -46,6 +46,7 @@ from testbed.emulation.names import (
     check_absent,
     interface_plan,
 )
+from testbed.emulation.runtimes import runtime_for
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
 
@@ -155,14 +156,7 @@ def _add_nodes(built: BuiltNetwork, topology: Topology, plan: InterfacePlan,
             if fabric:
                 built.fabrics[node.name] = [built.bridges[leaf] for leaf in fabric.leaves]
             continue
-        if node.runtime == "docker":
-            host = net.addHost(node.name, cls=services.docker_host_class(),
-                               **services.docker_host_params(node))
-        else:
-            host = net.addHost(node.name, cls=BatchedHost)
-            if node.cpu is not None or node.memory_mb is not None:
-                built.cgroups[node.name] = NodeCgroup(ledger, plan.prefix, node.name,
-                                                      node.cpu, node.memory_mb)
+        host = runtime_for(node).add_host(built, node, ledger, plan.prefix, services)
         ledger.record_process(host.pid, what=f"mininet host {node.name}", term="SIGHUP")
         if isinstance(host, BatchedHost):
             send(host, IPV6_OFF)  # the shells work side by side; collected below

@@ -45,6 +45,7 @@ from testbed.scenario.model import (
     Topology,
     Workload,
     default_task_timeout,
+    install_rebuild,
     plain_copy,
 )
 
@@ -1008,3 +1009,6 @@ def _executor(c: _Checker, value: object, time_scale: float) -> ExecutorDefaults
         state_timeout_s=c.number(data.get("state_timeout_s", 1.0), "executor.state_timeout_s",
                                  0, 3_600, lo_open=True),
     )
+
+
+install_rebuild(scenario_from_dict)

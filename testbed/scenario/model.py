@@ -13,7 +13,7 @@ which the emulation divides by ``Scenario.time_scale``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -419,8 +419,8 @@ class Scenario:
         unknown = sorted(set(overrides) - set(OVERRIDABLE))
         if unknown:
             raise TypeError(f"cannot override {', '.join(unknown)}; only {OVERRIDABLE}")
-        from testbed.scenario.loader import scenario_from_dict  # the loader imports us
-
+        if not _REBUILD:
+            raise RuntimeError("testbed.scenario.loader has not installed its builder")
         data = plain_copy(self.raw)
         for key, value in overrides.items():
             if value is not None:
@@ -429,7 +429,20 @@ class Scenario:
             labels = {p: self.policy_entry(p).to_dict() for p in self.policies}
             data["policies"] = [labels.get(p, p) if isinstance(p, str) else p
                                 for p in data["policies"]]
-        return scenario_from_dict(data, source=self.source)
+        return _REBUILD[0](data, self.source)
+
+
+#: How a changed document becomes a validated :class:`Scenario` again: the loader's
+#: ``scenario_from_dict``, installed by :func:`install_rebuild` when the loader is
+#: imported (``testbed.scenario`` imports it before this module can be used), so that
+#: the model never imports the loader that imports it.
+_REBUILD: list[Callable[[Any, str], Scenario]] = []
+
+
+def install_rebuild(build: Callable[[Any, str], Scenario]) -> None:
+    """Install the function :meth:`Scenario.with_overrides` validates a changed document
+    with (the loader's ``scenario_from_dict``)."""
+    _REBUILD[:] = [build]
 
 
 def plain_copy(value: Any) -> Any:

@@ -173,7 +173,7 @@ def _run_emulation(spec: Mapping[str, Any], folder: Path, run_dir: Path
 
 def _traces_with_coordinates(spec: Mapping[str, Any], run_dir: Path) -> pd.DataFrame:
     """The run's traces with the cell's coordinates as columns."""
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     df = read_traces(run_dir)
     df.insert(0, "cell", spec["key"])

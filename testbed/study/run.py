@@ -139,7 +139,7 @@ def _outputs(folder: Path, about: dict[str, Any], records: list[dict[str, Any]],
              include_degraded: bool) -> pd.DataFrame:
     """The summary table, written with the page unless both already describe exactly
     these cells (a re-run with nothing to do then rewrites nothing)."""
-    from testbed.report_html import write_study_page
+    from testbed.reports.html import write_study_page
 
     key = hashlib.sha256(json.dumps(
         [about, include_degraded,

@@ -7,7 +7,7 @@ configured* (started empty, of the configured duration), not the steady state. T
 paired difference against the baseline is taken per replication (both policies
 replayed the same trace) and gets its own t-interval. With a single replication there
 is nothing to spread over: the values and intervals are then the steady-state batch
-means of that run (:func:`testbed.compare.compare`), or the estimate alone where the run
+means of that run (:func:`testbed.analysis.compare.compare`), or the estimate alone where the run
 is too short for an interval; the ``method`` and ``estimand`` columns say which.
 Latency bounds are at least 0. ``replications`` counts what stands behind every row.
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.compare import failures, steady_state, task_latencies_ms
-from testbed.stats import (
+from testbed.analysis.compare import failures, steady_state, task_latencies_ms
+from testbed.analysis.stats import (
     RUN_AS_CONFIGURED,
     STEADY_STATE,
     TOO_SHORT,
@@ -76,7 +76,7 @@ def _replicated(per_rep: Sequence[Mapping[str, float]], diffs: Sequence[float]
 
 def _batched(frame: pd.DataFrame, policy: str, baseline: str) -> dict[str, Any]:
     """Columns from the one replication's tasks by batch means (the rule of
-    :func:`testbed.compare.steady_state`): every value is the steady-state estimate after the warm-up shared
+    :func:`testbed.analysis.compare.steady_state`): every value is the steady-state estimate after the warm-up shared
     by the run's policies, the one its interval belongs to, and the difference is the
     difference of two such means."""
     found = steady_state(frame, baseline, STATS)[1][policy]

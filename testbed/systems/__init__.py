@@ -13,6 +13,9 @@ What a system registers:
   a host and the ``Config`` that validates its ``params`` when the scenario loads;
 - ``generators``: the workload generators it brings, by name (``"module:Class"``);
 - ``policies``: the names a scenario of the system may list, with a line each;
+- ``colours``: a fixed ``#rrggbb`` colour per policy name (entries of
+  :data:`testbed.reports.colours.PALETTE`, distinct within the system), so that every
+  plot draws its policies alike (:func:`policy_colours`);
 - ``builders``: named scenario builders a YAML file can call with parameters;
 - ``emulate`` / ``simulate``: how ``testbed run`` replays a scenario's policies on each
   executor (``simulate`` is ``None`` for a system without a simulator, which then
@@ -117,7 +120,7 @@ class TraceKind:
     ``columns`` are its extension columns as ``(name, dtype)`` with dtype ``"string"``,
     ``"int"`` (a nullable integer) or ``"float"``; they follow the core columns in
     ``traces.parquet`` and stay null on rows of every other kind
-    (:func:`testbed.traces.schema`).
+    (:func:`testbed.analysis.traces.schema`).
     """
 
     name: str
@@ -134,6 +137,7 @@ class System:
     programs: tuple[Program, ...] = ()
     generators: Mapping[str, str] = field(default_factory=dict)
     policies: Mapping[str, str] = field(default_factory=dict)
+    colours: Mapping[str, str] = field(default_factory=dict)
     builders: Mapping[str, str] = field(default_factory=dict)
     emulate: str | None = None
     simulate: str | None = None
@@ -256,6 +260,30 @@ def generators() -> dict[str, Any]:
                 made = resolve(path)
                 _GENERATORS[path] = made() if isinstance(made, type) else made
             found.setdefault(name, _GENERATORS[path])
+    return found
+
+
+def generate(name: str, params: Mapping[str, Any], clients: list[str], duration: float,
+             seed: int) -> list[Any]:
+    """The trace of the registered generator ``name``
+    (:func:`workloads.generate_with`); a TestbedError naming the known ones for an unknown
+    name, besides what ``generate_with`` raises."""
+    from workloads import generate_with
+
+    found = generators()
+    if name not in found:
+        raise TestbedError(f"unknown workload generator {name!r}; known: "
+                           f"{', '.join(sorted(found))}")
+    return generate_with(found[name], params, clients, duration, seed)
+
+
+def policy_colours() -> dict[str, str]:
+    """Every registered system's fixed policy colours by policy name (the first
+    system, by name, that fixes a name's colour wins)."""
+    found: dict[str, str] = {}
+    for _, system in sorted(systems().items()):
+        for name, colour in system.colours.items():
+            found.setdefault(name, colour)
     return found
 
 

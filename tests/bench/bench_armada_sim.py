@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 from testbed.scenario import scenario_from_dict
-from testbed.sim.armada_calibration import load_calibration
-from testbed.sim.armada_replay import replay_one
 from testbed.systems.armada.paper_scale_experiment import fleet_params
+from testbed.systems.armada.sim_calibration import load_calibration
+from testbed.systems.armada.sim_replay import replay_one
 
 POINTS = ((20, 100), (100, 500), (200, 1000))
 STREAM_S = 60.0

@@ -8,7 +8,7 @@ the server's capacity (~500k tasks/s) is far above what a client can send.
 Both clients run inside ``c1``, started by the run's launcher exactly as the executor
 starts dispatchers, against the same server over the same link:
 
-* the real dispatcher (``python -m testbed.dispatch CONFIG``: policy ``jsq``, ``/state``
+* the real dispatcher (``python -m nodes.offloading.dispatcher CONFIG``: policy ``jsq``, ``/state``
   polling every 100 ms, one JSON row written per task);
 * the peer: a minimal aiohttp loop (this module run as ``__main__``) that sends the same
   trace on the same schedule with the same cap on requests in flight, and only keeps
@@ -186,7 +186,7 @@ class DispatchBench:
                       "poll_interval_s": self.topo.scenario.executor.poll_interval_ms / 1000,
                       "time_scale": 1, "start_at": start_at, "out": str(out),
                       "timeout_s": CLIENT_TIMEOUT_S, "max_inflight": MAX_INFLIGHT}
-            self._spawn_and_wait("testbed.dispatch", config, tag)
+            self._spawn_and_wait("nodes.offloading.dispatcher", config, tag)
             rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
             samples = _samples_from_rows(rows)
         else:

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from testbed.policies import POLICIES, make_policy
-from testbed.policies.base import Decision, Policy, TaskInfo, View
-from testbed.sim.tiers import Simulation
-from testbed.sim.tiers_replay import build_model
+from nodes.offloading.policies import POLICIES, make_policy
+from nodes.offloading.policies.base import Decision, Policy, TaskInfo, View
+from testbed.systems.offloading.sim import Simulation
+from testbed.systems.offloading.sim_replay import build_model
 from tests.bench.bench_sim import CAPACITY, RHO, bench_scenario, trace_for
 
 PAPER_HYBRID_MEAN_US = 7.4

@@ -11,10 +11,10 @@ each search's last discovery point (a random server, ``T_L`` in 0..4), a random 
 (0..4 analyses per server) and candidate sets with about 10 % of the items already
 analysed.
 
-* **vectorised**: :func:`testbed.systems.person_search.model.priority_matrix` and
-  :func:`~testbed.systems.person_search.model.select` (numpy arrays in);
-* **loop**: :func:`~testbed.systems.person_search.model.priority_loop` and
-  :func:`~testbed.systems.person_search.model.select_loop`, the straightforward per-item Python
+* **vectorised**: :func:`nodes.person_search.model.priority_matrix` and
+  :func:`~nodes.person_search.model.select` (numpy arrays in);
+* **loop**: :func:`~nodes.person_search.model.priority_loop` and
+  :func:`~nodes.person_search.model.select_loop`, the straightforward per-item Python
   version (lists in; converting the inputs is not timed);
 * **sequential**: :meth:`PriorityPolicy.choose_many` with the load growing after every
   choice, as the paper's simulator selected (one vectorised matrix, then one numpy row
@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from testbed.systems.person_search.model import (
+from nodes.person_search.model import (
     Search,
     priority_loop,
     priority_matrix,
     select,
     select_loop,
 )
-from testbed.systems.person_search.policies import PriorityPolicy
+from nodes.person_search.policies import PriorityPolicy
 from workloads.person_search import Items, Layout
 
 TARGET_RATIO = 10.0

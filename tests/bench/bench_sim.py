@@ -44,14 +44,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from testbed.policies import make_policy
-from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
-from testbed.queueing import mmc_wait
+from nodes.offloading.policies import make_policy
+from nodes.offloading.policies.base import Outcome, Policy, TargetState, TaskInfo, View
+from nodes.offloading.queueing import mmc_wait
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.scenario.model import Scenario
-from testbed.sim.tiers import OK, SimModel
-from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, one_tier_model, simulate
-from workloads import generate
+from testbed.systems import generate
+from testbed.systems.offloading.sim import OK, SimModel
+from testbed.systems.offloading.sim_replay import (
+    TIER_WINDOW_S,
+    build_model,
+    one_tier_model,
+    simulate,
+)
 from workloads.trace import Task
 
 RHO = 0.8

@@ -19,7 +19,7 @@ nodes, are served by a node's servers and are routed to the next node. The model
 Everything that decides lives in one custom routing object (:class:`ContinuumRouting`,
 a :class:`ciw.routing.NetworkRouting`): it tags each new customer with its task or
 route, decides placements with the same policy objects as the other implementations
-(one per client, built and shown :class:`~testbed.policies.base.View` objects through
+(one per client, built and shown :class:`~nodes.offloading.policies.base.View` objects through
 their public constructors) and counts each server's arrivals in a sliding window of
 ``window * time_scale`` model seconds. Service times come from one custom
 distribution that returns the time the router set on the customer.
@@ -39,9 +39,9 @@ from typing import Any
 
 import ciw
 
-from testbed.policies import make_policy
-from testbed.policies.base import Outcome, Policy, TargetState, TaskInfo, View
-from testbed.sim.tiers import SimModel
+from nodes.offloading.policies import make_policy
+from nodes.offloading.policies.base import Outcome, Policy, TargetState, TaskInfo, View
+from testbed.systems.offloading.sim import SimModel
 from workloads.trace import Task
 
 # Where a customer is in its life: the phase decides where it goes next.

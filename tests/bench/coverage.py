@@ -3,7 +3,7 @@
 ``python -m tests.bench.coverage [--quick] [--intervals K] [--json FILE]`` from the
 repository root (no root needed) prints the table of ``docs/statistics.md``. One tier of
 4 workers (service rate 1) fed Poisson arrivals over a zero-delay link
-(:func:`testbed.sim.tiers_replay.one_tier_model`), at loads 0.5, 0.8 and 0.9:
+(:func:`testbed.systems.offloading.sim_replay.one_tier_model`), at loads 0.5, 0.8 and 0.9:
 
 * **M/M/4**, exponential sizes. The truth of the steady-state mean latency is Erlang C's
   (``W_q + 1/mu``); of its p95 the root of the exact sojourn-time distribution.
@@ -13,10 +13,10 @@ repository root (no root needed) prints the table of ``docs/statistics.md``. One
 
 Two kinds of interval are measured against their own estimand:
 
-* **single run** (:func:`testbed.stats.batch_interval`): per run of :data:`SINGLE_TASKS`,
+* **single run** (:func:`testbed.analysis.stats.batch_interval`): per run of :data:`SINGLE_TASKS`,
   started empty, the steady-state interval, against the steady-state truth above. Runs
   the procedure calls too short give no interval; the table says how many did.
-* **across replications** (:func:`testbed.stats.replication_interval`): groups of 10
+* **across replications** (:func:`testbed.analysis.stats.replication_interval`): groups of 10
   (and, for M/M/4 at 0.8 and 0.9, 20: :data:`REPLICATIONS`) runs of
   :data:`REPLICATION_TASKS` tasks started empty; the t-interval of their whole-run
   means, against the mean of a run as configured, the mean of :data:`REFERENCE_RUNS`
@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import optimize
 
-from testbed.queueing import erlang_c, mmc_wait
-from testbed.sim.tiers_replay import one_tier_model, simulate
-from testbed.stats import CONFIDENCE, batch_interval, replication_interval
+from nodes.offloading.queueing import erlang_c, mmc_wait
+from testbed.analysis.stats import CONFIDENCE, batch_interval, replication_interval
+from testbed.systems.offloading.sim_replay import one_tier_model, simulate
 from workloads.trace import Task
 
 WORKERS = 4

@@ -19,8 +19,8 @@ import argparse
 
 import numpy as np
 
-from testbed.queueing import allen_cunneen_wait, pareto_scv
-from testbed.stats import replication_interval
+from nodes.offloading.queueing import allen_cunneen_wait, pareto_scv
+from testbed.analysis.stats import replication_interval
 from tests.unit.test_sim_theory import MU, WORKERS, mean_wait, poisson_trace
 
 ALPHA = 2.5

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.sim.armada_calibration import DEFAULT_PATH, load_calibration
 from testbed.systems.armada.calibration_run import (
     SIZES,
     run_calibration,
     write_calibration_report,
 )
+from testbed.systems.armada.sim_calibration import DEFAULT_PATH, load_calibration
 
 pytestmark = pytest.mark.emulation
 

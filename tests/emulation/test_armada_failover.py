@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.systems.armada.failover_experiment import failover_metrics, run_failover
-from testbed.traces import read_traces
 from workloads.trace import read_trace
 
 pytestmark = pytest.mark.emulation

@@ -17,6 +17,7 @@ import pytest
 
 from nodes.armada.app_manager import ACTIVE
 from nodes.armada.geo import haversine_km
+from testbed.analysis.traces import read_traces
 from testbed.systems.armada.churn_experiment import churn_result, run_churn, write_churn_report
 from testbed.systems.armada.failures_experiment import run_failures, write_failures_report
 from testbed.systems.armada.load_experiment import load_episodes, run_load, write_load_report
@@ -25,7 +26,6 @@ from testbed.systems.armada.scalability_experiment import (
     run_scalability,
     write_scalability_report,
 )
-from testbed.traces import read_traces
 
 pytestmark = pytest.mark.emulation
 QUIET = {"progress": lambda _line: None}

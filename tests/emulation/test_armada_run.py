@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.runner import run_scenario
 from testbed.scenario import load_scenario
 from testbed.systems.armada.failover_experiment import failover_metrics
-from testbed.traces import read_traces
 from workloads.trace import read_trace
 
 pytestmark = pytest.mark.emulation

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.systems.armada.selection_experiment import run_selection
-from testbed.traces import read_traces
 from workloads.trace import read_trace
 
 pytestmark = pytest.mark.emulation

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.systems.armada.builders import WORKLOADS, site_name
 from testbed.systems.armada.storage_experiment import SIZES, run_storage, write_storage_report
-from testbed.traces import read_traces
 
 pytestmark = pytest.mark.emulation
 SIZE = SIZES["small"]

@@ -24,7 +24,8 @@ import pytest
 
 from testbed.calibrate import RTT_RE
 from testbed.emulation.cpu_partition import Partition, partition
-from testbed.emulation.delayer import Delayer, DelayerClient, start_delayer
+from testbed.emulation.delayer import DelayerClient, start_delayer
+from testbed.emulation.delayer.server import Delayer
 from testbed.emulation.ledger import Ledger, is_running, process_start_time
 from testbed.emulation.shaper.build import build as build_shaper
 from testbed.emulation.tap_rx import is_threaded

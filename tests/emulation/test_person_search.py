@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.pytest_plugin import ScenarioRun
 from testbed.systems.person_search.builders import edge_name
 from testbed.systems.person_search.experiment_emulation import (
@@ -27,7 +28,6 @@ from testbed.systems.person_search.experiment_emulation import (
     run_emulation,
 )
 from testbed.systems.person_search.paper_reports import write_emulation_report
-from testbed.traces import read_traces
 from workloads.person_search import read_ground_truth
 
 pytestmark = pytest.mark.emulation

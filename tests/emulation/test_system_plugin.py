@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.replays import RunIncomplete
 from testbed.runner import run_scenario
 from testbed.scenario import load_scenario
-from testbed.traces import read_traces
 from tests.testsystem import SCENARIO
 
 pytestmark = pytest.mark.emulation

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada import churn_experiment
 
 APPLIED = [{"offset_s": o, "action": a, "target": t, "at": 1000.0 + o, "error": None}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from testbed.claims_index import FAILS, HOLDS
-from testbed.stats import Interval, side
+from testbed.analysis.stats import Interval, side
+from testbed.reports.claims_index import FAILS, HOLDS
 from testbed.systems.armada.executors_experiment import (
     SIZES,
     agreement,

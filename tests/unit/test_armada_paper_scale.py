@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada.fleet_measure import herd_share
 from testbed.systems.armada.paper_scale_experiment import (
     LABELS,
@@ -80,7 +80,7 @@ def _doc(armada_ms: dict[tuple[int, int], list[float]]) -> dict:
 
 
 def test_the_verdict_follows_the_paired_differences() -> None:
-    from testbed.claims_index import FAILS, HOLDS, HOLDS_ONLY_FOR
+    from testbed.reports.claims_index import FAILS, HOLDS, HOLDS_ONLY_FOR
     from testbed.systems.armada.paper_scale_experiment import conclusion
 
     below = [40.0, 41.5, 40.5]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada import failures_experiment as fx
 from testbed.systems.armada.failover_experiment import failover_conclusion
 from testbed.systems.armada.load_experiment import load_conclusion
@@ -360,8 +360,8 @@ def test_the_harness_records_the_replica_view_before_each_action() -> None:
 
 
 def test_a_streams_applied_actions_become_event_log_lines_the_guard_judges() -> None:
+    from testbed.analysis.fidelity import event_lateness
     from testbed.event_log import lateness_model_s
-    from testbed.fidelity import event_lateness
     from testbed.systems.armada.fleet import event_lines
 
     start = 1000.0

@@ -1,4 +1,4 @@
-"""The Armada simulator (:mod:`testbed.sim.armada`) and its calibration, on small fleets.
+"""The Armada simulator (:mod:`testbed.systems.armada.sim`) and its calibration, on small fleets.
 
 A hand-made calibration (constant or two-level service times) stands in for the
 measured one, so latencies can be computed by hand; the decision code is the emulation's
@@ -15,15 +15,15 @@ import pytest
 
 from testbed.errors import TestbedError
 from testbed.scenario import scenario_from_dict
-from testbed.sim.armada import Link, Network
-from testbed.sim.armada_calibration import (
+from testbed.systems.armada.sim import Link, Network
+from testbed.systems.armada.sim_calibration import (
     Calibration,
     ShareSamples,
     load_calibration,
     parse_calibration,
     quantile,
 )
-from testbed.sim.armada_replay import fleet_params, replay_one, sim_links
+from testbed.systems.armada.sim_replay import fleet_params, replay_one, sim_links
 
 FLEET = {"nodes": 4, "users": 3, "node_cores": [0.1, 0.12, 0.15], "duration": 20.0,
          "seed": 3}
@@ -129,7 +129,7 @@ def test_every_frame_gets_one_row_and_an_idle_frame_costs_its_path_and_service()
     rows = done["rows"]
     assert len(rows) == 3 * 20
     assert all(r["outcome"] == "ok" for r in rows)
-    from testbed.sim.armada import Network as Net
+    from testbed.systems.armada.sim import Network as Net
 
     net = Net(sim_links(scenario))
     for user in ("u01", "u02", "u03"):
@@ -214,8 +214,8 @@ def test_only_fleets_and_the_simulated_policies_replay() -> None:
 def test_a_fleet_runs_through_testbed_run_on_the_simulator(tmp_path: Path) -> None:
     """The generic path: the committed calibration, the materialised trace, a results
     folder like the emulation's (rows, metadata with each stream's details)."""
+    from testbed.analysis.traces import read_traces
     from testbed.runner import run_scenario
-    from testbed.traces import read_traces
 
     scenario = fleet_scenario(["armada", "geo-nearest"])
     out = run_scenario(scenario, out=tmp_path / "run", executor="sim",
@@ -280,7 +280,7 @@ def test_a_labelled_sdk_entry_replays_with_its_parameters() -> None:
 
 
 def test_the_cfs_quota_throttles_sustained_load_only() -> None:
-    from testbed.sim.armada import CFS_PERIOD_S, cfs_finish
+    from testbed.systems.armada.sim import CFS_PERIOD_S, cfs_finish
 
     # a quarter of a core: 25 ms per 100 ms period; 12 ms alone runs at one core's speed
     end, period_end, used = cfs_finish(0.0, 0.012, 0.25, 0.0, 0.0)
@@ -304,8 +304,8 @@ def test_replayed_back_to_back_the_quota_model_gives_the_measured_shares() -> No
     past its quota)."""
     from statistics import median
 
-    from testbed.sim.armada import CFS_PERIOD_S
-    from testbed.sim.armada_quota_check import check, table
+    from testbed.systems.armada.sim import CFS_PERIOD_S
+    from testbed.systems.armada.sim_quota_check import check, table
 
     rows = check(load_calibration())
     assert len(table(rows)) == len(rows) + 2

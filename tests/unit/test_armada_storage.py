@@ -25,9 +25,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from nodes.armada import app_manager, beacon, cargo, cargo_manager
-from nodes.armada.cargo import CargoConfig, pack_records, record_bytes
-from nodes.armada.cargo_manager import CargoView, pick_cargo
+from nodes.armada import app_manager, beacon
+from nodes.armada.cargo import service as cargo
+from nodes.armada.cargo.codec import pack_records, record_bytes
+from nodes.armada.cargo.service import CargoConfig
+from nodes.armada.cargo_manager import service as cargo_manager
+from nodes.armada.cargo_manager.placement import CargoView, pick_cargo
+from nodes.armada.configs import DEFAULT_CAPACITY_BYTES
 from nodes.armada.sdk.storage import (
     StorageClient,
     StorageFull,
@@ -85,7 +89,7 @@ class Layer:
         return self.cargos[cargo_id].app[cargo.CARGO_KEY].config
 
     async def add_cargo(self, cargo_id: str, where: tuple[float, float],
-                        capacity_bytes: int = cargo.DEFAULT_CAPACITY_BYTES,
+                        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
                         port: int | None = None) -> TestServer:
         port = port or free_port()
         config = CargoConfig(

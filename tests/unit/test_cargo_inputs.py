@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from nodes.armada.cargo import pack_records
+from nodes.armada.cargo.codec import pack_records
 from nodes.common import free_port
 from testbed.poll import await_until
 from tests.unit.test_armada_storage import DIM, REPO, allocation, records, vectors

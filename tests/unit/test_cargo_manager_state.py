@@ -22,15 +22,16 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from nodes.armada import cargo_manager
-from nodes.armada.cargo import record_bytes
-from nodes.armada.cargo_manager import (
-    CARGO_MANAGER_KEY,
-    STATE_FILE,
+from nodes.armada.cargo.codec import record_bytes
+from nodes.armada.cargo_manager import service as cargo_manager
+from nodes.armada.cargo_manager.service import CARGO_MANAGER_KEY
+from nodes.armada.cargo_manager.state import (
     STATE_FORMAT,
     STATE_VERSION,
     StateFileError,
+    load_state,
 )
+from nodes.armada.configs import STATE_FILE
 from nodes.armada.intents import INTENTS_FILE, load_intents
 from nodes.common import free_port
 from testbed.poll import await_until
@@ -73,7 +74,7 @@ async def durable_layer(tmp: Path) -> AsyncIterator[Layer]:
 def state_of(layer: Layer) -> dict[str, Any]:
     """The state file as it is on disk now, checked by the manager's own loader."""
     path = layer.tmp / "state" / STATE_FILE
-    assert cargo_manager.load_state(path) is not None
+    assert load_state(path) is not None
     doc = json.loads(path.read_text())
     assert doc["format"] == STATE_FORMAT and doc["version"] == STATE_VERSION
     return doc

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.claims_index import (
+from testbed.cli import main
+from testbed.errors import TestbedError
+from testbed.reports.claims_index import (
     Claim,
     anchor,
     claims_path,
@@ -17,8 +19,6 @@ from testbed.claims_index import (
     write_claims,
     write_index,
 )
-from testbed.cli import main
-from testbed.errors import TestbedError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_the_committed_index_is_what_its_claims_files_give() -> None:
 def test_one_verdict_rule_for_every_report() -> None:
     """The shared rule: all passed holds, none fails, some names them; no check is
     ``empty``; each system's wrapper gives the same words."""
-    from testbed.claims_index import verdict
+    from testbed.reports.claims_index import verdict
     from testbed.systems.armada.verdicts import verdict as armada_verdict
     from testbed.systems.offloading.claim_checks import verdict as offloading_verdict
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.common import free_port, serve_async
-from nodes.tier_server import make_app
+from nodes.offloading.tier_server import make_app
 from testbed.poll import await_until
 from tests.secured import AUTH, secured
 

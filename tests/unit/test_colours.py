@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testbed.colours import FIXED, PALETTE, policy_colour
+from testbed.reports.colours import PALETTE, SHARED, policy_colour
 from testbed.systems import systems
 
 NAMES = ["random", "jsq", "hybrid", "some-new-policy", "policy/with spaces", "ünïcode"]
@@ -31,7 +31,7 @@ def test_colour_does_not_depend_on_order_or_company():
 
 @pytest.mark.parametrize("seed", ["0", "12345"])
 def test_colour_is_the_same_in_another_process(seed):
-    code = ("from testbed.colours import policy_colour; "
+    code = ("from testbed.reports.colours import policy_colour; "
             f"print(','.join(policy_colour(n) for n in {NAMES!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout
@@ -39,11 +39,16 @@ def test_colour_is_the_same_in_another_process(seed):
 
 
 def test_fixed_colours_are_palette_entries():
-    assert set(FIXED.values()) <= set(PALETTE)
+    assert set(SHARED.values()) <= set(PALETTE)
+    for system in systems().values():
+        assert set(system.colours.values()) <= set(PALETTE), system.name
+        assert set(system.colours) <= set(system.policies), system.name
 
 
 def test_the_policies_of_one_shipped_system_have_distinct_colours():
     for system in systems().values():
-        fixed = [p for p in system.policies if p in FIXED]
+        fixed = [p for p in system.policies if p in system.colours or p in SHARED]
         colours = [policy_colour(p) for p in fixed]
+        assert len(fixed) >= 2, system.name
         assert len(set(colours)) == len(colours), system.name
+        assert all(policy_colour(p) == system.colours[p] for p in system.colours)

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.compare import compare, format_compare
+from testbed.analysis.compare import compare, format_compare
+from testbed.analysis.run_summary import summarize
+from testbed.analysis.stats import FINAL_BATCHES, STEADY_STATE, TOO_SHORT
 from testbed.errors import TestbedError
-from testbed.stats import FINAL_BATCHES, STEADY_STATE, TOO_SHORT
-from testbed.traces import summarize
 from tests.unit.test_stats import mm1_latencies
 from tests.unit.trace_frames import frame
 
@@ -183,8 +183,8 @@ def test_summary_keeps_its_keys_and_adds_intervals(base_latencies):
 
 
 def test_the_compare_command(tmp_path, base_latencies, capsys: pytest.CaptureFixture):
+    from testbed.analysis.traces import write_traces
     from testbed.cli import main
-    from testbed.traces import write_traces
 
     write_traces(frame({"b": base_latencies, "a": [x + 0.01 for x in base_latencies]}),
                  tmp_path)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.compare_folders import compare_folders, format_folders
+from testbed.analysis.compare_folders import compare_folders, format_folders
+from testbed.analysis.stats import RUN_AS_CONFIGURED, STEADY_STATE, TOO_SHORT
 from testbed.errors import TestbedError
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario
-from testbed.stats import RUN_AS_CONFIGURED, STEADY_STATE, TOO_SHORT
 from testbed.study.run import run_study
 from testbed.study.spec import study_from_dict
 

@@ -22,7 +22,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.armada.detect_task import DETECTORS, make_app
-from workloads.frames import FrameSet, FrameSpec, FramesUnavailable, load_frames
+from workloads.armada_frames import FrameSet, FrameSpec, FramesUnavailable, load_frames
 
 JPEG = {"Content-Type": "image/jpeg"}
 #: Frame 5 of the default spec (vtest.avi frame 20) shows three pedestrians to HOG.

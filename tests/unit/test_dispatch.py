@@ -1,4 +1,4 @@
-"""Tests of the dispatcher (``testbed.dispatch``) against real tier servers on loopback.
+"""Tests of the dispatcher (``nodes.offloading.dispatcher``) against real tier servers on loopback.
 
 Servers run in-process on ephemeral ports (the entry-point test also starts the
 dispatcher as a subprocess). Traces are tiny and compressed with ``time_scale`` 10 so a
@@ -24,11 +24,11 @@ import pytest
 from aiohttp import web
 
 from nodes.common import make_base_app
-from nodes.tier_server import make_app
-from testbed import dispatch
+from nodes.offloading import dispatcher as dispatch
+from nodes.offloading.policies.base import Decision, Outcome, Policy, TaskInfo, View
+from nodes.offloading.tier_server import make_app
+from testbed.analysis.traces import rows_to_frame
 from testbed.errors import EmulationError, TestbedError
-from testbed.policies.base import Decision, Outcome, Policy, TaskInfo, View
-from testbed.traces import rows_to_frame
 from workloads.trace import Task, write_trace
 
 K = 10.0  # time_scale of every test
@@ -401,7 +401,7 @@ async def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "testbed.dispatch",
+            "nodes.offloading.dispatcher",
             str(cfg_path),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -422,7 +422,7 @@ async def test_module_entry_point_reports_a_bad_config(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "testbed.dispatch",
+        "nodes.offloading.dispatcher",
         str(cfg_path),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

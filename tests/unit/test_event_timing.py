@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed import fidelity
+from testbed.analysis import fidelity
 from testbed.emulation.events import (
     COST_MARGIN,
     EventScheduler,

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.scenario import load_scenario
 from testbed.systems.offloading import claim_checks, claims
 from testbed.systems.offloading import experiment as offloading

@@ -1,4 +1,5 @@
-"""Tests of the face-recognition workload (``workloads.faces``), its pure recognition layer
+"""Tests of the face-recognition workload (``workloads.armada_faces``, ``armada_face_frames``,
+``armada_face_descriptors``), its pure recognition layer
 (``nodes.armada.face_recognition``) and the face task (``nodes.armada.face_task``) over
 real HTTP with the in-memory store.
 
@@ -22,7 +23,6 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import workloads
 from nodes.armada import face_task
 from nodes.armada.face_recognition import FaceIndex, describe, detect_faces, match, subject
 from nodes.armada.face_task import (
@@ -34,35 +34,35 @@ from nodes.armada.face_task import (
 )
 from testbed.errors import TestbedError
 from testbed.poll import await_until
-from workloads import generate
-from workloads.faces import (
+from testbed.systems import generate, generators
+from workloads.armada_face_descriptors import (
     DIM,
-    FACE_SOURCES,
     INITIAL_RECORDS,
-    MIN_OVERLAP,
-    PLAN_NAME,
     RECORD_BYTES,
     THRESHOLD,
-    FaceCascade,
-    FaceFrames,
-    FaceFrameSpec,
     IdentityModel,
-    _read_sources,
-    build_face_frames,
     decode_record,
     decode_records,
     encode_record,
     encode_records,
     initial_records,
+)
+from workloads.armada_face_frames import (
+    FACE_SOURCES,
+    MIN_OVERLAP,
+    FaceCascade,
+    FaceFrames,
+    FaceFrameSpec,
+    _read_sources,
+    build_face_frames,
     load_face_frames,
     overlap,
-    read_plan,
-    write_plan,
 )
-from workloads.frames import FramesUnavailable, data_dir
+from workloads.armada_faces import PLAN_NAME, read_plan, write_plan
+from workloads.armada_frames import FramesUnavailable, data_dir
 from workloads.trace import write_trace
 
-GEN = workloads.GENERATORS["face-recognition"]
+GEN = generators()["face-recognition"]
 SEED = 11
 #: Documented bounds on the identity model's error rates at its threshold
 #: (docs/face_recognition.md); the measured rates are 0 on these samples.
@@ -594,8 +594,8 @@ def test_bad_settings_and_a_cargo_store_without_its_location(
 
 
 def test_the_cargo_reads_the_workloads_record_format() -> None:
-    from nodes.armada.cargo import pack_records, unpack_records
-    from workloads.faces import encode_records, initial_records
+    from nodes.armada.cargo.codec import pack_records, unpack_records
+    from workloads.armada_face_descriptors import encode_records, initial_records
 
     records = initial_records(0)[:5]
     ids = [r[0] for r in records]

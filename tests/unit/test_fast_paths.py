@@ -27,15 +27,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.policies import make_policy
-from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View
-from testbed.policies.jsq import least_loaded
-from testbed.policies.queue_aware import QueueAwarePolicy
-from testbed.policies.random_policy import serving_targets
+from nodes.offloading.policies import make_policy
+from nodes.offloading.policies.base import Decision, Policy, TargetState, TaskInfo, View
+from nodes.offloading.policies.jsq import least_loaded
+from nodes.offloading.policies.queue_aware import QueueAwarePolicy
+from nodes.offloading.policies.random_policy import serving_targets
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.sim.tiers import Simulation
-from testbed.sim.tiers_replay import build_model
-from workloads import generate
+from testbed.systems import generate
+from testbed.systems.offloading.sim import Simulation
+from testbed.systems.offloading.sim_replay import build_model
 
 ESTIMATING = ("model-only", "queue-only", "hybrid", "hybrid-global-rate", "hybrid-fixed-beta")
 TASK = TaskInfo(task_id=0, client="c1", arrival=0.0)
@@ -218,7 +218,7 @@ def test_views_updated_in_place_hold_what_fresh_ones_would(policy: type[Snapshot
 def test_a_rate_hook_reading_the_clock_is_asked_again_for_the_same_mapping() -> None:
     """The last ranking is reused for the same mapping object only when nothing else it
     read can change: a subclass whose rate hook reads ``view.now`` ranks afresh."""
-    from testbed.policies.queue_aware import ModelOnlyPolicy
+    from nodes.offloading.policies.queue_aware import ModelOnlyPolicy
 
     @dataclass
     class ClockRates(ModelOnlyPolicy):

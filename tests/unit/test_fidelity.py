@@ -1,4 +1,4 @@
-"""The fidelity guard's judgement (``testbed.fidelity``) and the delayer's lateness sketch."""
+"""The fidelity guard's judgement (``testbed.analysis.fidelity``) and the delayer's lateness sketch."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from testbed import fidelity
-from testbed.emulation.delayer import LatenessHistogram
-from testbed.fidelity import Thresholds, judge
+from testbed.analysis import fidelity
+from testbed.analysis.fidelity import Thresholds, judge
+from testbed.analysis.traces import CORE_KIND
+from testbed.emulation.delayer.lateness import LatenessHistogram
 from testbed.scenario.loader import load_scenario
-from testbed.traces import CORE_KIND
 
 
 def healthy() -> dict:

@@ -1,4 +1,4 @@
-"""Tests of the frame source (``workloads.frames``) and the ``frame-stream`` generator.
+"""Tests of the frame source (``workloads.armada_frames``) and the ``frame-stream`` generator.
 
 Reading real frames needs Debian's ``opencv-doc`` (``setup.sh`` installs it); those
 tests are skipped with the reason when it is absent. Everything else runs anywhere.
@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import workloads
 from testbed.errors import TestbedError
-from workloads import frames as frames_module
-from workloads.frame_stream import DEFAULT_DEMAND_S, MAX_FPS
-from workloads.frames import (
+from testbed.systems import generate, generators
+from workloads import armada_frames as frames_module
+from workloads.armada_frame_stream import DEFAULT_DEMAND_S, MAX_FPS
+from workloads.armada_frames import (
     PHOTO_FILES,
     VIDEO_FILE,
     FrameSpec,
@@ -127,7 +127,7 @@ def test_spec_key_depends_on_every_field() -> None:
 
 def test_frame_stream_sends_at_a_fixed_rate_per_client() -> None:
     params = {"fps": 10, "demand_s": 0.05}
-    tasks = workloads.generate("frame-stream", params, ["a", "b"], 2.0, seed=7)
+    tasks = generate("frame-stream", params, ["a", "b"], 2.0, seed=7)
     assert [t.task_id for t in tasks] == list(range(40))
     assert [t.arrival for t in tasks] == sorted(t.arrival for t in tasks)
     for client in ("a", "b"):
@@ -136,16 +136,16 @@ def test_frame_stream_sends_at_a_fixed_rate_per_client() -> None:
         assert 0 <= arrivals[0] < 0.1
         assert np.allclose(np.diff(arrivals), 0.1)
     assert {(t.size, t.cls) for t in tasks} == {(0.05, "frame")}
-    assert tasks == workloads.generate("frame-stream", params, ["a", "b"], 2.0, seed=7)
-    assert tasks != workloads.generate("frame-stream", params, ["a", "b"], 2.0, seed=8)
+    assert tasks == generate("frame-stream", params, ["a", "b"], 2.0, seed=7)
+    assert tasks != generate("frame-stream", params, ["a", "b"], 2.0, seed=8)
 
 
 def test_frame_stream_zero_phase_and_defaults() -> None:
-    tasks = workloads.generate("frame-stream", {"fps": 30, "phase": "zero"}, ["a"], 1.0, 0)
+    tasks = generate("frame-stream", {"fps": 30, "phase": "zero"}, ["a"], 1.0, 0)
     assert len(tasks) == 30
     assert tasks[0].arrival == 0.0
     assert tasks[0].size == DEFAULT_DEMAND_S
-    assert workloads.GENERATORS["frame-stream"].min_service_time({"fps": 1}) == DEFAULT_DEMAND_S
+    assert generators()["frame-stream"].min_service_time({"fps": 1}) == DEFAULT_DEMAND_S
 
 
 @pytest.mark.parametrize(
@@ -162,4 +162,4 @@ def test_frame_stream_zero_phase_and_defaults() -> None:
 )
 def test_frame_stream_refuses_bad_params(params: dict[str, object], message: str) -> None:
     with pytest.raises(TestbedError, match=message):
-        workloads.generate("frame-stream", params, ["a"], 1.0, 0)
+        generate("frame-stream", params, ["a"], 1.0, 0)

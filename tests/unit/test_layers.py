@@ -4,12 +4,17 @@
   policies, simulators, workload generators, systems' models and policies, service
   parameter declarations, the services' decision rules) imports in a fresh interpreter without loading Mininet,
   aiohttp, Docker or requests; so does loading every built-in scenario.
-- No module under ``nodes/`` imports harness code above the services: it may import
-  only ``testbed.errors``, ``testbed.latency``, ``testbed.policies`` and systems'
-  ``model``/``policies`` modules (the pure layers both sides share), never experiments,
-  drivers, executors, simulators, the runner or the CLI.
+- No module under ``nodes/`` imports harness code above the services: from ``testbed``
+  it may import only ``testbed.errors``, ``testbed.checks`` and ``testbed.latency``,
+  never ``testbed.systems``, experiments, drivers, executors, the runner or the CLI.
+- No generic module (one outside every system's homes: ``testbed/systems/<name>/``,
+  ``nodes/<name>/``, ``workloads/<name>*.py``) imports a system's module; they reach
+  systems only through the registry (:mod:`tests.import_graph` reads the imports).
+- No import circle, counting imports made inside functions.
 - The generic harness names no system: no registered system's name, program, generator,
   builder or experiment appears in its source.
+
+Each rule has a test that shows it can fail, on a small tree made for it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from testbed.systems import systems
+from tests import import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("mininet", "aiohttp", "docker", "requests")
@@ -46,16 +52,19 @@ def _package_modules(package: str) -> list[str]:
 
 def _pure_modules() -> list[str]:
     modules = ["testbed.scenario", "testbed.scenario.loader", "testbed.scenario.model",
-               "testbed.errors", "testbed.latency", "testbed.systems", "testbed.fidelity",
+               "testbed.errors", "testbed.latency", "testbed.systems", "testbed.analysis.fidelity",
                "testbed.event_log",
                "testbed.study.spec", "testbed.limits", "testbed.machine"]
-    modules += _package_modules("testbed.policies") + _package_modules("testbed.sim")
+    modules += _package_modules("nodes.offloading.policies") + ["nodes.offloading.queueing"]
     modules += _package_modules("workloads") + NODE_RULES
     for name in systems():
         package = f"testbed.systems.{name.replace('-', '_')}"
         modules.append(package)
-        modules += [f"{package}.{part}" for part in ("model", "policies", "builders")
+        modules += [f"{package}.{part}" for part in ("model", "builders", "sim", "sim_replay")
                     if importlib.util.find_spec(f"{package}.{part}") is not None]
+        modules += [f"nodes.{name.replace('-', '_')}.{part}" for part in ("model", "policies")
+                    if importlib.util.find_spec(f"nodes.{name.replace('-', '_')}.{part}")
+                    is not None]
     for system in systems().values():
         for program in system.programs:
             if program.config:
@@ -95,8 +104,7 @@ def test_the_probe_can_fail() -> None:
 
 # --- nodes import nothing above the services ------------------------------------------
 
-ALLOWED_FROM_NODES = re.compile(
-    r"testbed\.(errors|checks|latency|policies(\..+)?|systems\.[a-z_]+\.(model|policies))$")
+ALLOWED_FROM_NODES = re.compile(r"testbed\.(errors|checks|latency)$")
 
 
 def _imports(path: Path) -> list[str]:
@@ -121,19 +129,57 @@ def test_nodes_import_no_harness_code_above_them() -> None:
 def test_the_import_rule_can_fail() -> None:
     assert not ALLOWED_FROM_NODES.fullmatch("testbed.systems.armada.fleet")
     assert not ALLOWED_FROM_NODES.fullmatch("testbed.emulation.executor")
-    assert ALLOWED_FROM_NODES.fullmatch("testbed.systems.person_search.model")
+    assert ALLOWED_FROM_NODES.fullmatch("testbed.latency")
+
+
+# --- no generic module imports a system's; no import circle ----------------------------
+
+def test_no_generic_module_imports_a_systems_module() -> None:
+    graph = import_graph.read_graph(ROOT)
+    systems_here = tuple(name.replace("-", "_") for name in systems())
+    assert set(systems_here) <= set(import_graph.SYSTEMS)
+    wrong = import_graph.against_layers(graph, systems_here)
+    assert [f"{i.source} -> {i.target} (line {i.line})" for i in wrong] == []
+
+
+def test_no_import_circle_counting_imports_inside_functions() -> None:
+    assert import_graph.circles(import_graph.read_graph(ROOT)) == []
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_layer_and_circle_rules_can_fail(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "testbed/__init__.py": "", "testbed/runner.py": "from testbed import report\n",
+        "testbed/report.py": "def draw():\n    from testbed.runner import run\n",
+        "testbed/systems/__init__.py": "",
+        "testbed/systems/toy/__init__.py": "", "testbed/systems/toy/sim.py": "",
+        "testbed/plot.py": "from testbed.systems.toy.sim import x\n",
+        "nodes/__init__.py": "", "nodes/toy/__init__.py": "",
+        "nodes/toy/server.py": "import testbed.systems.toy.sim\n",
+        "workloads/__init__.py": "from workloads.toy_frames import F\n",
+        "workloads/toy_frames.py": ""})
+    graph = import_graph.read_graph(root)
+    assert import_graph.circles(graph) == [["testbed.report", "testbed.runner"]]
+    assert any(i.local for i in graph.imports if i.source == "testbed.report")
+    wrong = {(i.source, i.target) for i in import_graph.against_layers(graph, ("toy",))}
+    assert wrong == {("testbed.plot", "testbed.systems.toy.sim"),
+                     ("nodes.toy.server", "testbed.systems.toy.sim"),
+                     ("workloads", "workloads.toy_frames")}
 
 
 # --- the generic harness names no system ----------------------------------------------
 
-GENERIC = ["testbed/runner.py", "testbed/cli.py", "testbed/traces.py", "testbed/report.py",
-           "testbed/pytest_plugin.py", "testbed/errors.py", "testbed/calibrate.py",
-           "testbed/host_monitor.py", "testbed/latency.py", "testbed/__init__.py",
-           "testbed/fidelity.py", "testbed/stats.py", "testbed/compare.py",
-           "testbed/compare_folders.py", "testbed/replays.py", "testbed/report_html.py",
-           "testbed/html_page.py", "testbed/study", "testbed/limits.py", "testbed/machine.py",
-           "testbed/systems/__init__.py", "testbed/sim/__init__.py",
-           "testbed/scenario", "testbed/emulation", "testbed/experiments"]
+#: Every harness module outside the systems' packages (and the registry itself).
+GENERIC = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "testbed").rglob("*.py")
+                 if p.relative_to(ROOT).parts[:2] != ("testbed", "systems")
+                 or p.name == "__init__.py" and p.parent.name == "systems")
 
 
 def _system_names() -> set[str]:

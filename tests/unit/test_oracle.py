@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodes.offloading.policies import make_policy
+from nodes.offloading.policies.base import Backlog, Decision, TargetState, TaskInfo, View
+from nodes.offloading.policies.oracle import fifo_start_delay
 from testbed.errors import TestbedError
-from testbed.policies import make_policy
-from testbed.policies.base import Backlog, Decision, TargetState, TaskInfo, View
-from testbed.policies.oracle import fifo_start_delay
 
 
 def tgt(

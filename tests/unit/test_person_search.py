@@ -10,9 +10,7 @@ import re
 import numpy as np
 import pytest
 
-import workloads
-from testbed.errors import TestbedError
-from testbed.systems.person_search.model import (
+from nodes.person_search.model import (
     AnalysisServer,
     PriorityParams,
     Search,
@@ -24,12 +22,14 @@ from testbed.systems.person_search.model import (
     select_loop,
     sigma_of,
 )
-from testbed.systems.person_search.policies import (
+from nodes.person_search.policies import (
     LoadBalancePolicy,
     PriorityPolicy,
     RandomPolicy,
     make_search_policy,
 )
+from testbed.errors import TestbedError
+from testbed.systems import generate, generators
 from workloads.person_search import (
     TRUTH_NAME,
     Items,
@@ -43,7 +43,7 @@ from workloads.person_search import (
 )
 from workloads.trace import write_trace
 
-GEN = workloads.GENERATORS["person-search"]
+GEN = generators()["person-search"]
 LINE3 = Items.for_layout(Layout("line", 3), 5)
 IDLE3 = np.zeros(3, dtype=np.int64)
 
@@ -293,7 +293,7 @@ def test_reflect_keeps_normal_walks_inside_and_straight_walks_bouncing() -> None
 
 def test_generator_is_registered_and_deterministic() -> None:
     params = {"servers": 10, "targets": 7}
-    tasks = workloads.generate("person-search", params, ["c1", "c2"], 1.0, seed=3)
+    tasks = generate("person-search", params, ["c1", "c2"], 1.0, seed=3)
     assert [t.task_id for t in tasks] == list(range(7))
     assert {(t.arrival, t.size, t.cls) for t in tasks} == {(0.0, 10.0, "search")}
     assert [t.client for t in tasks[:3]] == ["c1", "c2", "c1"]
@@ -345,7 +345,7 @@ def test_world_ground_truth_is_consistent() -> None:
 )
 def test_generator_refuses_bad_params(params: dict[str, object], message: str) -> None:
     with pytest.raises(TestbedError, match=message):
-        workloads.generate("person-search", params, ["c"], 1.0, 0)
+        generate("person-search", params, ["c"], 1.0, 0)
     with pytest.raises(ValueError) as info:
         GEN.validate(params)
     # The scenario loader turns this form into "workload.params.<field>: ..." errors.
@@ -354,7 +354,7 @@ def test_generator_refuses_bad_params(params: dict[str, object], message: str) -
 
 def test_ground_truth_file_round_trips_next_to_the_trace(tmp_path) -> None:
     params = {"servers": 16, "layout": "grid", "targets": 30}
-    tasks = workloads.generate("person-search", params, ["c"], 1.0, seed=6)
+    tasks = generate("person-search", params, ["c"], 1.0, seed=6)
     write_trace(tasks, tmp_path, {"generator": "person-search", "params": params, "seed": 6})
     path = write_ground_truth(tmp_path, params, 6)
     assert path == tmp_path / TRUTH_NAME

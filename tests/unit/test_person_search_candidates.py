@@ -16,19 +16,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
+from nodes.person_search.model import CANDIDATE_RULES, Search, reading
+from nodes.person_search.policies import check_policy_params, make_search_policy
+from testbed.analysis.traces import read_traces
 from testbed.errors import ScenarioError
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.runner import run_scenario
 from testbed.scenario.loader import scenario_from_dict
-from testbed.sim.person_search import simulate
 from testbed.systems.person_search.deployment import deployment as scenario_deployment
 from testbed.systems.person_search.driver import run_body
 from testbed.systems.person_search.emulation_claims import judge_emulated
 from testbed.systems.person_search.experiment_emulation import SIZES, point_document
-from testbed.systems.person_search.model import CANDIDATE_RULES, Search, reading
 from testbed.systems.person_search.paper_reports import row_reading, write_emulation_report
-from testbed.systems.person_search.policies import check_policy_params, make_search_policy
-from testbed.traces import read_traces
+from testbed.systems.person_search.sim import simulate
 from tests.unit.test_person_search_services import deployment, starts_of
 from workloads.person_search import Layout, SearchWorld, build_world
 

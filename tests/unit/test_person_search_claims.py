@@ -4,7 +4,7 @@ the verdict names the readings that pass."""
 
 from __future__ import annotations
 
-from testbed.stats import replication_interval
+from testbed.analysis.stats import replication_interval
 from testbed.systems.person_search.claim_checks import judge, section
 
 SERVERS = [10, 50, 100]

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from testbed.analysis.traces import rows_to_frame
 from testbed.scenario import Scenario
 from testbed.scenario.loader import scenario_from_dict
 from testbed.systems.person_search.builders import edge_name
 from testbed.systems.person_search.driver import overheads, run_rows, world_truths
 from testbed.systems.person_search.experiment_emulation import SIZES
 from testbed.systems.person_search.paper_reports import reductions
-from testbed.traces import rows_to_frame
 from workloads.person_search import build_world
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.claims_index import claims_path, read_claims
 from testbed.errors import TestbedError
-from testbed.sim.person_search import isolated_analyses, run_stats, simulate
+from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.person_search.experiment_sim import (
     GRID_READINGS,
     POLICY_LABELS,
@@ -31,6 +30,7 @@ from testbed.systems.person_search.experiment_sim import (
     world_seed,
 )
 from testbed.systems.person_search.paper_reports import write_simulation_report
+from testbed.systems.person_search.sim import isolated_analyses, run_stats, simulate
 from workloads.person_search import Layout, SearchWorld, build_world
 
 
@@ -241,8 +241,8 @@ def test_unknown_size(tmp_path: Path) -> None:
         run_simulation(tmp_path, "medium")
 
 
-PURE_MODULES = ("testbed.systems.person_search", "testbed.systems.person_search.model",
-                "testbed.systems.person_search.policies",
+PURE_MODULES = ("testbed.systems.person_search", "nodes.person_search.model",
+                "nodes.person_search.policies",
                 "testbed.systems.person_search.builders",
                 "testbed.systems.person_search.deployment",
                 "testbed.systems.person_search.driver",
@@ -251,7 +251,7 @@ PURE_MODULES = ("testbed.systems.person_search", "testbed.systems.person_search.
                 "testbed.systems.person_search.experiment_emulation",
                 "testbed.systems.person_search.paper_reports",
                 "testbed.systems.person_search.sim_report",
-                "testbed.systems.person_search.replicated", "testbed.sim.person_search")
+                "testbed.systems.person_search.replicated", "testbed.systems.person_search.sim")
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

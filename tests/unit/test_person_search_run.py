@@ -11,15 +11,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from testbed.analysis.traces import read_traces
 from testbed.cli import main
 from testbed.errors import ScenarioError, TestbedError
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario, scenario_from_dict
-from testbed.sim.person_search import policy_seed_for, simulate
 from testbed.systems import get_system
 from testbed.systems.person_search.builders import DEFAULTS, edge_name, person_search_line
 from testbed.systems.person_search.deployment import deployment
-from testbed.traces import read_traces
+from testbed.systems.person_search.sim import policy_seed_for, simulate
 from workloads.person_search import read_ground_truth
 
 POLICIES = ("priority", "random", "load-balance")

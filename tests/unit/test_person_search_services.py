@@ -28,8 +28,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from nodes.person_search import coordinator, edge_server
-from testbed.systems.person_search.model import Search, compensation_factor
-from testbed.systems.person_search.policies import make_search_policy
+from nodes.person_search.model import Search, compensation_factor
+from nodes.person_search.policies import make_search_policy
 from tests.secured import AUTH, secured
 from workloads.person_search import SearchWorld, build_world
 

@@ -1,4 +1,4 @@
-"""Tests of the person-search discrete-event executor (``testbed.sim.person_search``).
+"""Tests of the person-search discrete-event executor (``testbed.systems.person_search.sim``).
 
 Tiny hand-built worlds (static targets on a 3-server line) whose schedules are worked
 out by hand, plus small generated worlds for the invariants; every run is well under a
@@ -12,20 +12,20 @@ import math
 import numpy as np
 import pytest
 
-from testbed.sim.person_search import (
-    analysis_rows,
-    policy_seed_for,
-    request_rows,
-    simulate,
-)
+from nodes.person_search.model import PriorityParams
+from testbed.analysis.traces import rows_to_frame
 from testbed.systems.person_search.experiment_sim import (
     FIG3_POLICIES,
     POLICY_LABELS,
     fig3_table,
     fig4_table,
 )
-from testbed.systems.person_search.model import PriorityParams
-from testbed.traces import rows_to_frame
+from testbed.systems.person_search.sim import (
+    analysis_rows,
+    policy_seed_for,
+    request_rows,
+    simulate,
+)
 from workloads.person_search import Layout, SearchWorld, build_world
 
 TC = 10.0

@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
+from nodes.offloading.policies import POLICIES, make_policy
+from nodes.offloading.policies.base import Decision, Policy, TargetState, TaskInfo, View
+from nodes.offloading.policies.jsq import JSQPolicy
+from nodes.offloading.policies.random_policy import RandomPolicy
 from testbed.errors import TestbedError
-from testbed.policies import POLICIES, make_policy
-from testbed.policies.base import Decision, Policy, TargetState, TaskInfo, View
-from testbed.policies.jsq import JSQPolicy
-from testbed.policies.random_policy import RandomPolicy
 
 TASK = TaskInfo(task_id=0, client="c1", arrival=0.0)
 

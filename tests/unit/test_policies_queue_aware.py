@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodes.offloading.policies import POLICIES, make_policy, policy_params, policy_variants
+from nodes.offloading.policies.base import Backlog, Decision, TargetState, TaskInfo, View
+from nodes.offloading.policies.queue_aware import PENALTY_SWEEP, RHO_CAP, model_wait
+from nodes.offloading.queueing import erlang_c
 from testbed.errors import TestbedError
-from testbed.policies import POLICIES, make_policy, policy_params, policy_variants
-from testbed.policies.base import Backlog, Decision, TargetState, TaskInfo, View
-from testbed.policies.queue_aware import PENALTY_SWEEP, RHO_CAP, model_wait
-from testbed.queueing import erlang_c
 
 TASK = TaskInfo(task_id=0, client="c1", arrival=0.0)
 CS2 = 1.0 / (2.5 * 0.5)  # classical Pareto, alpha = 2.5

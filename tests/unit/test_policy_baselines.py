@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from nodes.offloading.policies import check_params, make_policy
+from nodes.offloading.policies.base import TargetState, TaskInfo, View
 from testbed.errors import TestbedError
-from testbed.policies import check_params, make_policy
-from testbed.policies.base import TargetState, TaskInfo, View
 
 TASK = TaskInfo(task_id=0, client="c1", arrival=0.0)
 

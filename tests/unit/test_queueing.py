@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from testbed.queueing import allen_cunneen_wait, erlang_c, mmc_wait, pareto_scv
+from nodes.offloading.queueing import allen_cunneen_wait, erlang_c, mmc_wait, pareto_scv
 
 
 def test_mm1_is_the_textbook_formula() -> None:

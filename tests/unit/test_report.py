@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from testbed.report import format_table, plot_cdfs
-from testbed.traces import summarize
+from testbed.analysis.run_summary import summarize
+from testbed.reports.latency_report import format_table, plot_cdfs
 from tests.unit.trace_frames import frame
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

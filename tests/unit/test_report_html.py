@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.colours import policy_colour
-from testbed.report_html import (
+from testbed.reports.colours import policy_colour
+from testbed.reports.html import (
     CDF_MOST_POINTS,
     cdf_points,
     write_run_page,

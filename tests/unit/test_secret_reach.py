@@ -21,7 +21,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from nodes.armada import cargo_manager
+from nodes.armada.cargo_manager import service as cargo_manager
+from nodes.armada.configs import STATE_FILE
 from nodes.armada.sdk.storage import StorageClient
 from nodes.http import PeerError, call_json
 from nodes.secret import SECRET_ENV, RedirectRefused, environment_headers, peer_session
@@ -204,7 +205,7 @@ async def test_a_cargo_a_user_token_registers_never_receives_the_run_secret(tmp_
             await sdk.write(9, [0.5] * DIM)
             assert await sdk.read(9) == [0.5] * DIM
             assert {r.cargo_id for r in sdk.replicas} == {"far1", "far2", "far3"}
-        saved = json.loads((tmp_path / "cm" / cargo_manager.STATE_FILE).read_text())
+        saved = json.loads((tmp_path / "cm" / STATE_FILE).read_text())
         assert sorted(c["cargo_id"] for c in saved["cargos"]) == ["far1", "far2", "far3"]
         status, body = await _call(layer.http, "DELETE", layer.url + "/storage/faces")
         assert status == 200, body

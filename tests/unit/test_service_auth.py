@@ -113,7 +113,7 @@ async def test_a_refused_change_changes_nothing(tmp_path: Path) -> None:
 
 def _start(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "nodes.tier_server", "--port", "0", "--workers", "1",
+        [sys.executable, "-m", "nodes.offloading.tier_server", "--port", "0", "--workers", "1",
          "--speed", "1", "--time-scale", "1", "--mu", "1", *args],
         check=False, env=env, capture_output=True, text=True, timeout=30, cwd=tmp_path)
 
@@ -183,7 +183,7 @@ def test_a_service_started_by_hand_listens_on_loopback_only(tmp_path: Path) -> N
     log = tmp_path / "service.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nodes.tier_server", "--port", "0", "--workers", "1",
+            [sys.executable, "-m", "nodes.offloading.tier_server", "--port", "0", "--workers", "1",
              "--speed", "1", "--time-scale", "1", "--mu", "1"],
             stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
     try:

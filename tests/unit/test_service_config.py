@@ -51,7 +51,7 @@ class Program:
 
 PROGRAMS: dict[str, Program] = {
     "tier_server": Program(
-        "nodes.tier_server", "nodes.tier_server_config:TierServerParams",
+        "nodes.offloading.tier_server", "nodes.offloading.tier_server_config:TierServerParams",
         {"workers": 4, "mu": 1, "window_s": 5, "model": "compute"},
         ("speed", "time_scale", "task_timeout")),
     "cpu_load": Program("nodes.cpu_load", "nodes.cpu_load:CpuLoadParams",
@@ -366,7 +366,7 @@ def test_choices_agree_with_their_owners() -> None:
     from nodes.armada.detect_task import DETECTORS
     from nodes.person_search import configs as person_search_configs
     from nodes.person_search.edge_server import AnalysisServer
-    from workloads.faces import MODES
+    from workloads.armada_faces import MODES
 
     assert set(armada_configs.DETECTOR_NAMES) == set(DETECTORS)
     assert set(armada_configs.FACE_OPS) == set(MODES)
@@ -409,7 +409,7 @@ def test_the_built_in_scenarios_service_params_are_valid() -> None:
 
 
 def test_cannot_start_is_what_the_services_raise_for_their_environment() -> None:
-    from nodes.armada.cargo_manager import StateFileError
+    from nodes.armada.cargo_manager.state import StateFileError
     from nodes.armada.face_task import StoreNotWiredError
 
     assert issubclass(StateFileError, CannotStart)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation.delayer import (
+from testbed.emulation.delayer.compiled import (
     DATA_PATH_ENV,
     DATA_PATHS,
     FIFO_ENV,

@@ -17,13 +17,14 @@ from typing import Any, ClassVar
 import pandas as pd
 import pytest
 
-from nodes.tier_server import make_app
-from testbed import cli, policies
-from testbed.policies.base import Decision, Policy, TaskInfo, View
+from nodes.offloading import policies
+from nodes.offloading.policies.base import Decision, Policy, TaskInfo, View
+from nodes.offloading.tier_server import make_app
+from testbed import cli
+from testbed.analysis.traces import rows_to_frame
 from testbed.runner import materialise
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.sim.tiers_replay import TIER_WINDOW_S, build_model, run_sim, simulate
-from testbed.traces import rows_to_frame
+from testbed.systems.offloading.sim_replay import TIER_WINDOW_S, build_model, run_sim, simulate
 from workloads.trace import Task
 
 

@@ -21,8 +21,8 @@ import math
 import numpy as np
 import pytest
 
-from testbed.queueing import allen_cunneen_wait, mmc_wait, pareto_scv
-from testbed.sim.tiers_replay import one_tier_model, simulate
+from nodes.offloading.queueing import allen_cunneen_wait, mmc_wait, pareto_scv
+from testbed.systems.offloading.sim_replay import one_tier_model, simulate
 from workloads.trace import Task
 
 WORKERS = 4

@@ -11,12 +11,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.config import parse_argv
-from nodes.tier_server import app_from_params
-from nodes.tier_server_config import TierServerParams
+from nodes.offloading.tier_server import app_from_params
+from nodes.offloading.tier_server_config import TierServerParams
 from testbed.errors import ScenarioError
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.sim.tiers import ERROR, OK, Simulation
-from testbed.sim.tiers_replay import build_model, simulate
+from testbed.systems.offloading.sim import ERROR, OK, Simulation
+from testbed.systems.offloading.sim_replay import build_model, simulate
 from tests.secured import AUTH, secured
 from workloads.trace import Task
 

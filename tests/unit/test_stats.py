@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from testbed.errors import TestbedError
-from testbed.stats import (
+from testbed.analysis.stats import (
     FINAL_BATCHES,
     RUN_AS_CONFIGURED,
     STEADY_STATE,
@@ -24,6 +23,7 @@ from testbed.stats import (
     statistic,
     t_interval,
 )
+from testbed.errors import TestbedError
 
 
 def mm1_latencies(n: int, reps: int, rho: float, seed: int) -> np.ndarray:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.analysis.traces import rows_to_frame
 from testbed.systems.armada.builders import SITE_DELAYS_MS, site_location, site_name
 from testbed.systems.armada.storage_experiment import (
     SIZES,
@@ -14,7 +15,6 @@ from testbed.systems.armada.storage_experiment import (
     stats_ms,
     storage_scenario,
 )
-from testbed.traces import rows_to_frame
 
 
 @pytest.mark.parametrize("size", ["small", "full"])

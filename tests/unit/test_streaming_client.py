@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
-import workloads
 from nodes.armada.detect_task import make_app
 from nodes.armada.sdk.streaming import (
     UNKNOWN,
@@ -28,8 +27,9 @@ from nodes.armada.sdk.streaming import (
     stream_frames,
     url_sender,
 )
-from testbed.traces import rows_to_frame
-from workloads.frames import FrameSpec, FramesUnavailable, load_frames
+from testbed.analysis.traces import rows_to_frame
+from testbed.systems import generate
+from workloads.armada_frames import FrameSpec, FramesUnavailable, load_frames
 
 FRAMES = [b"\xff\xd8\xff frame %d" % k for k in range(3)]
 
@@ -45,7 +45,7 @@ def config(**overrides: Any) -> StreamConfig:
 
 def stream(fps: float, duration: float, clients: tuple[str, ...] = ("c1",)) -> list[Any]:
     """A frame-stream trace starting at 0."""
-    return workloads.generate("frame-stream", {"fps": fps, "phase": "zero"}, list(clients),
+    return generate("frame-stream", {"fps": fps, "phase": "zero"}, list(clients),
                               duration, seed=1)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.stats import RUN_AS_CONFIGURED, STEADY_STATE
+from testbed.analysis.stats import RUN_AS_CONFIGURED, STEADY_STATE
 from testbed.study.cells import CELL_FILE, plan_cells
 from testbed.study.run import StudyIncomplete, run_study
 from testbed.study.spec import load_study, study_from_dict

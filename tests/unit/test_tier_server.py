@@ -1,4 +1,4 @@
-"""Tests of the tier server (``nodes.tier_server``) over real HTTP on loopback.
+"""Tests of the tier server (``nodes.offloading.tier_server``) over real HTTP on loopback.
 
 Timing tests use holds of tens of milliseconds: long enough that scheduling noise is
 small against them, short enough to keep the suite fast. Waiting is observed (emerging
@@ -25,7 +25,7 @@ import requests
 from aiohttp.test_utils import TestClient, TestServer
 
 from nodes.common import MAX_BODY_BYTES
-from nodes.tier_server import WorkerPool, make_app
+from nodes.offloading.tier_server import WorkerPool, make_app
 from tests.secured import AUTH, secured
 
 HOLD_TOLERANCE_S = 0.01  # one task's hold vs. nominal, allowing a busy machine's stalls
@@ -441,7 +441,7 @@ def test_module_entry_point_serves_and_stops_on_sigterm() -> None:
     cmd = [
         sys.executable,
         "-m",
-        "nodes.tier_server",
+        "nodes.offloading.tier_server",
         "--host",
         "127.0.0.1",
         "--port",
@@ -476,7 +476,7 @@ def test_module_entry_point_refuses_bad_arguments() -> None:
     cmd = [
         sys.executable,
         "-m",
-        "nodes.tier_server",
+        "nodes.offloading.tier_server",
         "--workers",
         "0",
         "--speed",
@@ -548,8 +548,9 @@ def test_the_emulation_passes_the_scenario_task_timeout_to_every_tier_server(
     """The command line the executor builds for a tier server carries the scenario's
     ``task_timeout`` (model seconds, beside the node's speed and the time scale), and the
     server it starts bounds a task's size by it: ``task_timeout * speed``."""
-    from nodes import common, tier_server
+    from nodes import common
     from nodes.common import OPENAPI_KEY
+    from nodes.offloading import tier_server
     from testbed.emulation.executor import EmulatedTopology
     from testbed.scenario import load_scenario
 

@@ -10,20 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.systems import System, TraceKind, register
-from testbed.traces import (
+from testbed.analysis.run_summary import summarize, write_summary
+from testbed.analysis.traces import (
     CORE,
     columns,
     kinds,
     read_traces,
     rows_to_frame,
     schema,
-    summarize,
     validate_frame,
-    write_summary,
     write_traces,
 )
+from testbed.errors import TestbedError
+from testbed.systems import System, TraceKind, register
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "traces.md"
 

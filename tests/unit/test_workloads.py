@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import workloads
 from testbed.errors import TestbedError
-from workloads import GENERATORS, generate
+from testbed.systems import generate, generators
 from workloads.trace import Task, read_trace, write_trace
 
 BURSTY = {"rate": 2.0, "mu": 1.0, "burst": {"on_mean_s": 2.0, "off_mean_s": 6.0, "factor": 4.0}}
-GEN = GENERATORS["bursty-pareto"]
+GEN = generators()["bursty-pareto"]
 
 
 def _xm(mu: float, alpha: float) -> float:
@@ -150,7 +150,7 @@ def test_read_trace_checks_count(tmp_path):
 
 
 def test_registry_and_unknown_generator():
-    assert "bursty-pareto" in GENERATORS
+    assert "bursty-pareto" in generators()
     assert GEN.name == "bursty-pareto"
     with pytest.raises(TestbedError, match="known: bursty-pareto"):
         generate("nope", BURSTY, ["a"], 1.0, 0)

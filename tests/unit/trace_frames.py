@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from testbed.traces import rows_to_frame
+from testbed.analysis.traces import rows_to_frame
 
 
 def frame(latencies: dict[str, list[float]], repetitions: int = 1, failed=()) -> pd.DataFrame:

@@ -1,8 +1,8 @@
 """The streaming client: sends one client's frames at their due instants and records them.
 
 It runs inside a client host. Its input is the client's share of a ``frame-stream``
-trace (:mod:`workloads.frame_stream`: one task per frame, due at ``arrival``) and a set
-of JPEG frames (:mod:`workloads.frames`); the ``k``-th task of the client is frame
+trace (:mod:`workloads.armada_frame_stream`: one task per frame, due at ``arrival``) and a set
+of JPEG frames (:mod:`workloads.armada_frames`); the ``k``-th task of the client is frame
 ``k`` of the stream and carries source frame ``k mod len(frames)``. Every frame is sent
 at ``start_at + arrival / time_scale`` on the event loop's clock, in its own asyncio
 task, whether or not earlier frames have been answered (a camera does not wait), and

@@ -1,4 +1,4 @@
-/* The compiled data path of the link delayer (see testbed/emulation/delayer.py).
+/* The compiled data path of the link delayer (see testbed/emulation/delayer/).
  *
  * One thread per process runs an epoll loop over every TAP of every link plus a timerfd:
  * it reads each ready TAP in batches, applies the direction's loss, queue cap, delay and

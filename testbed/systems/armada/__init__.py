@@ -8,7 +8,7 @@ Manager, Cargo, the tasks), the client SDK under ``nodes/armada/sdk/``, the in-h
 experiments (:mod:`~testbed.systems.armada.fleet`) and the seven paper experiments
 (``*_experiment.py``, entry points in :mod:`~testbed.systems.armada.experiments`).
 Fleets built by ``armada-fleet`` also run in the simulator
-(:mod:`testbed.sim.armada_replay`, on :mod:`testbed.sim.armada`, with replica times from
+(:mod:`testbed.systems.armada.sim_replay`, on :mod:`testbed.systems.armada.sim`, with replica times from
 the calibration :mod:`~testbed.systems.armada.calibration_run` measures). This module
 imports nothing but the registry's dataclasses.
 """
@@ -57,8 +57,11 @@ SYSTEM = System(
         Program("armada.cargo", "nodes.armada.cargo",
                 "storage node: durable records and vector search", config=_CONFIGS + "CargoParams"),
     ),
-    generators={"frame-stream": "workloads.frame_stream:FrameStream",
-                "face-recognition": "workloads.faces:FaceRecognition"},
+    generators={"frame-stream": "workloads.armada_frame_stream:FrameStream",
+                "face-recognition": "workloads.armada_faces:FaceRecognition"},
+    colours={"armada": "#117733", "armada-light": "#44aa99", "geo-nearest": "#332288",
+             "edge-to-cloud": "#cc6677", "server-reconnect": "#aa4499", "nearest": "#6699cc",
+             "eventual": "#ddcc77"},
     policies={
         "armada": "the SDK probes its TopN candidates with a frame and streams to the fastest",
         "armada-light": "the SDK probes its TopN candidates with a small request",
@@ -73,7 +76,7 @@ SYSTEM = System(
     builders={"armada-fleet": "testbed.systems.armada.builders:armada_fleet",
               "armada-storage": "testbed.systems.armada.builders:armada_storage"},
     emulate="testbed.systems.armada.driver:make_driver",
-    simulate="testbed.sim.armada_replay:run_sim",
+    simulate="testbed.systems.armada.sim_replay:run_sim",
     run_check="testbed.systems.armada.run_checks:check_run",
     experiments=(
         _experiment("armada-selection", "does every user's SDK pick its best node "

@@ -14,8 +14,8 @@ node (:class:`~testbed.emulation.cgroups.NodeCgroup`). Measured per share:
   so the report can say how much of a request is HTTP.
 
 The result is the calibration file the simulator reads
-(:mod:`testbed.sim.armada_calibration`): by default the committed
-``testbed/sim/data/armada-calibration.json``; the report beside it
+(:mod:`testbed.systems.armada.sim_calibration`): by default the committed
+``testbed/systems/armada/data/armada-calibration.json``; the report beside it
 (``docs/results/armada/calibration.md``) gives the quantiles per share. Every
 process, cgroup and secret folder is recorded in a ledger and removed at the end, or
 by ``testbed clean`` after a crash. Needs root (cgroups).
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from testbed.sim.armada_calibration import DEFAULT_PATH, FORMAT, load_calibration
+from testbed.systems.armada.sim_calibration import DEFAULT_PATH, FORMAT, load_calibration
 
 Progress = Callable[[str], None]
 ROOT = Path(__file__).resolve().parents[3]
@@ -229,7 +229,7 @@ def write_calibration_report(out: Path, report: Path, command: str) -> Path:
               "mechanism that limits an emulated node); times are whole requests over "
               "loopback, one at a time, so service only (HTTP, decoding, detection). The simulator "
               "draws its replicas' service and start-up times from these samples "
-              "(`testbed/sim/armada_calibration.py`, interpolated in log-log space between "
+              "(`testbed/systems/armada/sim_calibration.py`, interpolated in log-log space between "
               f"shares). Frames: {FRAME_SPEC['width']}x{FRAME_SPEC['height']} JPEG, "
               f"{cal.frame_bytes:.0f} bytes on average; the small probe "
               f"{cal.probe_small_bytes:.0f} bytes."), "",

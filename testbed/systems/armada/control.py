@@ -196,7 +196,7 @@ def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
 def write_frames(params: Mapping[str, Any], folder: Path) -> Path:
     """The JPEG frames a ``frame-stream`` workload's ``frames`` spec describes, written to
     ``folder`` as ``0000.jpg``, ``0001.jpg``, ... (the users read them there)."""
-    from workloads.frames import FrameSpec, load_frames
+    from workloads.armada_frames import FrameSpec, load_frames
 
     folder.mkdir(parents=True)
     for k, frame in enumerate(load_frames(FrameSpec.from_mapping(params["frames"]))):
@@ -238,12 +238,5 @@ def remove_app(topo: Any, app: str) -> None:
         wait(lambda: call(url)[0] == 404, REMOVE_TIMEOUT_S, f"{app} to be removed")
 
     in_netns(topo.net.hosts[beacon.node].pid, remove)
-
-
-def size_plan(size: str, sizes: Mapping[str, Any]) -> Any:
-    """The plan of ``size``, or the CLI's error naming the sizes an experiment has."""
-    if size not in sizes:
-        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
-    return sizes[size]
 
 

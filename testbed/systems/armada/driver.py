@@ -158,7 +158,9 @@ class StorageDriver:
         """Captains and Cargos registered; the initial data set and the face frames."""
         from testbed.emulation.probe import in_netns
         from testbed.systems.armada.storage_experiment import wait_for_cargos
-        from workloads.faces import encode_records, initial_records, load_face_frames, read_plan
+        from workloads.armada_face_descriptors import encode_records, initial_records
+        from workloads.armada_face_frames import load_face_frames
+        from workloads.armada_faces import read_plan
 
         self.run = run
         beacon = beacon_service(self.scenario)

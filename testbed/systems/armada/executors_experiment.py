@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.stats import Interval, pm, replication_interval, side
+from testbed.analysis.stats import Interval, pm, replication_interval, side
 from testbed.systems.armada.fleet_measure import measure_run
 from testbed.systems.armada.paper_scale_experiment import BASELINES, SDK, SPREAD
 from testbed.systems.armada.paper_scale_experiment import POLICIES as PAPER_POLICIES
@@ -126,9 +126,9 @@ def run_executors(size: str, out: Path, progress: Progress = print,
     ``out/<point>/r<k>/<executor>``; ``out/executors.json`` gathers what each run gives.
     A rerun into the same ``out`` keeps the runs that finished; a run with a failed
     policy keeps the others (its failures are listed)."""
+    from testbed.experiments.sizes import size_plan
     from testbed.replays import RunIncomplete
     from testbed.runner import run_scenario
-    from testbed.systems.armada.control import size_plan
 
     plan: ExecutorsSize = size_plan(size, SIZES)
     found: list[dict[str, Any]] = []

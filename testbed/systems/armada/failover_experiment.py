@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import EmulationError
+from testbed.experiments.sizes import size_plan
 from testbed.systems.armada.control import (
     APP,
     Progress,
@@ -42,7 +43,6 @@ from testbed.systems.armada.control import (
     check_containment,
     deploy_everywhere,
     run_frames_experiment,
-    size_plan,
     start_user,
     wait,
     wait_users,
@@ -350,7 +350,7 @@ def plot_timeline(run: Path, png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     failover = json.loads((run / "failover.json").read_text())
     crash_at = failover["crash"]["at"]
@@ -386,7 +386,7 @@ def write_failover_report(run: Path, report: Path, command: str) -> Path:
     failover = json.loads((run / "failover.json").read_text())
     meta = json.loads((run / "metadata.json").read_text())
     png = plot_timeline(run, report.with_name("failover_timeline.png"))
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     crash, host, clients = failover["crash"], failover["host"], failover["clients"]
     df = read_traces(run)

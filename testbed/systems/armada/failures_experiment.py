@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from testbed.experiments.emulated import host_line, report_header, save_figure
+from testbed.experiments.sizes import size_plan
 from testbed.systems.armada.builders import Fleet
-from testbed.systems.armada.control import Progress, size_plan
+from testbed.systems.armada.control import Progress
 from testbed.systems.armada.fleet import (
     Action,
     intervals,

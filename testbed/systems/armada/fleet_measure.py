@@ -3,7 +3,7 @@ executor: latency, lost frames, switches, herding, replicas and scaling decision
 
 Both executors write the same stream records under ``metadata.json``'s ``driver``
 (:func:`~testbed.systems.armada.fleet.stream_record` in emulation, the
-:class:`~testbed.sim.armada.FleetSim` details in the simulator), so one reader serves the
+:class:`~testbed.systems.armada.sim.FleetSim` details in the simulator), so one reader serves the
 paper-scale sweep and the comparison of the executors.
 
 Herding (users moving together after re-probes) is measured from the users' switch
@@ -47,7 +47,7 @@ def measure_run(folder: Path) -> dict[str, dict[str, Any]]:
     ``herd_share``, running ``replicas`` after the stream, ``scaling`` (decisions during
     it) and ``sim_wall_s`` (the simulator's wall time; None in emulation). A policy whose
     replay failed is absent."""
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     meta = json.loads((folder / "metadata.json").read_text())
     df = read_traces(folder)

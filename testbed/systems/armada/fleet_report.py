@@ -10,7 +10,7 @@ from typing import Any
 
 
 def trace_rows(run: Path) -> list[dict[str, Any]]:
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     return read_traces(run).to_dict("records")
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from testbed.errors import TestbedError
 from testbed.experiments.emulated import host_line, report_header
+from testbed.experiments.sizes import size_plan
 from testbed.systems.armada.builders import Fleet
-from testbed.systems.armada.control import Progress, size_plan
+from testbed.systems.armada.control import Progress
 from testbed.systems.armada.fleet import (
     REPROBE_S,
     SMALL_NODES,

@@ -2,7 +2,7 @@
 timeouts and probe rounds, and the seeds of a replay's users. Pure.
 
 The emulation driver (:mod:`testbed.systems.armada.fleet`) hands these to the in-host
-users; the simulator (:mod:`testbed.sim.armada`) gives the same ones to its users, so a
+users; the simulator (:mod:`testbed.systems.armada.sim`) gives the same ones to its users, so a
 policy meets the same timeouts, probe rounds and seeds on either executor.
 """
 

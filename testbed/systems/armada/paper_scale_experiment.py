@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.stats import pm, replication_interval, side
+from testbed.analysis.stats import pm, replication_interval, side
 from testbed.systems.armada.fleet_measure import HERD_MIN, HERD_WINDOW_S, measure_run
 from testbed.systems.armada.verdicts import (
     Conclusion,
@@ -88,9 +88,9 @@ def run_paper_scale(size: str, out: Path, progress: Progress = print) -> Path:
     """Every point and replication of ``size`` through ``testbed run --executor sim``
     into ``out/<sweep>-n<nodes>-u<users>/r<k>``; ``out/paper_scale.json`` gathers them.
     A rerun into the same ``out`` keeps the runs that finished."""
+    from testbed.experiments.sizes import size_plan
     from testbed.runner import run_scenario
     from testbed.scenario import scenario_from_dict
-    from testbed.systems.armada.control import size_plan
 
     plan: PaperScaleSize = size_plan(size, SIZES)
     found: list[dict[str, Any]] = []

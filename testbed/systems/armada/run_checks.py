@@ -1,7 +1,7 @@
 """What each executor refuses of an Armada scenario, before a run writes anything. Pure.
 
 The simulator replays fleets built by ``armada-fleet`` only
-(:func:`testbed.sim.armada_replay.check_simulable`); the emulation refuses a fleet whose
+(:func:`testbed.systems.armada.sim_replay.check_simulable`); the emulation refuses a fleet whose
 nodes ask for more cores than this host can honour (a fleet for the simulator only says
 ``host_cores: null``, which lifts the builder's own bound), and a fleet of container
 replicas (``task_runtime: docker``), whose start-up it does not model.
@@ -20,7 +20,7 @@ def check_run(scenario: Scenario, executor: str) -> None:
     """Raise a :class:`TestbedError` when ``executor`` cannot run ``scenario``."""
     build = scenario.raw.get("build")
     if executor == "sim":
-        from testbed.sim.armada_replay import check_simulable
+        from testbed.systems.armada.sim_replay import check_simulable
 
         check_simulable(scenario)
         params = build.get("params", {}) if isinstance(build, Mapping) else {}

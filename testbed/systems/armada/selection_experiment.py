@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.experiments.sizes import size_plan
 from testbed.scenario import Scenario
 from testbed.systems.armada.control import (
     APP,
@@ -42,7 +43,6 @@ from testbed.systems.armada.control import (
     check_containment,
     deploy_everywhere,
     run_frames_experiment,
-    size_plan,
     start_user,
     wait_users,
 )
@@ -279,7 +279,7 @@ def selection_conclusion(scores: Mapping[str, Mapping[str, Any]],
 
 def write_selection_report(run: Path, report: Path, command: str) -> Path:
     """Write the Markdown report of a ``run_selection`` folder to ``report``."""
-    from testbed.traces import read_traces
+    from testbed.analysis.traces import read_traces
 
     selection = json.loads((run / "selection.json").read_text())
     meta = json.loads((run / "metadata.json").read_text())

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import EmulationError
+from testbed.experiments.sizes import size_plan
 from testbed.scenario import Scenario
 from testbed.systems.armada.builders import Fleet
 from testbed.systems.armada.control import (
@@ -40,7 +41,6 @@ from testbed.systems.armada.control import (
     call,
     deploy_everywhere,
     remove_app,
-    size_plan,
     wait,
 )
 
@@ -183,7 +183,7 @@ def wait_clean(topo: Any, ctl: Any, captains: dict[str, int]) -> None:
 def startup_table(result: dict[str, Any]) -> dict[str, Any]:
     """Per variant, the intervals across replications of the first and the last
     replica's start-up and of the image builds; paired differences per replication."""
-    from testbed.stats import replication_interval
+    from testbed.analysis.stats import replication_interval
 
     by: dict[str, dict[int, dict[str, Any]]] = {v: {} for v in VARIANTS}
     for d in result["deployments"]:
@@ -214,7 +214,7 @@ def startup_table(result: dict[str, Any]) -> dict[str, Any]:
 
 def _compare(interval: Any, what: str, unit: str = "s") -> str:
     """A sentence on a paired difference: its sign and whether its interval excludes 0."""
-    from testbed.stats import pm
+    from testbed.analysis.stats import pm
 
     if interval.low is None:
         return f"{what}: {pm(interval, 2, unit=' ' + unit)} (one replication: no interval)"
@@ -229,8 +229,8 @@ def _compare(interval: Any, what: str, unit: str = "s") -> str:
 
 def write_startup_report(out: Path, report: Path, command: str) -> Path:
     """The Markdown report of a ``run_startup`` folder."""
+    from testbed.analysis.stats import pm
     from testbed.experiments.emulated import report_header
-    from testbed.stats import pm
 
     result = json.loads((out / "startup.json").read_text())
     table = startup_table(result)

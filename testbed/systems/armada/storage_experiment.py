@@ -48,6 +48,7 @@ import numpy as np
 
 from testbed.errors import EmulationError
 from testbed.experiments.emulated import Progress, run_emulated_experiment
+from testbed.experiments.sizes import size_plan
 from testbed.scenario import Scenario
 from testbed.scenario.loader import scenario_from_dict
 from testbed.systems.armada.builders import (
@@ -66,7 +67,6 @@ from testbed.systems.armada.builders import (
 from testbed.systems.armada.control import (
     call,
     remove_app,
-    size_plan,
     wait,
     wait_for_captains,
 )
@@ -282,12 +282,9 @@ def run_storage(size: str, out: Path, progress: Progress = print,
     """Run ``armada-storage`` at ``size`` (module docstring) with the Cargos in
     ``cargo_runtime`` (``process`` or ``docker``); results folder ``out``."""
     from testbed.runner import materialise
-    from workloads.faces import (
-        encode_records,
-        initial_records,
-        load_face_frames,
-        read_plan,
-    )
+    from workloads.armada_face_descriptors import encode_records, initial_records
+    from workloads.armada_face_frames import load_face_frames
+    from workloads.armada_faces import read_plan
 
     plan_size = size_plan(size, SIZES)
     if out.exists() and any(out.iterdir()):

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from testbed import claims_index
-from testbed.stats import Interval, side
+from testbed.analysis.stats import Interval, side
+from testbed.reports import claims_index
 
 HOLDS = claims_index.HOLDS
 FAILS = claims_index.FAILS
@@ -104,7 +104,7 @@ def record_claims(report: Path, command: str,
                   judged: Sequence[tuple[str, str, Conclusion]]) -> Path:
     """Write ``report``'s claims file for the claims index: ``(key, claim, conclusion)``
     each, the evidence in the report's ``Conclusion`` section."""
-    from testbed.claims_index import Claim, write_claims
+    from testbed.reports.claims_index import Claim, write_claims
 
     return write_claims(report, PAPER_NAME, command, [
         Claim(key, claim, found.verdict, "Conclusion") for key, claim, found in judged])

@@ -1,20 +1,20 @@
 """Queue-aware offloading (seed 002): clients place tasks on local, edge and cloud tiers.
 
-The tier-server path: ``nodes/tier_server.py`` (the queueing servers), the in-host
-dispatcher (:mod:`testbed.dispatch`), the placement policies (:mod:`testbed.policies`),
-the tier simulator (:mod:`testbed.sim.tiers`), the emulation driver
+The tier-server path: ``nodes/offloading/tier_server.py`` (the queueing servers), the in-host
+dispatcher (:mod:`nodes.offloading.dispatcher`), the placement policies (:mod:`nodes.offloading.policies`),
+the tier simulator (:mod:`testbed.systems.offloading.sim`), the emulation driver
 (:mod:`testbed.systems.offloading.driver`) and the paper experiments
 (:mod:`testbed.systems.offloading.experiment`, :mod:`testbed.systems.offloading.claims`).
 """
 
 from collections.abc import Iterator, Mapping
 
-from testbed.policies import POLICIES
+from nodes.offloading.policies import POLICIES
 from testbed.systems import Experiment, Program, System
 
 
 class _PolicyLines(Mapping[str, str]):
-    """The placement policies of :data:`testbed.policies.POLICIES`, live, each with the
+    """The placement policies of :data:`nodes.offloading.policies.POLICIES`, live, each with the
     first line of its class docstring (a policy added there is registered here too)."""
 
     def __getitem__(self, name: str) -> str:
@@ -32,25 +32,29 @@ SYSTEM = System(
     name="offloading",
     description="queue-aware offloading over local, edge and cloud tiers (seed 002)",
     programs=(
-        Program("tier_server", "nodes.tier_server",
+        Program("tier_server", "nodes.offloading.tier_server",
                 "a tier's c-server FIFO queue that clients offload tasks to",
-                config="nodes.tier_server_config:TierServerParams",
+                config="nodes.offloading.tier_server_config:TierServerParams",
                 context=("speed", "time_scale", "task_timeout"), task_server=True),
     ),
-    generators={"bursty-pareto": "workloads.bursty_pareto:BurstyPareto"},
+    generators={"bursty-pareto": "workloads.offloading:BurstyPareto"},
+    colours={"edge-first": "#cc6677", "jsq": "#332288", "jsq-s": "#88ccee",
+             "model-only": "#ddcc77", "queue-only": "#999933", "hybrid": "#117733",
+             "hybrid-global-rate": "#44aa99", "hybrid-fixed-beta": "#aa4499",
+             "oracle": "#661100"},
     policies=_PolicyLines(),
     emulate="testbed.systems.offloading.driver:make_driver",
-    simulate="testbed.sim.tiers_replay:run_sim",
+    simulate="testbed.systems.offloading.sim_replay:run_sim",
     experiments=(
         Experiment("offloading",
                    "load sweep, bursts and edge capacity on both executors, and the claims "
                    "report",
                    run="testbed.systems.offloading.experiment:run",
-                   report="testbed.systems.offloading.experiment:report",
+                   report="testbed.systems.offloading.claims:report",
                    sizes=("small", "medium", "full"), executors=("sim", "emulation"),
                    report_dir="docs/results/offloading"),
     ),
-    preload=("nodes.tier_server", "testbed.dispatch", "testbed.policies"),
-    policy_seed="testbed.sim.tiers_replay:policy_seed",
-    policy_params="testbed.policies:check_params",
+    preload=("nodes.offloading.tier_server", "nodes.offloading.dispatcher", "nodes.offloading.policies"),
+    policy_seed="testbed.systems.offloading.sim_replay:policy_seed",
+    policy_params="nodes.offloading.policies:check_params",
 )

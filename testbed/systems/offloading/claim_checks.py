@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from testbed import claims_index
+from testbed.reports import claims_index
 from testbed.systems.offloading.experiment import (
     ESTIMATORS,
     FAMILIES,

@@ -11,6 +11,7 @@ confounder and penalty sweeps and the tables of every experiment. Never edited b
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from testbed.claims_index import Claim, write_claims
+from testbed.reports.claims_index import Claim, write_claims
 from testbed.systems.offloading.claim_checks import (
     CLAIMS,
     EXECUTOR_TITLES,
@@ -387,3 +388,10 @@ def write_report(metrics: Metrics, folder: Path, command: str) -> Path:
         Claim(str(n), TITLES[n], verdict(check.conditions), f"Claim {n}: {TITLES[n]}")
         for n, check in results.items()])
     return path
+
+
+def report(out: Path, report_dir: Path, command: str, executors: Sequence[str]) -> list[Path]:
+    """``testbed experiment offloading``'s report: the claims report of the metrics in
+    ``out`` (``metrics.json``, which records the executors that ran), in ``report_dir``."""
+    del executors
+    return [write_report(json.loads((out / "metrics.json").read_text()), report_dir, command)]

@@ -1,7 +1,7 @@
 """The offloading system's emulation driver: dispatchers replay the trace onto tiers.
 
 For each replay every tier server is reset (its counters and rate windows dated to the
-common start instant), one dispatcher (:mod:`testbed.dispatch`) per client host is
+common start instant), one dispatcher (:mod:`nodes.offloading.dispatcher`) per client host is
 started through the launcher, each replays its client's tasks in real time placing them
 with the policy, the scenario's events are applied on schedule, and the dispatchers'
 rows are collected.
@@ -20,7 +20,7 @@ from testbed.emulation.probe import http_json, in_netns
 from testbed.errors import EmulationError
 from testbed.poll import wait_until
 from testbed.scenario.model import Scenario
-from testbed.sim.tiers_replay import policy_seed
+from testbed.systems.offloading.sim_replay import policy_seed
 
 Progress = Callable[[str], None]
 START_LEAD_S = 1.0  # dispatchers are started this long before the common start instant
@@ -91,7 +91,7 @@ class DispatchDriver:
             config_path = topo.workdir / f"dispatch-{tag}-{client.name}.json"
             config_path.write_text(json.dumps(config, indent=1))
             host = topo.net.hosts[client.name]
-            pid = topo.infra.launcher.spawn(host.pid, "testbed.dispatch", [str(config_path)],
+            pid = topo.infra.launcher.spawn(host.pid, "nodes.offloading.dispatcher", [str(config_path)],
                                             topo.workdir / f"dispatch-{tag}-{client.name}.log",
                                             env=topo.service_env())
             topo.infra.ledger.record_process(pid, what=f"dispatcher {client.name}")

@@ -47,8 +47,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from nodes.offloading.policies.queue_aware import PENALTY_SWEEP
 from testbed.errors import TestbedError
-from testbed.policies.queue_aware import PENALTY_SWEEP
 from testbed.scenario import Scenario, load_scenario, scenario_from_dict
 from testbed.study.spec import Study, load_study
 
@@ -495,7 +495,7 @@ def across_replications(values: Sequence[float | None]) -> dict[str, Any] | None
     """One value per independent replication as ``{value, ci, n}``: the mean and its 95 %
     t-interval across them (``ci`` is ``None`` with fewer than two); missing values are
     left out, ``None`` when none is left."""
-    from testbed.stats import replication_interval
+    from testbed.analysis.stats import replication_interval
 
     kept = [float(v) for v in values if v is not None and not math.isnan(v)]
     if not kept:
@@ -571,7 +571,7 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
     """Per policy: its paired difference to ``hybrid`` (policy minus hybrid, seconds).
 
     Mean and p95 over tasks completed under both, with a 95 % paired batch-means
-    interval of the run (:func:`testbed.compare.compare`; ``None`` when the run is too
+    interval of the run (:func:`testbed.analysis.compare.compare`; ``None`` when the run is too
     short to carry one); ``excludes_zero`` marks a significant difference. ``value_s``
     is the steady-state estimate after the warm-up, the point its interval belongs to;
     ``all_tasks_s`` is over every shared task (the whole run, what
@@ -579,7 +579,7 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
     whose queue only grows has no steady state: its estimate then describes the end of
     the run and it gets no interval.
     """
-    from testbed.compare import compare
+    from testbed.analysis.compare import compare
 
     result = compare(df, baseline="hybrid", stats=("mean", "p95"))
     out = {}
@@ -602,7 +602,7 @@ def replicated_vs_hybrid(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
     completed: the estimand is a run as configured, the same as the whole-run means
     reported beside it), with the 95 % t-interval across them. One replication: the
     steady-state batch means of that run."""
-    from testbed.stats import replication_interval
+    from testbed.analysis.stats import replication_interval
 
     if len(frames) == 1:
         return paired_vs_hybrid(frames[0])
@@ -699,8 +699,8 @@ def gap(sim: Mapping[str, Any], emu: Mapping[str, Any], key: str) -> dict[str, f
 
 def run_point(point: Point, executor: str, folder: Path, progress: Progress) -> pd.DataFrame:
     """Run one scenario with one executor into ``folder``; returns its traces."""
+    from testbed.analysis.traces import read_traces
     from testbed.runner import run_scenario
-    from testbed.traces import read_traces
 
     run_scenario(point.scenario, out=folder, executor=executor, progress=progress)
     return read_traces(folder)
@@ -797,8 +797,8 @@ def run_experiment(size_name: str, executors: Sequence[str], out: Path,
     (the experiment is the paper's grid, not a study's table) and the report names them.
     The machine's load average is recorded at the start and the end (``load_average``).
     """
+    from testbed.analysis.traces import read_traces
     from testbed.runner import machine_details
-    from testbed.traces import read_traces
 
     if size_name not in SIZES:
         raise TestbedError(f"--size: expected one of {', '.join(SIZES)}, found {size_name!r}")
@@ -900,11 +900,3 @@ def run(size: str, out: Path, progress: Progress, executors: Sequence[str]) -> P
     """``testbed experiment offloading``: every experiment into ``out`` (metrics.json)."""
     run_experiment(size, executors, out, progress)
     return out
-
-
-def report(out: Path, report_dir: Path, command: str, executors: Sequence[str]) -> list[Path]:
-    """The claims report of the metrics in ``out``, written into ``report_dir``."""
-    from testbed.systems.offloading.claims import write_report
-
-    del executors  # the metrics record which executors ran
-    return [write_report(json.loads((out / "metrics.json").read_text()), report_dir, command)]

@@ -10,7 +10,7 @@ policies (:mod:`.policies`), what a scenario deploys (:mod:`.deployment`), the s
 builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the experiments
 (:mod:`.experiment`, :mod:`.experiment_sim`, :mod:`.experiment_emulation`) and their
 reports (:mod:`.paper_reports`, :mod:`.sim_report`, over many world seeds with
-:mod:`.replicated`); the simulator is :mod:`testbed.sim.person_search`. The policies'
+:mod:`.replicated`); the simulator is :mod:`testbed.systems.person_search.sim`. The policies'
 scenario parameters (the priority policy's candidate-set rule among them) are checked by
 :func:`.policies.check_policy_params`.
 
@@ -32,6 +32,7 @@ SYSTEM = System(
                 context=("time_scale",)),
     ),
     generators={"person-search": "workloads.person_search:PersonSearch"},
+    colours={"priority": "#882255", "load-balance": "#6699cc"},
     policies={
         "priority": "the item with the smallest P_i = Tc_i (k_i + 1) / (E_i + w V_i) (Eq. 1); "
                     "params: candidates (unanalysed | after-discovery), w, alpha, sigma_d, "
@@ -41,7 +42,7 @@ SYSTEM = System(
     },
     builders={"person-search": "testbed.systems.person_search.builders:person_search_line"},
     emulate="testbed.systems.person_search.driver:make_driver",
-    simulate="testbed.sim.person_search:run_sim",
+    simulate="testbed.systems.person_search.sim:run_sim",
     experiments=(
         Experiment("person-search",
                    "the simulator's Fig. 3, Fig. 4 and 2-D grid (sim), and the same searches "
@@ -52,8 +53,8 @@ SYSTEM = System(
                    report_dir="docs/results/person-search"),
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
-    policy_seed="testbed.sim.person_search:scenario_policy_seed",
-    policy_params="testbed.systems.person_search.policies:check_policy_params",
+    policy_seed="testbed.systems.person_search.sim:scenario_policy_seed",
+    policy_params="nodes.person_search.policies:check_policy_params",
     trace_kinds=(
         TraceKind("search", "one analysis step of a person search",
                   (("step", "int"), ("item", "string"))),

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from nodes.person_search.model import SHARING_MODES
+from nodes.person_search.policies import SEARCH_POLICIES
 from testbed.checks import is_int, is_number
-from testbed.systems.person_search.model import SHARING_MODES
-from testbed.systems.person_search.policies import SEARCH_POLICIES
 from workloads.person_search import MAX_SLOTS, MAX_TARGETS, MOVEMENTS
 
 COORDINATOR_PORT = 9000

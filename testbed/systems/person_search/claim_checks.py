@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed import claims_index
-from testbed.stats import Interval
+from testbed.analysis.stats import Interval
+from testbed.reports import claims_index
 from testbed.systems.person_search.replicated import pct, pm, points
 
 #: Policies the paper's Fig. 3 compares the priority policy with.

@@ -5,7 +5,7 @@ edge data servers (``person_search.edge_server``) with ``server_index`` 0 .. N-1
 ``Tc`` and sharing mode (a parameter a service leaves out is its program's default,
 :class:`~nodes.person_search.configs.EdgeServerParams`); the servers' time scale is the
 scenario's (their registered context). :func:`deployment` checks that and returns it as a
-:class:`Deployment`: the simulator (:func:`testbed.sim.person_search.run_sim`) takes the
+:class:`Deployment`: the simulator (:func:`testbed.systems.person_search.sim.run_sim`) takes the
 servers' model and names from it, the emulation driver
 (:mod:`testbed.systems.person_search.driver`) their addresses, so both executors run
 the same servers and write the same ``target`` names into the trace.

@@ -13,7 +13,7 @@ returns:
   once under one policy (``POST /runs``, from the coordinator's own host) and turns its
   answer into trace rows (:func:`run_rows`, one row of kind ``search`` per search),
   with the policies seeded per repetition exactly as the simulator's replay
-  (:func:`testbed.sim.person_search.run_sim`) seeds them.
+  (:func:`testbed.systems.person_search.sim.run_sim`) seeds them.
 * :meth:`SearchDriver.details` reports, per replay, the totals, whether every search
   ended on the item that really holds its target, where wall time went beyond the model
   (:func:`overheads`) and the host's CPU idle share while it ran.
@@ -31,9 +31,9 @@ import numpy as np
 
 from testbed.errors import EmulationError
 from testbed.scenario.model import Scenario
-from testbed.sim.person_search import SCENARIO_ACCOUNTING as ACCOUNTING
-from testbed.sim.person_search import replay_reading, scenario_policy_seed
 from testbed.systems.person_search.deployment import Deployment, deployment
+from testbed.systems.person_search.sim import SCENARIO_ACCOUNTING as ACCOUNTING
+from testbed.systems.person_search.sim import replay_reading, scenario_policy_seed
 from workloads.person_search import SearchWorld, read_ground_truth
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def run_body(urls: Sequence[str], world: SearchWorld, policy: str,
     registered ``policy`` with a scenario entry's ``params`` (sent as ``policy_params``
     when there are any: the priority policy's candidate-set rule, ``w``, ...), the
     servers' ``Tc`` and time scale, and the scenarios' accounting
-    (:data:`testbed.sim.person_search.SCENARIO_ACCOUNTING`)."""
+    (:data:`testbed.systems.person_search.sim.SCENARIO_ACCOUNTING`)."""
     body: dict[str, Any] = {
         "servers": list(urls), "layout": world.layout.kind, "slots": world.slots,
         "starts": [int(s) for s in world.holder[:, 0]], "policy": policy,

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from testbed.stats import replication_interval
+from testbed.analysis.stats import replication_interval
 from testbed.systems.person_search.claim_checks import (
     BASELINES,
     Judged,

@@ -5,26 +5,17 @@
 ``<out>/emulation``: :func:`~testbed.systems.person_search.experiment_emulation.
 run_emulation`); :func:`report` writes the matching reports (``simulation.md``,
 ``emulation.md``) into the report folder. Both parts take the same ``--size`` names
-(:func:`plan_for`).
+(:func:`testbed.experiments.sizes.size_plan`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from testbed.errors import TestbedError
 
-Plan = TypeVar("Plan")
 PARTS = ("sim", "emulation")
-
-
-def plan_for(size: str, sizes: Mapping[str, Plan]) -> Plan:
-    """The plan of ``size``, or the CLI's error naming the sizes the experiment has."""
-    if size not in sizes:
-        raise TestbedError(f"--size: expected one of {', '.join(sizes)}, found {size!r}")
-    return sizes[size]
 
 
 def _check(executors: tuple[str, ...]) -> None:

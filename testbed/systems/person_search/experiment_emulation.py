@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.systems.person_search.experiment import plan_for
+from testbed.experiments.sizes import size_plan
 from testbed.systems.person_search.experiment_sim import (
     MOVEMENTS,
     POLICY_LABELS,
@@ -162,7 +162,7 @@ def run_emulation(size: str, out: Path, progress: Progress = print,
     from testbed.scenario.loader import scenario_from_dict
     from testbed.systems.person_search.driver import combined_host
 
-    plan = plan_for(size, SIZES)
+    plan = size_plan(size, SIZES)
     out.mkdir(parents=True, exist_ok=True)
     points = []
     for n in plan.servers:

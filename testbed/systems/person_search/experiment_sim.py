@@ -4,7 +4,7 @@
 :func:`fig4_table` (the priority policy against ``w``), :func:`grid_table` (the 2-D grid
 beside the 1-D line with Eq. 7-8's compensation) and :func:`sensitivity_table` (straight
 movement with a choice the paper leaves open made the other way) are sweeps of the
-discrete-event simulator :func:`testbed.sim.person_search.simulate`; they are experiment
+discrete-event simulator :func:`testbed.systems.person_search.sim.simulate`; they are experiment
 code, not part of the engine. Each computes one world per point. :func:`run_simulation`
 computes all of them at one size over ``world_seeds`` independent worlds per point (the
 replications; :func:`world_seed` derives their seeds), under both readings of Eq. 7-8 in
@@ -16,7 +16,7 @@ across the world seeds).
 
 The policies are compared by label (:data:`POLICY_SPECS`): the priority policy under each
 candidate-set rule (``priority``: ``unanalysed``, the default; ``priority-after-discovery``:
-``after-discovery``; :data:`~testbed.systems.person_search.model.CANDIDATE_RULES`) and the
+``after-discovery``; :data:`~nodes.person_search.model.CANDIDATE_RULES`) and the
 paper's two baselines.
 
 Pure: numpy only, no Mininet, aiohttp, docker or matplotlib.
@@ -36,18 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.sim.person_search import (
+from nodes.person_search.model import (
+    ACCOUNTINGS,
+    CANDIDATE_RULE_TEXT,
+    PriorityParams,
+)
+from testbed.experiments.sizes import size_plan
+from testbed.systems.person_search.sim import (
     SearchRun,
     isolated_analyses,
     policy_seed_for,
     run_stats,
     simulate,
-)
-from testbed.systems.person_search.experiment import plan_for
-from testbed.systems.person_search.model import (
-    ACCOUNTINGS,
-    CANDIDATE_RULE_TEXT,
-    PriorityParams,
 )
 from workloads.person_search import DEFAULTS, PersonSearch, SearchWorld, build_world
 
@@ -562,7 +562,7 @@ def run_simulation(out: Path, size: str = "full", seed: int = 0,
     (default: the CPU count) compute at once in worker processes; the tables are the same
     for any ``jobs``.
     """
-    plan = plan_for(size, SIM_SIZES)
+    plan = size_plan(size, SIM_SIZES)
     if world_seeds is not None:
         plan = dataclasses.replace(plan, world_seeds=int(world_seeds))
     if plan.world_seeds < 2:

@@ -19,15 +19,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.claims_index import claims_path
+from nodes.person_search.model import reading
+from testbed.analysis.stats import Interval, pm, replication_interval
+from testbed.analysis.stats import interval_half as half
 from testbed.experiments.emulated import host_line, report_header, save_figure
-from testbed.stats import Interval, pm, replication_interval
-from testbed.stats import interval_half as half
+from testbed.reports.claims_index import claims_path
 from testbed.systems.person_search.builders import DEFAULTS as BUILDER_DEFAULTS
 from testbed.systems.person_search.claim_checks import section, write_judged
 from testbed.systems.person_search.emulation_claims import judge_emulated
 from testbed.systems.person_search.experiment_emulation import RESULT_NAME as EMULATION_RESULT
-from testbed.systems.person_search.model import reading
 from testbed.systems.person_search.sim_report import write_simulation_report
 
 __all__ = ["reductions", "row_reading", "write_emulation_report", "write_simulation_report"]

@@ -4,7 +4,7 @@
 holds one row per point and replication (world seed). :class:`Table` indexes a table's
 rows by the fields that name a point; a :class:`Point` gives, for any field, the mean
 over its world seeds and the Student-t interval across them
-(:func:`testbed.stats.replication_interval`). A statistic that combines several points
+(:func:`testbed.analysis.stats.replication_interval`). A statistic that combines several points
 (a difference, a ratio, a count over conditions) is computed per world seed first, on
 rows that share that seed, and only then averaged (:func:`across`): the points of one
 replication ran on the same worlds, so their differences are paired.
@@ -12,7 +12,7 @@ replication ran on the same worlds, so their differences are paired.
 The formatters write an interval as ``mean ± half-width`` and say how many world seeds
 stand behind it (:func:`seeds`), so a report can print both beside every number.
 
-Pure: numpy and scipy (through :mod:`testbed.stats`) only.
+Pure: numpy and scipy (through :mod:`testbed.analysis.stats`) only.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from testbed.stats import Interval, pm, replication_interval
-from testbed.stats import interval_half as half
+from testbed.analysis.stats import Interval, pm, replication_interval
+from testbed.analysis.stats import interval_half as half
 
 
 class Point:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from nodes.person_search.model import ACCOUNTINGS
+from testbed.analysis.stats import Interval
 from testbed.experiments.emulated import save_figure
-from testbed.stats import Interval
 from testbed.systems.person_search.claim_checks import BASELINES, judge, section, write_judged
 from testbed.systems.person_search.experiment_sim import (
     MOVEMENTS,
@@ -34,7 +35,6 @@ from testbed.systems.person_search.experiment_sim import (
     REFERENCE_W,
     RESULT_NAME,
 )
-from testbed.systems.person_search.model import ACCOUNTINGS
 from testbed.systems.person_search.replicated import (
     Table,
     across,
@@ -288,7 +288,7 @@ def _setup(data: _Data) -> list[str]:
          f"beside it ({data.seeds()})."), "",
         ("**The parameters are the paper's where it gives them; none was tuned to bring "
          "our numbers closer to the paper's.** Where the paper is silent the choices are "
-         "those of the module docstring of `testbed/systems/person_search/model.py`; the "
+         "those of the module docstring of `nodes/person_search/model.py`; the "
          "ones that matter below:"), "",
         ("* **k_i + 1.** Eq. 1 multiplies by the analyses running on the item's server; a "
          "literal k_i = 0 on an idle server would give every item there priority 0 "
@@ -987,9 +987,9 @@ def write_simulation_report(out: Path, report: Path, command: str) -> Path:
          f"`{doc['size']}`: {p['targets']} targets, N in {', '.join(map(str, p['servers']))}"
          f", grid sides {', '.join(map(str, p['grid_sides']))}, {data.seeds()} per point "
          f"from base seed {doc['seed']}; {doc['wall_s']:.0f} s of computing). "
-         "Discrete-event simulation of the paper's model (`testbed/sim/person_search.py`, "
-         "Algorithm 1 in `testbed/systems/person_search/model.py`, the policies in "
-         "`testbed/systems/person_search/policies.py`, the worlds from the `person-search` "
+         "Discrete-event simulation of the paper's model (`testbed/systems/person_search/sim.py`, "
+         "Algorithm 1 in `nodes/person_search/model.py`, the policies in "
+         "`nodes/person_search/policies.py`, the worlds from the `person-search` "
          f"workload); the numbers are in `{RESULT_NAME}` of the results folder. Policies: "
          f"`{PRIORITY}` (Eq. 1, candidate-set rule unanalysed), `{AFTER}` (Eq. 1, rule "
          "after-discovery), `random` (a random T_R item) and `load-balance` (the T_R item "
