@@ -8,7 +8,9 @@ files are parsed) prints, for the modules under ``testbed/``, ``nodes/`` and
 * module-to-module imports, and how many of them sit inside a function;
 * **import circles**: groups of modules that reach one another through imports (the
   strongly connected components of more than one module), counting imports made inside
-  functions, which Python resolves just as well, only later;
+  functions, which Python resolves just as well, only later, and imports made only for
+  type checking (under ``if TYPE_CHECKING:``), which never run but tie one module's
+  design to another's all the same;
 * **imports against the layers**: a module under ``nodes/`` that imports
   ``testbed.systems``, and a generic module (one that is no system's) that imports a
   system's module. A system's modules are ``testbed/systems/<name>/``, ``nodes/<name>/``
@@ -35,12 +37,14 @@ SYSTEMS = ("armada", "offloading", "person_search")
 
 @dataclass(frozen=True)
 class Import:
-    """One import of a project module by another; ``local``: inside a function."""
+    """One import of a project module by another; ``local``: inside a function;
+    ``typing``: under ``if TYPE_CHECKING:`` (for annotations only)."""
 
     source: str
     target: str
     local: bool
     line: int
+    typing: bool = False
 
 
 @dataclass
@@ -104,7 +108,7 @@ def _walk(tree: ast.AST) -> Iterable[tuple[ast.AST, bool]]:
 
 
 def _type_checking(tree: ast.AST) -> set[int]:
-    """Lines of imports under ``if TYPE_CHECKING:`` (never run: not an import here)."""
+    """Lines of imports under ``if TYPE_CHECKING:`` (never run; counted, and marked)."""
     lines: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -123,13 +127,12 @@ def read_graph(root: Path = ROOT, top: Sequence[str] = TOP) -> Graph:
             graph.modules[module_name(path, root)] = path
     for module, path in graph.modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        skipped = _type_checking(tree)
+        typing_only = _type_checking(tree)
         for node, local in _walk(tree):
-            if node.lineno in skipped:
-                continue
             for target in dict.fromkeys(_targets(node, module, graph.modules)):
                 if target != module:
-                    graph.imports.append(Import(module, target, local, node.lineno))
+                    graph.imports.append(Import(module, target, local, node.lineno,
+                                                node.lineno in typing_only))
     return graph
 
 
@@ -222,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = lines_per_folder(graph)
     summary = {"modules": len(graph.modules), "imports": len(graph.imports),
                "imports_in_functions": sum(i.local for i in graph.imports),
+               "imports_for_typing": sum(i.typing for i in graph.imports),
                "circles": found,
                "against_layers": [f"{i.source} -> {i.target} (line {i.line})" for i in wrong],
                "lines_per_folder": counts}
@@ -229,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     print(f"{summary['modules']} modules, {summary['imports']} module-to-module imports "
-          f"({summary['imports_in_functions']} inside functions)")
+          f"({summary['imports_in_functions']} inside functions, "
+          f"{summary['imports_for_typing']} for type checking only)")
     print(f"{len(found)} import circle(s):")
     for circle in found:
         print("  " + " <-> ".join(circle))

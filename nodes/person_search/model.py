@@ -74,14 +74,11 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from workloads.person_search import Items, SearchWorld
-
-if TYPE_CHECKING:
-    from nodes.person_search.policies import SearchPolicy
 
 COMPENSATIONS = ("none", "response-time")
 #: The candidate-set rules (module note 3): which undispatched items Eq. 1 ranks
@@ -375,6 +372,15 @@ def select_loop(priorities: Sequence[Sequence[float]],
 # --- Algorithm 1 -----------------------------------------------------------------------------
 
 
+class Chooser(Protocol):
+    """What a search asks of its policy (every
+    :class:`~nodes.person_search.policies.SearchPolicy` is one): the item to analyse
+    next, given the search so far and the analyses running on each server. Named here
+    so that the model does not import the policies, which import the model."""
+
+    def choose(self, search: Search, load: np.ndarray) -> int: ...
+
+
 class Search:
     """Algorithm 1 for one search request, as a state machine (one item at a time).
 
@@ -419,7 +425,7 @@ class Search:
         """Whether the required item has been found."""
         return self.found is not None
 
-    def next_item(self, policy: SearchPolicy, load: np.ndarray) -> int:
+    def next_item(self, policy: Chooser, load: np.ndarray) -> int:
         """Ask ``policy`` for the next item and dispatch it (Algorithm 1, lines 3-11)."""
         self._check_ready()
         return self.dispatch(policy.choose(self, load))
@@ -455,7 +461,7 @@ class Search:
                 self.t_l = t_i
         return self.done
 
-    def run(self, policy: SearchPolicy, contains: Callable[[int], bool],
+    def run(self, policy: Chooser, contains: Callable[[int], bool],
             load: np.ndarray | None = None) -> list[int]:
         """Run the search alone to the end with ``contains`` answering; the analysed ids.
 

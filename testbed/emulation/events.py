@@ -37,7 +37,7 @@ from testbed.event_log import APPLIED, FAILED, NOT_APPLIED, due_wall, log_line
 from testbed.scenario.model import Event, Scenario
 
 if TYPE_CHECKING:
-    from testbed.emulation.executor import EmulatedTopology
+    from testbed.emulation.topology_view import TopologyView
 
 #: Actions that end a node's services (a later join of the node restarts them).
 DOWN_ACTIONS = ("crash", "leave")
@@ -120,7 +120,7 @@ class EventScheduler:
     """Applies the scenario's events of one replay (``policy``, ``repetition``) at
     ``start_at + at / time_scale``, one lane per target; ``stop()`` when it ends."""
 
-    def __init__(self, topo: EmulatedTopology, start_at: float, policy: str,
+    def __init__(self, topo: TopologyView, start_at: float, policy: str,
                  repetition: int, log: Path, records: list[dict[str, Any]]) -> None:
         self.topo = topo
         self.start_at = start_at

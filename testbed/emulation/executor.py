@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from nodes.secret import RunSecret
 from testbed.analysis.fidelity import DEFAULT_THRESHOLDS
 from testbed.emulation import links as linkmod
+from testbed.emulation.built_network import BuiltNetwork
 from testbed.emulation.cpu_partition import Partition, env_partition
 from testbed.emulation.events import EventScheduler, cost_warnings, join_cost_s, warning_text
 from testbed.emulation.fidelity_watch import FidelityWatch
@@ -44,7 +45,7 @@ from testbed.emulation.gate import Gate
 from testbed.emulation.launcher import LauncherClient, start_launcher
 from testbed.emulation.ledger import Ledger
 from testbed.emulation.names import BRIDGE_MAX_PORTS, reserve_prefix
-from testbed.emulation.network import BuiltNetwork, build_network, stop_network
+from testbed.emulation.network import build_network, stop_network
 from testbed.emulation.probe import wait_http_ok_each
 from testbed.emulation.run_secret import SecretFile, start_run_secret
 from testbed.emulation.runtimes import RunningService, Runtime, runtime_for, uses_engine

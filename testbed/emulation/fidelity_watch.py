@@ -27,7 +27,7 @@ from testbed.errors import EmulationError
 from testbed.host_monitor import HostMonitor
 
 if TYPE_CHECKING:
-    from testbed.emulation.executor import EmulatedTopology
+    from testbed.emulation.topology_view import TopologyView
 
 #: Connects timed per path, after one warm-up connect (ARP, bridge learning).
 PROBES = 5
@@ -71,7 +71,7 @@ def probe_path(path: Mapping[str, Any], ip: str, port: int,
     return out
 
 
-def probe_rtts(topo: EmulatedTopology, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def probe_rtts(topo: TopologyView, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every planned path probed, one thread per client (its paths one after another)."""
     scenario, net = topo.scenario, topo.net
     by_client: dict[str, list[dict[str, Any]]] = {}
@@ -98,7 +98,7 @@ class FidelityWatch:
     """The measures of one run's replays; use as ``with FidelityWatch(topo) as watch:``
     around the replays, then :meth:`verdict` with their rows."""
 
-    def __init__(self, topo: EmulatedTopology,
+    def __init__(self, topo: TopologyView,
                  progress: Callable[[str], None] = lambda _line: None) -> None:
         self.topo = topo
         self.progress = progress

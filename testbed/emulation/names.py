@@ -33,17 +33,14 @@ import json
 import os
 import secrets
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from testbed.emulation import locks
 from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
-
-if TYPE_CHECKING:
-    from testbed.emulation.ledger import Ledger
 
 PREFIX_ROOT = Path(os.environ.get("TESTBED_PREFIX_ROOT", "/run/edge-testbed/prefixes"))
 ALPHABET = string.digits + string.ascii_lowercase
@@ -90,7 +87,22 @@ class _Reservation:
         self.fd = None
 
 
-def reserve_prefix(ledger: Ledger, root: Path | None = None) -> str:
+class RunLedger(Protocol):
+    """What a reservation needs of the run's ledger (:class:`testbed.emulation.ledger.Ledger`
+    is one): its run, its file, a hook for when it is removed, what it lists. Named here
+    so that this module does not import the ledger, which asks it who holds a prefix."""
+
+    run_id: str
+    path: Any
+
+    def on_removed(self, hook: Callable[[], None]) -> None: ...
+
+    def open_entries(self) -> list[Any]: ...
+
+    def teardown(self) -> list[str]: ...
+
+
+def reserve_prefix(ledger: RunLedger, root: Path | None = None) -> str:
     """Reserve a prefix no live or uncleaned run holds, for the run of ``ledger``; the
     prefix. Held until ``ledger`` is removed (its teardown removed everything);
     otherwise until ``testbed clean`` removed what the ledger lists.

@@ -22,12 +22,10 @@ root bridge, ``fabrics`` lists its leaves.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
-from mininet.node import Host
 
 from testbed.emulation import links as linkmod
 from testbed.emulation.batched_nodes import (
@@ -37,7 +35,7 @@ from testbed.emulation.batched_nodes import (
     finish_config,
     send,
 )
-from testbed.emulation.cgroups import NodeCgroup
+from testbed.emulation.built_network import BuiltNetwork
 from testbed.emulation.firewall_guard import guard_bridges
 from testbed.emulation.ledger import Entry, Ledger
 from testbed.emulation.names import (
@@ -47,40 +45,10 @@ from testbed.emulation.names import (
     interface_plan,
 )
 from testbed.emulation.runtimes import runtime_for
-from testbed.errors import EmulationError
 from testbed.scenario.model import Topology
 
 # Hosts talk IPv4; IPv6 start-up chatter would be flooded to every port of the bridges.
 IPV6_OFF = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
-
-
-@dataclass
-class BuiltNetwork:
-    """A started Mininet network and the harness's view of it."""
-
-    net: Mininet
-    hosts: dict[str, Host]  # scenario node name -> Mininet host
-    switches: dict[str, Any]  # scenario switch name -> Mininet switch (a fabric's root)
-    links: dict[str, Any]  # "a-b" -> Mininet link
-    bridges: dict[str, Any] = field(default_factory=dict)  # bridge name -> Mininet switch
-    fabrics: dict[str, list[Any]] = field(default_factory=dict)  # switch -> leaf switches
-    cgroups: dict[str, NodeCgroup] = field(default_factory=dict)
-    backend: str = "userspace"
-    delayer: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def ip(self, node: str) -> str:
-        """The address other hosts reach ``node`` at."""
-        return self.hosts[node].IP()
-
-    def link(self, spec: str) -> Any:
-        """A link by ``a-b`` (either order)."""
-        if spec in self.links:
-            return self.links[spec]
-        a, _, b = spec.partition("-")
-        if f"{b}-{a}" in self.links:
-            return self.links[f"{b}-{a}"]
-        raise EmulationError(f"no link {spec!r}; links are {sorted(self.links)}")
 
 
 def build_network(topology: Topology, prefix: str, ledger: Ledger, backend: str,

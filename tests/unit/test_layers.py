@@ -10,7 +10,8 @@
 - No generic module (one outside every system's homes: ``testbed/systems/<name>/``,
   ``nodes/<name>/``, ``workloads/<name>*.py``) imports a system's module; they reach
   systems only through the registry (:mod:`tests.import_graph` reads the imports).
-- No import circle, counting imports made inside functions.
+- No import circle, counting imports made inside functions and those made only for type
+  checking.
 - The generic harness names no system: no registered system's name, program, generator,
   builder or experiment appears in its source.
 
@@ -142,7 +143,7 @@ def test_no_generic_module_imports_a_systems_module() -> None:
     assert [f"{i.source} -> {i.target} (line {i.line})" for i in wrong] == []
 
 
-def test_no_import_circle_counting_imports_inside_functions() -> None:
+def test_no_import_circle_counting_imports_inside_functions_and_for_typing() -> None:
     assert import_graph.circles(import_graph.read_graph(ROOT)) == []
 
 
@@ -164,9 +165,14 @@ def test_the_layer_and_circle_rules_can_fail(tmp_path: Path) -> None:
         "nodes/__init__.py": "", "nodes/toy/__init__.py": "",
         "nodes/toy/server.py": "import testbed.systems.toy.sim\n",
         "workloads/__init__.py": "from workloads.toy_frames import F\n",
-        "workloads/toy_frames.py": ""})
+        "workloads/toy_frames.py": "",
+        "testbed/view.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                           "    from testbed.topo import Topo\n",
+        "testbed/topo.py": "from testbed.view import View\n"})
     graph = import_graph.read_graph(root)
-    assert import_graph.circles(graph) == [["testbed.report", "testbed.runner"]]
+    assert import_graph.circles(graph) == [["testbed.report", "testbed.runner"],
+                                           ["testbed.topo", "testbed.view"]]
+    assert [i.typing for i in graph.imports if i.source == "testbed.view"] == [True]
     assert any(i.local for i in graph.imports if i.source == "testbed.report")
     wrong = {(i.source, i.target) for i in import_graph.against_layers(graph, ("toy",))}
     assert wrong == {("testbed.plot", "testbed.systems.toy.sim"),

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from testbed.scenario.model import Node, Service
 
 if TYPE_CHECKING:
-    from testbed.emulation.executor import EmulatedTopology
+    from testbed.emulation.built_network import BuiltNetwork
     from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import BuiltNetwork
+    from testbed.emulation.topology_view import TopologyView
 
 
 @dataclass
@@ -45,27 +45,27 @@ class Runtime(Protocol):
         cgroup); returns the host."""
         ...
 
-    def spawn(self, topo: EmulatedTopology, svc: Service, module: str, argv: list[str],
+    def spawn(self, topo: TopologyView, svc: Service, module: str, argv: list[str],
               log: Any) -> RunningService:
         """Start ``python -m module argv`` for ``svc`` on its node, logging to ``log``."""
         ...
 
-    def end(self, topo: EmulatedTopology, running: RunningService,
+    def end(self, topo: TopologyView, running: RunningService,
             sig: signal.Signals) -> None:
         """Stop one program with ``sig`` (SIGKILL: no grace) and wait until it ended."""
         ...
 
-    def crash(self, topo: EmulatedTopology, node: str,
+    def crash(self, topo: TopologyView, node: str,
               running: list[RunningService]) -> Callable[[], None]:
         """Kill every program of ``node`` at once (``running``: its services and load,
         already removed from the topology's records); return once they are dead, with a
         function that collects what is left."""
         ...
 
-    def node_down(self, topo: EmulatedTopology, node: str) -> bool:
+    def node_down(self, topo: TopologyView, node: str) -> bool:
         """Whether the node itself (not only its services) must be brought back."""
         ...
 
-    def bring_back(self, topo: EmulatedTopology, node: str) -> None:
+    def bring_back(self, topo: TopologyView, node: str) -> None:
         """Bring the node itself back after a crash, before its services start."""
         ...

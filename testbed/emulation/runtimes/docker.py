@@ -14,9 +14,9 @@ from testbed.emulation.runtimes.base import RunningService
 from testbed.scenario.model import Node, Service
 
 if TYPE_CHECKING:
-    from testbed.emulation.executor import EmulatedTopology
+    from testbed.emulation.built_network import BuiltNetwork
     from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import BuiltNetwork
+    from testbed.emulation.topology_view import TopologyView
 
 
 class DockerRuntime:
@@ -47,7 +47,7 @@ class DockerRuntime:
             engine_access=node.name in infra.engine_nodes,
             cpuset=infra.partition.hosts_list if infra.partition else None)
 
-    def spawn(self, topo: EmulatedTopology, svc: Service, module: str, argv: list[str],
+    def spawn(self, topo: TopologyView, svc: Service, module: str, argv: list[str],
               log: Path) -> RunningService:
         """Exec the program in the service container, told where the run secret is."""
         host = topo.net.hosts[svc.node]
@@ -55,7 +55,7 @@ class DockerRuntime:
                                    env=topo.service_env())
         return RunningService(svc, handle=handle)
 
-    def end(self, topo: EmulatedTopology, running: RunningService,
+    def end(self, topo: TopologyView, running: RunningService,
             sig: signal.Signals) -> None:
         """SIGKILL at once for a crash; otherwise SIGTERM, then SIGKILL after a grace."""
         host = topo.net.hosts[running.service.node]
@@ -63,7 +63,7 @@ class DockerRuntime:
             running.handle.signal(signal.SIGKILL)
         host.stop_service(running.handle)
 
-    def crash(self, topo: EmulatedTopology, node: str,
+    def crash(self, topo: TopologyView, node: str,
               running: list[RunningService]) -> Callable[[], None]:
         """SIGKILL every process of the service container at once (services and load);
         the returned function waits for the engine's record and removes the containers
@@ -72,11 +72,11 @@ class DockerRuntime:
         host.kill()
         return host.settle_crash
 
-    def node_down(self, topo: EmulatedTopology, node: str) -> bool:
+    def node_down(self, topo: TopologyView, node: str) -> bool:
         """Whether the service container is down (after a crash)."""
         return not topo.net.hosts[node].running()
 
-    def bring_back(self, topo: EmulatedTopology, node: str) -> None:
+    def bring_back(self, topo: TopologyView, node: str) -> None:
         """Start the service container again if it is down."""
         host = topo.net.hosts[node]
         if not host.running():

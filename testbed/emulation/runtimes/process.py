@@ -20,9 +20,9 @@ from testbed.errors import EmulationError
 from testbed.scenario.model import Node, Service
 
 if TYPE_CHECKING:
-    from testbed.emulation.executor import EmulatedTopology
+    from testbed.emulation.built_network import BuiltNetwork
     from testbed.emulation.ledger import Ledger
-    from testbed.emulation.network import BuiltNetwork
+    from testbed.emulation.topology_view import TopologyView
 
 #: How long a crash waits for its SIGKILLed programs to be gone.
 CRASH_WAIT_S = 10.0
@@ -48,7 +48,7 @@ class ProcessRuntime:
                                                   node.memory_mb)
         return host
 
-    def spawn(self, topo: EmulatedTopology, svc: Service, module: str, argv: list[str],
+    def spawn(self, topo: TopologyView, svc: Service, module: str, argv: list[str],
               log: Path) -> RunningService:
         """Start the program through the launcher in the host's namespace and cgroup,
         in the run's work folder (a relative path a service is given lands in the run),
@@ -62,7 +62,7 @@ class ProcessRuntime:
         topo.infra.ledger.record_process(pid, what=f"{module} on {svc.node}")
         return RunningService(svc, pid=pid, start=process_start_time(pid))
 
-    def end(self, topo: EmulatedTopology, running: RunningService,
+    def end(self, topo: TopologyView, running: RunningService,
             sig: signal.Signals) -> None:
         """Signal the process, SIGKILL it after 5 s, and collect its exit status."""
         assert running.pid is not None and topo.infra.launcher is not None
@@ -74,7 +74,7 @@ class ProcessRuntime:
             os.kill(running.pid, signal.SIGKILL)
             topo.infra.launcher.wait(running.pid, timeout=5.0)
 
-    def crash(self, topo: EmulatedTopology, node: str,
+    def crash(self, topo: TopologyView, node: str,
               running: list[RunningService]) -> Callable[[], None]:
         """SIGKILL every program at once and wait for their exits (pidfds); the returned
         function collects their exit statuses."""
@@ -91,9 +91,9 @@ class ProcessRuntime:
                 launcher.wait(program.pid, timeout=5.0)
         return collect
 
-    def node_down(self, topo: EmulatedTopology, node: str) -> bool:
+    def node_down(self, topo: TopologyView, node: str) -> bool:
         """A process node itself never goes down: only its programs do."""
         return False
 
-    def bring_back(self, topo: EmulatedTopology, node: str) -> None:
+    def bring_back(self, topo: TopologyView, node: str) -> None:
         """Nothing to bring back before the programs start."""
