@@ -13,8 +13,8 @@ from testbed.errors import Incomplete, TestbedError
 def listing() -> dict[str, list[dict[str, str]]]:
     """What ``testbed list`` shows: scenarios, experiments, policies and generators,
     each with its system and a one-line description."""
+    from testbed.registry import experiments, generators, systems
     from testbed.scenario.loader import builtin_scenarios, load_scenario
-    from testbed.systems import experiments, generators, systems
 
     def first_line(text: str) -> str:
         return text.strip().splitlines()[0] if text and text.strip() else ""
@@ -53,9 +53,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from testbed.registry import get_system
     from testbed.runner import check_executor, run_scenario
     from testbed.scenario.loader import load_scenario
-    from testbed.systems import get_system
 
     scenario = load_scenario(args.scenario)
     system = get_system(scenario.system)
@@ -146,8 +146,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     import shlex
     import time
 
+    from testbed.registry import experiments, resolve
     from testbed.runner import RESULTS_ROOT
-    from testbed.systems import experiments, resolve
 
     _, exp = experiments()[args.name]
     if args.size not in exp.sizes:
@@ -196,7 +196,7 @@ def _print_flush(line: str) -> None:
 
 def _experiment_options() -> dict[str, set[str]]:
     """Every experiment-specific option flag with the choices any experiment gives it."""
-    from testbed.systems import experiments
+    from testbed.registry import experiments
 
     flags: dict[str, set[str]] = {}
     for _, exp in experiments().values():
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(fn=_cmd_calibrate)
 
-    from testbed.systems import experiments
+    from testbed.registry import experiments
 
     registered = experiments()
     exp = sub.add_parser("experiment", help="run a registered experiment and write its report")

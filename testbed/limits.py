@@ -99,7 +99,7 @@ def _gib(value: float) -> str:
 def expected_tasks(scenario: Scenario) -> float | None:
     """How many tasks the scenario's generator says it will make (``None``: it does
     not say). Asks the generator's ``expected_tasks`` hook; nothing is generated."""
-    from testbed.systems import generators
+    from testbed.registry import generators
 
     generator = generators()[scenario.workload.generator]
     hook = getattr(generator, "expected_tasks", None)
@@ -111,7 +111,7 @@ def expected_tasks(scenario: Scenario) -> float | None:
 
 def estimate(scenario: Scenario, executor: str) -> Estimate:
     """What running ``scenario`` on ``executor`` needs (see the module docstring)."""
-    from testbed.systems import find_program, get_system
+    from testbed.registry import find_program, get_system
 
     tasks = expected_tasks(scenario)
     replays = max(1, len(scenario.policies)) * scenario.repetitions

@@ -51,7 +51,7 @@ def materialise(scenario: Scenario, folder: Path) -> Path:
     A generator that keeps more than the trace schema holds (ground truth, who each
     frame shows) writes it beside the trace with its ``write_side_files`` hook.
     """
-    from testbed.systems import generators
+    from testbed.registry import generators
 
     generator = generators()[scenario.workload.generator]
     clients = [n.name for n in scenario.clients()]
@@ -107,7 +107,7 @@ def machine_details() -> dict[str, Any]:
 
 def _policy_seeds(system: Any, scenario: Scenario) -> dict[str, list[int]] | None:
     """Each policy's seed per repetition, as the system seeds them (``None``: unseeded)."""
-    from testbed.systems import resolve
+    from testbed.registry import resolve
 
     if system.policy_seed is None:
         return None
@@ -146,8 +146,8 @@ def run_scenario(scenario: Scenario, out: Path | None = None, executor: str = "e
     figures and the page (a study draws its own across cells).
     """
     from testbed.analysis import run_summary, traces
+    from testbed.registry import get_system, resolve
     from testbed.reports import latency_report as report
-    from testbed.systems import get_system, resolve
 
     system = get_system(scenario.system)
     check_executor(system, executor, "--executor")

@@ -4,8 +4,8 @@ A generator turns ``(params, clients, duration, seed)`` into a list of
 :class:`~workloads.trace.Task`. The same inputs always give the same tasks, so a trace
 can be regenerated from its ``trace.json`` and every policy replays identical work.
 Each system registers its generators by name (``System.generators``; the registry is
-:func:`testbed.systems.generators`, which also looks one up by name with
-:func:`testbed.systems.generate`); :func:`generate_with` is the one entry point that runs
+:func:`testbed.registry.generators`, which also looks one up by name with
+:func:`testbed.registry.generate`); :func:`generate_with` is the one entry point that runs
 a generator. This package holds the generic parts (the protocol, the trace format) and
 each system's generators in ``workloads/<system>*.py``.
 """

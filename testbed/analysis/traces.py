@@ -6,7 +6,7 @@ for analysis, ``traces.csv`` for people) (:mod:`testbed.analysis.run_summary` co
 ``docs/traces.md`` is the human reference of the same schema.
 
 The :data:`CORE` columns, shared by every row, come first; a system registers further
-row kinds with their *extension* columns (:class:`testbed.systems.TraceKind`), which
+row kinds with their *extension* columns (:class:`testbed.registry.TraceKind`), which
 follow and must stay null for every other kind.
 Columns that only a completed request can fill (server timestamps, latency parts) are
 nullable but required on ``outcome == "ok"`` rows.
@@ -102,7 +102,7 @@ def schema() -> tuple[Column, ...]:
     """Every trace column in file order: :data:`CORE`, then the registered systems'
     extension columns (a :class:`TestbedError` if a registration clashes or names an
     unknown dtype)."""
-    from testbed.systems import trace_kinds
+    from testbed.registry import trace_kinds
 
     found = list(CORE)
     seen = {c.name for c in CORE}
@@ -128,7 +128,7 @@ def columns() -> dict[str, str]:
 
 def kinds() -> tuple[str, ...]:
     """The row kinds: the core ``task`` and every registered one."""
-    from testbed.systems import trace_kinds
+    from testbed.registry import trace_kinds
 
     return (CORE_KIND, *(kind.name for _, kind in trace_kinds()))
 

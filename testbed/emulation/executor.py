@@ -127,7 +127,7 @@ def engine_nodes(scenario: Scenario) -> set[str]:
     """The ``docker`` nodes whose services are given the node's engine: those running a
     program whose ``context`` asks for ``docker_socket`` (e.g. a node agent that starts
     task containers in its pod)."""
-    from testbed.systems import find_program
+    from testbed.registry import find_program
 
     engine = {n.name for n in scenario.topology.nodes
               if not n.is_switch and runtime_for(n).needs_engine()}
@@ -154,7 +154,7 @@ class Infrastructure:
     partition: Partition | None = None
 
     def start(self, scenario: Scenario) -> None:
-        from testbed.systems import get_system
+        from testbed.registry import get_system
 
         if self.backend == "userspace":  # checked before anything is made
             try:
@@ -240,7 +240,7 @@ class EmulatedTopology:
         """The command line of a service: address, the values its program takes from
         the scenario (``Program.context``), then its params with ``{ip:NODE}`` expanded,
         rendered by the program's Config (``--key value`` when it has none)."""
-        from testbed.systems import find_program, resolve
+        from testbed.registry import find_program, resolve
 
         _, program = find_program(svc.program)
         argv = ["--host", "0.0.0.0", "--port", str(svc.port)]
@@ -306,7 +306,7 @@ class EmulatedTopology:
         return self.runtime(svc.node).spawn(self, svc, module, argv, log)
 
     def start_service(self, svc: Service) -> None:
-        from testbed.systems import find_program
+        from testbed.registry import find_program
 
         module = find_program(svc.program)[1].module
         self.services[svc.name] = self.spawn(svc, module,

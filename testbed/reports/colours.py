@@ -27,7 +27,7 @@ def policy_colour(name: str) -> str:
     """The hex colour (``#rrggbb``) of policy ``name``: its fixed entry (shared, or its
     system's), else a palette entry picked by the name's sha256, so it never depends on
     which other policies a plot shows or in what order."""
-    from testbed.systems import policy_colours
+    from testbed.registry import policy_colours
 
     fixed = SHARED.get(name) or policy_colours().get(name)
     if fixed is not None:

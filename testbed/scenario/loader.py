@@ -4,7 +4,7 @@ Validation stops at the first problem and raises one :class:`ScenarioError` nami
 file, the field path (``topology.links[2].delay_ms``), what was expected and what was
 found. Whatever a file contains, nothing but ``ScenarioError`` escapes from here. The
 loader is pure: it reads files and consults the system registry
-(:mod:`testbed.systems`) for programs and their parameter declarations, generators,
+(:mod:`testbed.registry`) for programs and their parameter declarations, generators,
 policies and scenario builders, but builds nothing and names no system.
 The accepted format is documented field by field in ``docs/scenario.md``.
 """
@@ -350,7 +350,7 @@ class _Checker:
 def _systems(c: _Checker, path: str) -> Any:
     """The system registry, imported only now so the model stays importable without it."""
     try:
-        return importlib.import_module("testbed.systems")
+        return importlib.import_module("testbed.registry")
     except ImportError as exc:
         c.fail(path, "a name registered by a system", f"<registry unavailable: {exc}>")
 

@@ -308,8 +308,8 @@ def _policy_entries(source: str, value: object, base: Scenario) -> list[tuple[st
 def study_from_dict(data: Any, source: str = "<dict>") -> Study:
     """Validate a parsed study document; ``source`` names it in errors and its folder
     is where a relative scenario path is looked up."""
+    from testbed.registry import get_system
     from testbed.runner import check_executor
-    from testbed.systems import get_system
 
     if not isinstance(data, dict):
         raise _fail(source, "", "a mapping (a study document)", data)

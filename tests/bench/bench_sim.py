@@ -47,9 +47,9 @@ from typing import Any
 from nodes.offloading.policies import make_policy
 from nodes.offloading.policies.base import Outcome, Policy, TargetState, TaskInfo, View
 from nodes.offloading.queueing import mmc_wait
+from testbed.registry import generate
 from testbed.scenario import load_scenario, scenario_from_dict
 from testbed.scenario.model import Scenario
-from testbed.systems import generate
 from testbed.systems.offloading.sim import OK, SimModel
 from testbed.systems.offloading.sim_replay import (
     TIER_WINDOW_S,

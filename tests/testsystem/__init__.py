@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.systems import Experiment, Program, System, TraceKind, register
+from testbed.registry import Experiment, Program, System, TraceKind, register
 
 _HERE = __name__
 

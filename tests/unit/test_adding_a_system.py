@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 import nodes
-import testbed.systems as registry
+import testbed.systems as plugins
 import workloads
+from testbed import registry
 from testbed.analysis.traces import read_traces
 from testbed.runner import run_scenario
 from testbed.scenario import load_scenario
@@ -74,8 +75,8 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lay_out(root)
     monkeypatch.setattr(nodes, "__path__", [*nodes.__path__, str(root / "nodes")])
     monkeypatch.setattr(workloads, "__path__", [*workloads.__path__, str(root / "workloads")])
-    monkeypatch.setattr(registry, "__path__",
-                        [*registry.__path__, str(root / "testbed" / "systems")])
+    monkeypatch.setattr(plugins, "__path__",
+                        [*plugins.__path__, str(root / "testbed" / "systems")])
     monkeypatch.setattr(registry, "_DISCOVERED", False)
     monkeypatch.setattr(registry, "_REGISTERED", {})
     yield root

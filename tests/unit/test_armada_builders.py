@@ -22,8 +22,8 @@ from nodes.armada.baselines import (
 )
 from nodes.armada.sdk.choice import Candidate
 from testbed.errors import ScenarioError
+from testbed.registry import get_system, resolve
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.systems import get_system, resolve
 from testbed.systems.armada.builders import (
     PATH_PARAMS,
     Fleet,
@@ -188,7 +188,7 @@ def test_the_driver_follows_what_the_scenario_runs() -> None:
 
 def test_registration_and_builders_import_no_framework() -> None:
     code = ("import sys, testbed.systems.armada, testbed.systems.armada.builders; "
-            "from testbed.systems import systems; systems(); "
+            "from testbed.registry import systems; systems(); "
             "print(sorted(m for m in ('aiohttp', 'mininet', 'docker', 'requests', "
             "'matplotlib', 'pandas', 'cv2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cli import main
-from testbed.systems import register
+from testbed.registry import register
 from tests.testsystem import SCENARIO, SYSTEM
 
 

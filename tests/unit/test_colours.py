@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from testbed.registry import systems
 from testbed.reports.colours import PALETTE, SHARED, policy_colour
-from testbed.systems import systems
 
 NAMES = ["random", "jsq", "hybrid", "some-new-policy", "policy/with spaces", "ünïcode"]
 

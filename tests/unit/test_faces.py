@@ -34,7 +34,7 @@ from nodes.armada.face_task import (
 )
 from testbed.errors import TestbedError
 from testbed.poll import await_until
-from testbed.systems import generate, generators
+from testbed.registry import generate, generators
 from workloads.armada_face_descriptors import (
     DIM,
     INITIAL_RECORDS,

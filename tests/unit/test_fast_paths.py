@@ -32,8 +32,8 @@ from nodes.offloading.policies.base import Decision, Policy, TargetState, TaskIn
 from nodes.offloading.policies.jsq import least_loaded
 from nodes.offloading.policies.queue_aware import QueueAwarePolicy
 from nodes.offloading.policies.random_policy import serving_targets
+from testbed.registry import generate
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.systems import generate
 from testbed.systems.offloading.sim import Simulation
 from testbed.systems.offloading.sim_replay import build_model
 

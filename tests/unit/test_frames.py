@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from testbed.errors import TestbedError
-from testbed.systems import generate, generators
+from testbed.registry import generate, generators
 from workloads import armada_frames as frames_module
 from workloads.armada_frame_stream import DEFAULT_DEMAND_S, MAX_FPS
 from workloads.armada_frames import (

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.systems import systems
+from testbed.registry import systems
 from tests import import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,8 @@ def _package_modules(package: str) -> list[str]:
 
 def _pure_modules() -> list[str]:
     modules = ["testbed.scenario", "testbed.scenario.loader", "testbed.scenario.model",
-               "testbed.errors", "testbed.latency", "testbed.systems", "testbed.analysis.fidelity",
+               "testbed.errors", "testbed.latency", "testbed.registry", "testbed.systems",
+               "testbed.analysis.fidelity",
                "testbed.event_log",
                "testbed.study.spec", "testbed.limits", "testbed.machine"]
     modules += _package_modules("nodes.offloading.policies") + ["nodes.offloading.queueing"]

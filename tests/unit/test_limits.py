@@ -108,7 +108,7 @@ def test_the_address_space_limit_of_the_process_is_honoured(tmp_path: Path) -> N
 
 
 def test_generators_count_their_tasks_without_generating_them() -> None:
-    from testbed.systems import generators
+    from testbed.registry import generators
 
     for name in builtin_scenarios():
         found = load_scenario(name)

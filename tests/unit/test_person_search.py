@@ -29,7 +29,7 @@ from nodes.person_search.policies import (
     make_search_policy,
 )
 from testbed.errors import TestbedError
-from testbed.systems import generate, generators
+from testbed.registry import generate, generators
 from workloads.person_search import (
     TRUTH_NAME,
     Items,

@@ -14,9 +14,9 @@ import pytest
 from testbed.analysis.traces import read_traces
 from testbed.cli import main
 from testbed.errors import ScenarioError, TestbedError
+from testbed.registry import get_system
 from testbed.runner import run_scenario
 from testbed.scenario.loader import load_scenario, scenario_from_dict
-from testbed.systems import get_system
 from testbed.systems.person_search.builders import DEFAULTS, edge_name, person_search_line
 from testbed.systems.person_search.deployment import deployment
 from testbed.systems.person_search.sim import policy_seed_for, simulate

@@ -74,7 +74,7 @@ def test_a_system_without_policy_parameters_takes_no_params_and_no_other_label(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    import testbed.systems as registry
+    from testbed import registry
 
     data = load_scenario("armada-selection").resolved()
     name = data["policies"][0]

@@ -346,7 +346,7 @@ class Picky:
 @pytest.fixture
 def test_generators() -> Iterator[None]:
     """A system registering the two generators above, removed after the test."""
-    from testbed.systems import System, register
+    from testbed.registry import System, register
 
     remove = register(System(name="generator-tests", description="test generators",
                              generators={"plain": f"{__name__}:Plain",

@@ -7,7 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from testbed.systems import HARNESS_PROGRAMS, systems
+from testbed.registry import HARNESS_PROGRAMS, systems
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "services.md"
 ROW = re.compile(r"^\| `([a-z_.]+)` \| `python -m ([a-z_.]+)` \| (.+) \|$")

@@ -28,7 +28,7 @@ from nodes.armada.sdk.streaming import (
     url_sender,
 )
 from testbed.analysis.traces import rows_to_frame
-from testbed.systems import generate
+from testbed.registry import generate
 from workloads.armada_frames import FrameSpec, FramesUnavailable, load_frames
 
 FRAMES = [b"\xff\xd8\xff frame %d" % k for k in range(3)]

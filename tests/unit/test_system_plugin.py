@@ -17,8 +17,8 @@ import pytest
 from testbed.analysis.traces import read_traces
 from testbed.cli import listing, main
 from testbed.errors import ScenarioError
+from testbed.registry import get_system, register
 from testbed.scenario import load_scenario, scenario_from_dict
-from testbed.systems import get_system, register
 from tests.testsystem import SCENARIO, SYSTEM, register_echo
 
 

@@ -22,7 +22,7 @@ from testbed.analysis.traces import (
     write_traces,
 )
 from testbed.errors import TestbedError
-from testbed.systems import System, TraceKind, register
+from testbed.registry import System, TraceKind, register
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "traces.md"
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import workloads
 from testbed.errors import TestbedError
-from testbed.systems import generate, generators
+from testbed.registry import generate, generators
 from workloads.trace import Task, read_trace, write_trace
 
 BURSTY = {"rate": 2.0, "mu": 1.0, "burst": {"on_mean_s": 2.0, "off_mean_s": 6.0, "factor": 4.0}}

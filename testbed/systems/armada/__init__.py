@@ -13,7 +13,7 @@ the calibration :mod:`~testbed.systems.armada.calibration_run` measures). This m
 imports nothing but the registry's dataclasses.
 """
 
-from testbed.systems import Experiment, Program, System, TraceKind
+from testbed.registry import Experiment, Program, System, TraceKind
 
 _EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"

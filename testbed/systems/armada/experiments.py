@@ -2,7 +2,7 @@
 
 Each experiment module keeps its own ``run_<name>(size, out, progress, ...)`` and
 ``write_<name>_report(out, report, command)``; this module adapts them to the registry's
-signatures (:class:`testbed.systems.Experiment`), imports them only when called, and names
+signatures (:class:`testbed.registry.Experiment`), imports them only when called, and names
 each report file in ``docs/results/armada/``.
 """
 

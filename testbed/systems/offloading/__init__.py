@@ -10,7 +10,7 @@ the tier simulator (:mod:`testbed.systems.offloading.sim`), the emulation driver
 from collections.abc import Iterator, Mapping
 
 from nodes.offloading.policies import POLICIES
-from testbed.systems import Experiment, Program, System
+from testbed.registry import Experiment, Program, System
 
 
 class _PolicyLines(Mapping[str, str]):

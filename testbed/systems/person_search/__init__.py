@@ -17,7 +17,7 @@ scenario parameters (the priority policy's candidate-set rule among them) are ch
 Everything is named by import path: importing this package imports nothing heavy.
 """
 
-from testbed.systems import Experiment, Program, System, TraceKind
+from testbed.registry import Experiment, Program, System, TraceKind
 
 SYSTEM = System(
     name="person-search",
