@@ -56,7 +56,7 @@ class Graph:
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """``testbed/sim/__init__.py`` -> ``testbed.sim``; ``nodes/common.py`` -> ``nodes.common``."""
+    """``testbed/study/__init__.py`` -> ``testbed.study``; ``nodes/common.py`` -> ``nodes.common``."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
