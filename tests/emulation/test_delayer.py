@@ -406,16 +406,28 @@ SINK = ("import socket; s = socket.socket(); "
         "exec('while c.recv(1 << 20): pass'); print('done')")
 
 
-def tcp_send(pair: Pair, nbytes: int) -> subprocess.Popen:
-    """Start sending ``nbytes`` over TCP from a to b in 64 KB writes (so TSO makes 64 KB
-    segments where the TAP offloads); returns the sink, which exits when all arrived."""
+@contextmanager
+def tcp_send(pair: Pair, nbytes: int) -> Iterator[subprocess.Popen]:
+    """Send ``nbytes`` over TCP from a to b in 64 KB writes (so TSO makes 64 KB
+    segments where the TAP offloads); yields the sink, which exits when all arrived.
+    Sender and sink are ended on the way out, whatever the test did to the link."""
     sink = subprocess.Popen(["nsenter", "-t", str(pair.b), "-n", "python3", "-c", SINK],
                             stdout=subprocess.PIPE, text=True)
-    wait_until(lambda: "5001" in pair.sh(pair.b, "ss -ltn").stdout, what="the sink")
-    send = ("import socket; s = socket.create_connection"
-            f"(('{IP_B}', 5001)); [s.sendall(b'x' * 65536) for _ in range({nbytes // 65536})]")
-    subprocess.Popen(["nsenter", "-t", str(pair.a), "-n", "python3", "-c", send])
-    return sink
+    sender = None
+    try:
+        wait_until(lambda: "5001" in pair.sh(pair.b, "ss -ltn").stdout, what="the sink")
+        send = ("import socket; s = socket.create_connection"
+                f"(('{IP_B}', 5001)); [s.sendall(b'x' * 65536) for _ in range({nbytes // 65536})]")
+        sender = subprocess.Popen(["nsenter", "-t", str(pair.a), "-n", "python3", "-c", send])
+        yield sink
+    finally:
+        for proc in (sender, sink):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
 
 
 def test_loss_makes_the_compiled_path_read_single_packets() -> None:
@@ -423,11 +435,13 @@ def test_loss_makes_the_compiled_path_read_single_packets() -> None:
     so a direction with loss turns its source TAP's offloads off (and on again at 0)."""
     with delayer_pair("c") as pair:
         pair.link("tbt-big", names=("tbtG0", "tbtG1"))
-        assert tcp_send(pair, 4 << 20).communicate(timeout=30)[0].strip() == "done"
+        with tcp_send(pair, 4 << 20) as sink:
+            assert sink.communicate(timeout=30)[0].strip() == "done"
         assert pair.delayer.stats("tbt-big")["a_to_b"]["max_frame"] > 1514
         pair.delayer.remove("tbt-big")
         pair.link("tbt-lossy", names=("tbtL0", "tbtL1"), loss_pct=1.0)
-        assert tcp_send(pair, 4 << 20).communicate(timeout=30)[0].strip() == "done"
+        with tcp_send(pair, 4 << 20) as sink:
+            assert sink.communicate(timeout=30)[0].strip() == "done"
         ab = pair.delayer.stats("tbt-lossy")["a_to_b"]
         assert ab["dropped_loss"] > 0 and 0 < ab["max_frame"] <= 1514, ab
         assert tso(pair, "tbtL0") == "off"
@@ -439,12 +453,12 @@ def test_queue_counts_the_packets_of_gso_frames() -> None:
     """``queue: N`` holds at most N packets even when frames are 64 KB TSO segments."""
     with delayer_pair("c") as pair:
         pair.link(delay_ms=50, queue=100)
-        sink = tcp_send(pair, 2 << 20)  # at most 100 packets per 50 ms: about 1 s
         samples = []
-        deadline = time.monotonic() + 30
-        while sink.poll() is None and time.monotonic() < deadline:
-            samples.append(pair.delayer.stats("tbt-l1")["a_to_b"])
-        assert sink.communicate(timeout=1)[0].strip() == "done"
+        with tcp_send(pair, 2 << 20) as sink:  # at most 100 packets per 50 ms: about 1 s
+            deadline = time.monotonic() + 30
+            while sink.poll() is None and time.monotonic() < deadline:
+                samples.append(pair.delayer.stats("tbt-l1")["a_to_b"])
+            assert sink.communicate(timeout=1)[0].strip() == "done"
         stats = pair.delayer.stats("tbt-l1")["a_to_b"]
         assert stats["max_frame"] > 1514, stats  # TSO segments crossed the link
         assert max(s["held"] for s in samples) <= 100
@@ -486,12 +500,10 @@ def test_remove_under_traffic_then_sigterm_exits_cleanly() -> None:
     reaches the Python thread that handles it)."""
     with delayer_pair("c") as pair:
         pair.link(delay_ms=1)
-        sink = tcp_send(pair, 64 << 20)
-        wait_until(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["forwarded"] > 100,
-                   what="traffic through the link")
-        pair.delayer.remove("tbt-l1")
-        sink.kill()
-        sink.communicate()
+        with tcp_send(pair, 64 << 20):  # the sender is ended too, blocked as it is
+            wait_until(lambda: pair.delayer.stats("tbt-l1")["a_to_b"]["forwarded"] > 100,
+                       what="traffic through the link")
+            pair.delayer.remove("tbt-l1")
         assert pair.delayer.ping()["links"] == 0
         pair.link("tbt-l2", names=("tbtA1", "tbtB1"))
         proc = pair.delayer.process
