@@ -93,7 +93,7 @@ class RunLedger(Protocol):
     so that this module does not import the ledger, which asks it who holds a prefix."""
 
     run_id: str
-    path: Any
+    path: Path
 
     def on_removed(self, hook: Callable[[], None]) -> None: ...
 
