@@ -573,8 +573,8 @@ def paired_vs_hybrid(df: pd.DataFrame) -> dict[str, Any]:
     Mean and p95 over tasks completed under both, with a 95 % paired batch-means
     interval of the run (:func:`testbed.analysis.compare.compare`; ``None`` when the run is too
     short to carry one); ``excludes_zero`` marks a significant difference. ``value_s``
-    is the steady-state estimate after the warm-up, the point its interval belongs to;
-    ``all_tasks_s`` is over every shared task (the whole run, what
+    is the steady-state estimate after the warm-up, the point its interval belongs to
+    (``None`` when no shared task arrived after the warm-up); ``all_tasks_s`` is over every shared task (the whole run, what
     :func:`replicated_vs_hybrid` averages across replications). An overloaded policy
     whose queue only grows has no steady state: its estimate then describes the end of
     the run and it gets no interval.
