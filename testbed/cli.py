@@ -9,10 +9,14 @@ from pathlib import Path
 
 from testbed.errors import Incomplete, TestbedError
 
+#: The repository root: ``testbed list --json`` gives study files relative to it.
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def listing() -> dict[str, list[dict[str, str]]]:
     """What ``testbed list`` shows: scenarios, experiments, policies and generators,
     each with its system and a one-line description."""
+    from testbed.experiments import files as exp_files
     from testbed.registry import experiments, generators, systems
     from testbed.scenario.loader import builtin_scenarios, load_scenario
 
@@ -28,7 +32,10 @@ def listing() -> dict[str, list[dict[str, str]]]:
     return {
         "scenarios": scenarios,
         "experiments": [{"name": name, "system": system.name,
-                         "description": first_line(exp.description)}
+                         "description": first_line(exp.description),
+                         "sizes": list(exp_files.sizes(exp)),
+                         "executors": list(exp_files.executors(exp)),
+                         "studies": exp_files.listed_studies(exp, ROOT)}
                         for name, (system, exp) in sorted(experiments().items())],
         "policies": [{"name": name, "system": system.name, "description": first_line(text)}
                      for system in systems().values()
@@ -143,27 +150,79 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
     """Run a registered experiment at ``--size`` on ``--executors`` and write its report."""
+    from testbed.experiments import files as exp_files
+    from testbed.registry import experiments
+
+    _, exp = experiments()[args.name]
+    sizes = exp_files.sizes(exp)
+    if args.size not in sizes:
+        raise TestbedError(f"--size: {exp.name} has {', '.join(sizes)}, found {args.size!r}")
+    runs_on = exp_files.executors(exp)
+    options = ["--size", args.size]
+    if args.executors is None:
+        executors = runs_on
+    else:
+        executors = tuple(e for e in args.executors.split(",") if e)
+        wrong = [e for e in executors if e not in runs_on]
+        if wrong or not executors:
+            raise TestbedError(f"--executors: {exp.name} runs on "
+                               f"{' and '.join(runs_on)}, found {args.executors!r}")
+    if len(runs_on) > 1:
+        options += ["--executors", ",".join(executors)]
+    if exp.is_data:
+        return _data_experiment(args, exp, executors, options)
+    for flag, given in (("scheduler", args.scheduler is not None), ("serial", args.serial)):
+        if given:
+            raise TestbedError(f"--{flag}: {exp.name} is not written as study files yet, so "
+                               "it runs its own way on this machine only")
+    return _driver_experiment(args, exp, executors, options)
+
+
+def _data_experiment(args: argparse.Namespace, exp: object, executors: tuple[str, ...],
+                     options: list[str]) -> int:
+    """An experiment of study files: run what is missing, then metrics, claims, report."""
+    import shlex
+
+    from testbed.experiments.engine import (
+        ExperimentIncomplete,
+        run_experiment,
+        write_experiment_report,
+    )
+    from testbed.registry import Experiment
+    from testbed.runner import RESULTS_ROOT
+
+    assert isinstance(exp, Experiment)
+    for flag in _experiment_options():
+        if getattr(args, flag.replace("-", "_")) is not None:
+            raise TestbedError(f"--{flag}: {exp.name} takes no such option")
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}"
+    report_dir = Path(args.report or exp.report_dir)
+    command = f"testbed experiment {exp.name} " + shlex.join(
+        [*options, "--report", str(report_dir)])
+    run = run_experiment(exp, args.size, executors, out, scheduler=args.scheduler,
+                         serial=args.serial, progress=_print_flush)
+    reports = write_experiment_report(exp, run, args.size, executors, command,
+                                      report_dir / (exp.report_file or f"{exp.name}.md"))
+    for claim in run.claims:
+        print(f"claim {claim.key}: {claim.verdict}")
+    print(f"results: {out}\nreports: {', '.join(map(str, reports))}")
+    if run.incomplete:
+        raise ExperimentIncomplete(f"{len(run.incomplete)} study(ies) with unfinished cells "
+                                   f"({'; '.join(run.incomplete)}); the report covers the "
+                                   "rest, and the same command runs what is missing")
+    return 0
+
+
+def _driver_experiment(args: argparse.Namespace, exp: object, executors: tuple[str, ...],
+                       options: list[str]) -> int:
+    """An experiment with its own driver (not yet written as study files)."""
     import shlex
     import time
 
-    from testbed.registry import experiments, resolve
+    from testbed.registry import Experiment, experiments, resolve
     from testbed.runner import RESULTS_ROOT
 
-    _, exp = experiments()[args.name]
-    if args.size not in exp.sizes:
-        raise TestbedError(f"--size: {exp.name} has {', '.join(exp.sizes)}, "
-                           f"found {args.size!r}")
-    options = ["--size", args.size]
-    if args.executors is None:
-        executors = exp.executors
-    else:
-        executors = tuple(e for e in args.executors.split(",") if e)
-        wrong = [e for e in executors if e not in exp.executors]
-        if wrong or not executors:
-            raise TestbedError(f"--executors: {exp.name} runs on "
-                               f"{' and '.join(exp.executors)}, found {args.executors!r}")
-    if len(exp.executors) > 1:
-        options += ["--executors", ",".join(executors)]
+    assert isinstance(exp, Experiment)
     chosen: dict[str, str] = {}
     for flag in _experiment_options():
         value = getattr(args, flag.replace("-", "_"))
@@ -287,13 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(fn=_cmd_calibrate)
 
+    from testbed.experiments import files as exp_files
     from testbed.registry import experiments
 
     registered = experiments()
     exp = sub.add_parser("experiment", help="run a registered experiment and write its report")
     exp.add_argument("name", choices=sorted(registered))
     exp.add_argument("--size", default="small",
-                     help="; ".join(f"{n}: {', '.join(e.sizes)}"
+                     help="; ".join(f"{n}: {', '.join(exp_files.sizes(e))}"
                                     for n, (_, e) in sorted(registered.items())))
     exp.add_argument("--executors", default=None,
                      help="comma-separated executors (default: every one the experiment "
@@ -302,7 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
         users = [n for n, (_, e) in sorted(registered.items()) if flag in e.options]
         exp.add_argument(f"--{flag}", default=None, help=f"{', '.join(users)}: one of "
                                                          f"{', '.join(sorted(choices))}")
-    exp.add_argument("--out", help="runs and metrics (default: a new folder under results/)")
+    exp.add_argument("--out", help="runs and metrics (default: results/NAME-SIZE/ for an "
+                     "experiment of study files, where a re-run runs only what is missing)")
+    exp.add_argument("--scheduler", help="address of a running Dask scheduler for the "
+                     "studies' cells, e.g. tcp://HOST:8786 (default: a local cluster)")
+    exp.add_argument("--serial", action="store_true", help="run the studies' cells one "
+                     "after another in this process, without a cluster")
     exp.add_argument("--report", default=None,
                      help="folder of the generated report (default: the experiment's, "
                           "under docs/results/)")

@@ -40,6 +40,7 @@ name it outright). :func:`register` adds a system at run time, e.g. from a test.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,22 +96,43 @@ class Program:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A paper experiment: runs into a results folder, then writes its report.
+    """A paper experiment: ``testbed experiment NAME`` runs it and writes its report.
 
-    ``run(size, out, progress, executors, **options)`` returns the folder it filled;
-    ``report(out, report_dir, command, executors, **options)`` returns the report files.
-    ``options`` declares experiment-specific command-line options as
-    ``{"runtime": ("process", "docker")}`` (the first choice is the default).
+    An experiment is data (``docs/design.md``, "Adding an experiment"): ``studies``
+    names a folder as ``"package:folder"`` (the folder beside that package's
+    ``__init__``) holding one sub-folder per size (``small/``, ``medium/``, ``full/``)
+    of study files, which the study engine runs (cells, seeds, Dask, resume);
+    ``metrics`` (``"module:function"``, ``function(results, size) -> dict``) turns the
+    studies' traces and event logs into numbers, and ``claims`` (``function(metrics) ->
+    [Claim]``) the numbers into verdicts; one generic report layer writes
+    ``report_dir/report_file`` (Markdown), its HTML page and its claims file for the
+    paper ``paper``. The sizes and executors are those of the study files.
+
+    An experiment not yet written as data names a driver instead: ``run(size, out,
+    progress, executors, **options)`` returns the folder it filled and ``report(out,
+    report_dir, command, executors, **options)`` the report files; ``options``
+    declares its command-line options as ``{"runtime": ("process", "docker")}`` (the
+    first choice is the default), and ``sizes`` and ``executors`` its choices.
     """
 
     name: str
     description: str
-    run: str
-    report: str
+    run: str = ""
+    report: str = ""
     sizes: tuple[str, ...] = ("small", "full")
     executors: tuple[str, ...] = ("emulation",)
     report_dir: str = "docs/results"
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    studies: str = ""
+    metrics: str = ""
+    claims: str = ""
+    paper: str = ""
+    report_file: str = ""
+
+    @property
+    def is_data(self) -> bool:
+        """Whether the experiment is study files, metrics and claims (not a driver)."""
+        return bool(self.studies)
 
 
 @dataclass(frozen=True)
@@ -171,6 +193,11 @@ HARNESS_PROGRAMS = (
 #: The package whose sub-packages are the built-in systems (found by name, so that the
 #: registry imports none of them until asked).
 PLUGINS = "testbed.systems"
+#: An environment variable naming further modules, comma-separated, each defining a
+#: ``SYSTEM``: systems kept outside this tree, found by every process of a run (Dask
+#: workers and ``testbed run`` children of a study inherit the environment, where a
+#: :func:`register` call made in one process is not seen).
+PLUGINS_ENV = "TESTBED_PLUGINS"
 
 _REGISTERED: dict[str, System] = {}
 _DISCOVERED = False
@@ -188,6 +215,13 @@ def _discover() -> None:
         if info.ispkg:
             system = importlib.import_module(f"{PLUGINS}.{info.name}").SYSTEM
             _REGISTERED.setdefault(system.name, system)
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            system = importlib.import_module(module).SYSTEM
+        except (ImportError, AttributeError) as exc:
+            raise TestbedError(f"{PLUGINS_ENV}: expected modules that define SYSTEM, found "
+                               f"{module!r} ({type(exc).__name__}: {exc})") from None
+        _REGISTERED.setdefault(system.name, system)
 
 
 def systems() -> dict[str, System]:

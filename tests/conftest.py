@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +73,22 @@ def echo() -> Iterator[None]:
     remove = register_echo()
     yield
     remove()
+
+
+@pytest.fixture
+def echo_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The ``echo`` system as a plug-in named by ``TESTBED_PLUGINS``: every process of a
+    study (Dask workers, ``testbed run`` children) finds it, as a researcher's own
+    system outside the tree; the registry discovers again before and after."""
+    from testbed import registry
+
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv(registry.PLUGINS_ENV, "tests.testsystem")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setattr(registry, "_DISCOVERED", False)
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    yield
 
 
 @pytest.fixture(autouse=True, scope="session")

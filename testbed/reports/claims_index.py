@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,10 +72,14 @@ def claims_path(report: Path) -> Path:
     return report.with_name(report.stem + SUFFIX)
 
 
-def write_claims(report: Path, paper: str, command: str, claims: Sequence[Claim]) -> Path:
-    """Write the claims of ``report`` beside it; returns the file."""
+def write_claims(report: Path, paper: str, command: str,
+                 claims: Sequence[Claim | Mapping[str, Any]]) -> Path:
+    """Write the claims of ``report`` beside it; returns the file. Each claim is an index
+    entry or a mapping with at least its fields (``key``, ``claim``, ``verdict``,
+    ``section``) and optionally more (``replications``, ``effect``)."""
     doc = {"format": FORMAT, "paper": paper, "report": report.name, "command": command,
-           "claims": [dataclasses.asdict(c) for c in claims]}
+           "claims": [dict(c) if isinstance(c, Mapping) else dataclasses.asdict(c)
+                      for c in claims]}
     path = claims_path(report)
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return path

@@ -29,9 +29,9 @@ SYSTEM = System(
     emulate=f"{_HERE}.driver:make_driver",
     simulate=f"{_HERE}.sim:run_sim",
     experiments=(Experiment("echo-compare", "first against round-robin on every executor",
-                            run=f"{_HERE}.experiment:run", report=f"{_HERE}.experiment:report",
-                            executors=("sim", "emulation"), report_dir="results/echo",
-                            options={"servers": ("2", "3")}),),
+                            studies=f"{_HERE}:studies", metrics=f"{_HERE}.experiment:metrics",
+                            claims=f"{_HERE}.experiment:claims", paper="Echo",
+                            report_dir="results/echo", report_file="echo.md"),),
     trace_kinds=(TraceKind("ping", "one echo request", (("echo_seq", "int"),)),),
 )
 

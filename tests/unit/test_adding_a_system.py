@@ -64,7 +64,11 @@ def lay_out(root: Path) -> None:
     for package in ("nodes/toy", "testbed", "testbed/systems"):
         (root / package / "__init__.py").touch()
     scenario = re.sub(r"\becho\b", "toy", (SOURCE / "echo.yaml").read_text())
-    (root / "testbed/systems/toy/echo.yaml").write_text(scenario)
+    (root / "testbed/systems/toy/toy.yaml").write_text(scenario)
+    for study in (SOURCE / "studies").rglob("*.yaml"):  # the experiment's study files
+        target = root / "testbed/systems/toy/studies" / study.relative_to(SOURCE / "studies")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(re.sub(r"\becho\b", "toy", study.read_text()))
 
 
 @pytest.fixture
@@ -96,7 +100,7 @@ def test_the_registry_finds_a_system_added_in_its_homes(toy: Path) -> None:
 
 def test_a_scenario_of_the_added_system_runs_on_the_simulator(toy: Path,
                                                               tmp_path: Path) -> None:
-    scenario = load_scenario(str(toy / "testbed/systems/toy/echo.yaml"))
+    scenario = load_scenario(str(toy / "testbed/systems/toy/toy.yaml"))
     assert scenario.system == "toy"
     out = run_scenario(scenario, out=tmp_path / "run", executor="sim",
                        progress=lambda _line: None, plots=False)

@@ -16,6 +16,8 @@ from testbed.cli import main
 from testbed.registry import register
 from tests.testsystem import SCENARIO, SYSTEM
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _err(capsys: pytest.CaptureFixture) -> str:
     err = capsys.readouterr().err.strip()
@@ -27,6 +29,10 @@ def test_list_json_names_every_kind_with_its_system(capsys: pytest.CaptureFixtur
     assert main(["list", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert set(found) == {"scenarios", "experiments", "policies", "generators"}
+    for exp in found["experiments"]:
+        for size, files in exp["studies"].items():
+            assert size in exp["sizes"] and files
+            assert all((ROOT / f).is_file() and not f.startswith("/") for f in files)
     systems = {item["system"] for kind in found.values() for item in kind}
     assert {"offloading", "armada", "person-search"} <= systems
     continuum = next(s for s in found["scenarios"] if s["name"] == "continuum")
@@ -47,24 +53,32 @@ def test_a_policies_typo_is_reported_against_the_option(capsys: pytest.CaptureFi
     assert err.startswith("testbed: --policies:") and "'jsqq'" in err
 
 
-@pytest.mark.usefixtures("echo")
-def test_experiment_runs_with_options_and_writes_its_report(
+@pytest.mark.usefixtures("echo_plugin")
+def test_an_experiment_of_study_files_runs_resumes_and_writes_its_report(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code = main(["experiment", "echo-compare", "--executors", "sim", "--servers", "3",
-                 "--out", str(tmp_path / "out"), "--report", str(tmp_path / "rep")])
-    assert code == 0
+    argv = ["experiment", "echo-compare", "--executors", "sim", "--out", str(tmp_path / "out"),
+            "--report", str(tmp_path / "rep")]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "2 finished before" not in first and "claim E1: holds" in first
     text = (tmp_path / "rep" / "echo.md").read_text()
-    assert ("`testbed experiment echo-compare --size small --executors sim --servers 3 "
-            f"--report {tmp_path / 'rep'}`") in text
-    assert "(3 servers)" in text and "- sim: `first` is faster" in text
-    assert (tmp_path / "out" / "sim" / "metadata.json").is_file()
+    assert (f"`testbed experiment echo-compare --size small --executors sim --report "
+            f"{tmp_path / 'rep'}`") in text
+    assert "| E1. first answers faster than round-robin | holds | 2 |" in text
+    assert (tmp_path / "out" / "rules" / "summary.parquet").is_file()
+    claims = json.loads((tmp_path / "rep" / "echo.claims.json").read_text())["claims"]
+    assert claims[0]["verdict"] == "holds" and claims[0]["replications"] == 2
+    assert main(argv) == 0  # the same folders again: nothing runs, the same report
+    again = capsys.readouterr().out
+    assert "2 finished before, 0 to run" in again and "4 finished before, 0 to run" in again
+    assert (tmp_path / "rep" / "echo.md").read_text() == text
 
 
-@pytest.mark.usefixtures("echo")
+@pytest.mark.usefixtures("echo_plugin")
 @pytest.mark.parametrize(("argv", "message"), [
     (["--size", "medium"], "--size: echo-compare has small, full, found 'medium'"),
     (["--executors", "gpu"], "--executors: echo-compare runs on sim and emulation"),
-    (["--servers", "5"], "--servers: expected one of 2, 3, found '5'"),
+    (["--task-runtime", "docker"], "--task-runtime: echo-compare takes no such option"),
 ])
 def test_experiment_arguments_are_checked(argv: list[str], message: str, tmp_path: Path,
                                           capsys: pytest.CaptureFixture) -> None:
