@@ -105,8 +105,8 @@ class Experiment:
     ``metrics`` (``"module:function"``, ``function(results, size) -> dict``) turns the
     studies' traces and event logs into numbers, and ``claims`` (``function(metrics) ->
     [Claim]``) the numbers into verdicts; one generic report layer writes
-    ``report_dir/report_file`` (Markdown), its HTML page and its claims file for the
-    paper ``paper``. The sizes and executors are those of the study files.
+    ``report_dir/report_file`` (Markdown, headed ``title``), its HTML page and its
+    claims file for the paper ``paper``. The sizes and executors are those of the study files.
 
     An experiment not yet written as data names a driver instead: ``run(size, out,
     progress, executors, **options)`` returns the folder it filled and ``report(out,
@@ -128,6 +128,7 @@ class Experiment:
     claims: str = ""
     paper: str = ""
     report_file: str = ""
+    title: str = ""
 
     @property
     def is_data(self) -> bool:

@@ -107,7 +107,7 @@ def write_experiment_report(exp: Experiment, run: ExperimentRun, size: str,
     description = exp.description.strip()
     if description and not description.endswith("."):
         description += "."
-    report = ReportInput(title=exp.paper and f"{exp.paper}: {exp.name}" or exp.name,
+    report = ReportInput(title=exp.title or exp.name,
                          description=description[:1].upper() + description[1:],
                          paper=exp.paper or exp.name, command=command, size=size,
                          executors=tuple(executors), studies=parts, metrics=run.metrics,

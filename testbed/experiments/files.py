@@ -20,6 +20,13 @@ from testbed.registry import Experiment
 #: Sizes in the order a listing gives them; any other sub-folder name follows, by name.
 SIZE_ORDER = ("small", "medium", "full")
 STUDY_SUFFIX = ".yaml"
+#: A shared scenario file's suffix: never taken for a study file.
+SCENARIO_SUFFIX = ".scenario.yaml"
+
+
+def _studies_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*" + STUDY_SUFFIX)
+                  if not p.name.endswith(SCENARIO_SUFFIX))
 
 
 def studies_folder(exp: Experiment) -> Path:
@@ -39,7 +46,7 @@ def sizes(exp: Experiment) -> tuple[str, ...]:
         return exp.sizes
     root = studies_folder(exp)
     found = [d.name for d in root.iterdir()
-             if d.is_dir() and any(d.glob("*" + STUDY_SUFFIX))] if root.is_dir() else []
+             if d.is_dir() and _studies_in(d)] if root.is_dir() else []
     return tuple(sorted(found, key=lambda s: (SIZE_ORDER.index(s) if s in SIZE_ORDER
                                               else len(SIZE_ORDER), s)))
 
@@ -49,7 +56,7 @@ def study_files(exp: Experiment, size: str) -> list[Path]:
     one-line error naming the sizes it has."""
     if size not in sizes(exp):
         raise TestbedError(f"--size: {exp.name} has {', '.join(sizes(exp))}, found {size!r}")
-    return sorted((studies_folder(exp) / size).glob("*" + STUDY_SUFFIX))
+    return _studies_in(studies_folder(exp) / size)
 
 
 def _declared_executors(path: Path) -> list[str]:

@@ -51,8 +51,11 @@ class Cell:
         return bool(self.record.get("degraded"))
 
     def traces(self) -> pd.DataFrame:
-        """The cell's traces with its coordinates (``docs/traces.md``)."""
-        return pd.read_parquet(self.traces_path)
+        """The run's traces (``docs/traces.md``; the study's copy under ``traces/``
+        adds the cell's coordinates as columns)."""
+        from testbed.analysis.traces import read_traces
+
+        return read_traces(self.run)
 
     def metadata(self) -> dict[str, Any]:
         """The run's ``metadata.json``."""

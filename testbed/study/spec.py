@@ -40,8 +40,8 @@ from testbed.scenario.loader import (
 from testbed.scenario.model import Scenario, plain_copy
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-STUDY_KEYS = ("study", "description", "scenario", "executors", "policies", "baseline",
-              "replications", "seed", "grid")
+STUDY_KEYS = ("study", "description", "scenario", "set", "executors", "policies", "baseline",
+              "replications", "seed", "grid", "analysis")
 MAX_REPLICATIONS = 1_000
 #: Replication seeds have 31 bits: systems derive further seeds from a scenario seed by
 #: arithmetic (``seed * 1000 + repetition``), which must stay within 63 bits.
@@ -94,6 +94,10 @@ class Study:
     axes: tuple[Axis, ...]
     #: each policy entry as a scenario writes it (a name, or ``{name, label, params}``)
     policy_docs: tuple[Any, ...] = ()
+    #: settings the study fixes in the scenario for every point (``set:``), by path
+    fixed: tuple[tuple[str, Any], ...] = ()
+    #: parameters the study hands to an experiment's metric function (``analysis:``)
+    analysis: tuple[tuple[str, Any], ...] = ()
 
     @property
     def grid_paths(self) -> list[str]:
@@ -253,6 +257,28 @@ def _axes(source: str, grid: object, doc: Mapping[str, Any]) -> tuple[Axis, ...]
     return tuple(axes)
 
 
+def _fixed(source: str, value: object, doc: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The ``set:`` mapping checked against the scenario document: each path as a grid
+    path is (not one the study sets itself), each value set before the grid's."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise _fail(source, "set", "a mapping from a dotted path to a value", value)
+    out = []
+    for path, item in value.items():
+        where = f"set.{path}"
+        if not isinstance(path, str):
+            raise _fail(source, where, "a dotted path into the scenario", path)
+        if path in RESERVED or path.startswith("seed."):
+            raise _fail(source, where, "a path the study does not set itself (it sets seed "
+                        "and workload.seed per replication; name and system are fixed)", path)
+        why = check_path(doc, path)
+        if why is not None:
+            raise _fail(source, where, why, "<not in the scenario>")
+        out.append((path, item))
+    return tuple(out)
+
+
 def _scenario_doc(source: str, ref: object, base: Path) -> tuple[dict[str, Any], str]:
     """The scenario document a study names (built-in name or path from the study's
     folder) and the source its relative topology paths resolve against."""
@@ -329,6 +355,13 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
         raise _fail(source, "description", "a string", description)
     base = Path.cwd() if source.startswith("<") else Path(source).parent
     doc, scenario_source = _scenario_doc(source, data["scenario"], base)
+    fixed = _fixed(source, data.get("set"), doc)
+    for path, value in fixed:
+        set_path(doc, path, plain_copy(value))
+    analysis = data.get("analysis", {})
+    if not isinstance(analysis, dict) or not all(isinstance(k, str) for k in analysis):
+        raise _fail(source, "analysis", "a mapping of parameters for the experiment's "
+                    "metric function", analysis)
     try:
         base_scenario = scenario_from_dict(doc, source=scenario_source)
     except ScenarioError as exc:
@@ -356,7 +389,8 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
                   executors=tuple(executors), policies=tuple(policies),
                   policy_docs=tuple(doc for _, doc in policy_docs), baseline=baseline,
                   replications=replications, seed=seed,
-                  axes=_axes(source, data.get("grid"), doc))
+                  axes=_axes(source, data.get("grid"), doc), fixed=fixed,
+                  analysis=tuple(sorted(analysis.items())))
     count = 1
     for axis in study.axes:
         count *= len(axis.steps)
@@ -387,5 +421,6 @@ def describe(study: Study) -> dict[str, Any]:
             "policies": list(study.policies), "policy_entries": plain_copy(list(
                 study.policy_docs or study.policies)), "executors": list(study.executors),
             "replications": study.replications, "seed": study.seed,
+            "set": dict(study.fixed), "analysis": dict(study.analysis),
             "points": [p.as_dict() for p in study.points()]}
 

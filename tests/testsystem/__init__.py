@@ -31,6 +31,7 @@ SYSTEM = System(
     experiments=(Experiment("echo-compare", "first against round-robin on every executor",
                             studies=f"{_HERE}:studies", metrics=f"{_HERE}.experiment:metrics",
                             claims=f"{_HERE}.experiment:claims", paper="Echo",
+                            title="Echo: first against round-robin",
                             report_dir="results/echo", report_file="echo.md"),),
     trace_kinds=(TraceKind("ping", "one echo request", (("echo_seq", "int"),)),),
 )

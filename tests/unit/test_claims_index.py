@@ -110,9 +110,9 @@ def test_the_committed_index_is_what_its_claims_files_give() -> None:
 def test_one_verdict_rule_for_every_report() -> None:
     """The shared rule: all passed holds, none fails, some names them; no check is
     ``empty``; each system's wrapper gives the same words."""
+    from testbed.reports.claim import Claim, Condition
     from testbed.reports.claims_index import verdict
     from testbed.systems.armada.verdicts import verdict as armada_verdict
-    from testbed.systems.offloading.claim_checks import verdict as offloading_verdict
 
     assert verdict([("a", True), ("b", True)]) == "holds"
     assert verdict([("a", False), ("b", False)]) == "fails"
@@ -121,6 +121,7 @@ def test_one_verdict_rule_for_every_report() -> None:
     assert verdict([], empty="fails") == "fails"
     assert armada_verdict({}) == "fails"
     assert armada_verdict({"x": True, "y": False}) == "holds only for x"
-    assert offloading_verdict([("sim", "0.4", True), ("sim", "0.9", True),
-                               ("emulation", "0.9", True), ("emulation", "0.2", False)]) \
-        == "holds only for sim: 0.4, 0.9; emulation: 0.9"
+    conditions = (Condition("0.4", True, "sim"), Condition("0.9", True, "sim"),
+                  Condition("0.9", True, "emulation"), Condition("0.2", False, "emulation"))
+    assert Claim("1", "c", "r", conditions).verdict == \
+        "holds only for sim: 0.4, 0.9; emulation: 0.9"

@@ -58,6 +58,21 @@ def test_a_study_without_grid_has_one_point() -> None:
     assert [p.label() for p in study.points()] == ["base"]
 
 
+def test_set_fixes_settings_for_every_point_and_keeps_the_seeds() -> None:
+    plain = study_from_dict(base(grid={"workload.params.rate": [1.0, 2.0]}))
+    fixed = study_from_dict(base(grid={"workload.params.rate": [1.0, 2.0]},
+                                 set={"duration": 7.0, "services.edge.params.workers": 2},
+                                 analysis={"sweep": "load"}))
+    for point in fixed.points():
+        scenario = fixed.scenario(point, 1)
+        assert scenario.duration == 7.0
+        assert next(s for s in scenario.services if s.name == "edge").params["workers"] == 2
+        assert scenario.seed == plain.scenario(point, 1).seed
+    assert dict(fixed.analysis) == {"sweep": "load"}
+    overridden = study_from_dict(base(set={"duration": 7.0}, grid={"duration": [3.0]}))
+    assert overridden.scenario(overridden.points()[0], 0).duration == 3.0  # the grid wins
+
+
 def test_paths_address_named_list_entries() -> None:
     doc = {"services": [{"name": "edge", "params": {"workers": 1}}], "duration": 5}
     assert check_path(doc, "services.edge.params.workers") is None
@@ -85,6 +100,11 @@ def test_paths_address_named_list_entries() -> None:
      "one length"),
     ({"grid": {"workload.params.rate": [1.0, -3]}},
      "grid (point workload.params.rate=-3): workload.params.rate", ""),
+    ({"set": {"services.fog.params.workers": 1}}, "set.services.fog.params.workers",
+     "c1-local, c2-local, edge, cloud"),
+    ({"set": {"workload.seed": 3}}, "set.workload.seed", "does not set itself"),
+    ({"set": [1]}, "set", "a mapping"),
+    ({"analysis": [1]}, "analysis", "a mapping of parameters"),
 ])
 def test_bad_studies_name_the_file_and_field(change: dict[str, Any], path: str,
                                              expected: str, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 A report's conclusion states numbers and what they show; the words that say what they
 show (lower or higher, k of n, holds or fails) come from the numbers through these
 helpers, never from fixed text, so a rerun whose numbers flip flips the wording too
-(as the offloading claims report does, :mod:`testbed.systems.offloading.claims`).
+(as the offloading claims do, :mod:`testbed.systems.offloading.claim_checks`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 The tier-server path: ``nodes/offloading/tier_server.py`` (the queueing servers), the in-host
 dispatcher (:mod:`nodes.offloading.dispatcher`), the placement policies (:mod:`nodes.offloading.policies`),
 the tier simulator (:mod:`testbed.systems.offloading.sim`), the emulation driver
-(:mod:`testbed.systems.offloading.driver`) and the paper experiments
-(:mod:`testbed.systems.offloading.experiment`, :mod:`testbed.systems.offloading.claims`).
+(:mod:`testbed.systems.offloading.driver`) and the paper experiment as data: its study
+files (``studies/<size>/``), metrics (:mod:`testbed.systems.offloading.experiment`,
+:mod:`testbed.systems.offloading.metrics`, :mod:`testbed.systems.offloading.tables`) and
+claims
+(:mod:`testbed.systems.offloading.claim_checks`).
 """
 
 from collections.abc import Iterator, Mapping
@@ -49,10 +52,13 @@ SYSTEM = System(
         Experiment("offloading",
                    "load sweep, bursts and edge capacity on both executors, and the claims "
                    "report",
-                   run="testbed.systems.offloading.experiment:run",
-                   report="testbed.systems.offloading.claims:report",
-                   sizes=("small", "medium", "full"), executors=("sim", "emulation"),
-                   report_dir="docs/results/offloading"),
+                   studies="testbed.systems.offloading:studies",
+                   metrics="testbed.systems.offloading.experiment:metrics",
+                   claims="testbed.systems.offloading.claim_checks:claims",
+                   paper=("002: queue-aware offloading across the continuum "
+                          "(Allen-Cunneen + queue observation)"),
+                   report_dir="docs/results/offloading", report_file="README.md",
+                   title="Queue-aware offloading: the paper's claims, checked"),
     ),
     preload=("nodes.offloading.tier_server", "nodes.offloading.dispatcher", "nodes.offloading.policies"),
     policy_seed="testbed.systems.offloading.sim_replay:policy_seed",
