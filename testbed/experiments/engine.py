@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +56,16 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
     studies by file name and the messages of those with unfinished cells. ``serial``
     runs the cells in this process (a system registered at run time, as tests do, is
     unknown to a Dask worker's fresh interpreter)."""
-    from testbed.study.run import StudyIncomplete, run_study
+    from testbed.study.run import StudyIncomplete, check_socket_room, run_study
     from testbed.study.spec import load_study
 
     studies = [(path, load_study(path)) for path in study_files(exp, size)]  # all checked first
+    if any("emulation" in s.executors and "emulation" in executors for _, s in studies):
+        if os.geteuid() != 0:
+            raise TestbedError("executors: emulation cells need root (network namespaces, "
+                               "tc, cgroups): run as root, or --executors sim")
+        for path, _ in studies:
+            check_socket_room(out / path.stem)
     results: dict[str, StudyResult] = {}
     incomplete: list[str] = []
     for path, study in studies:
