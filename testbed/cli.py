@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import Incomplete, TestbedError
 
@@ -178,9 +179,35 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     return _driver_experiment(args, exp, executors, options)
 
 
-def _data_experiment(args: argparse.Namespace, exp: object, executors: tuple[str, ...],
+def _chosen_options(args: argparse.Namespace, exp: Any, options: list[str]) -> dict[str, str]:
+    """The experiment-specific options given, checked against ``exp``'s choices, by
+    flag; a value other than the default joins ``options`` (the command the report
+    quotes)."""
+    from testbed.registry import experiments
+
+    chosen: dict[str, str] = {}
+    for flag in _experiment_options():
+        value = getattr(args, flag.replace("-", "_"))
+        if value is None:
+            continue
+        if flag not in exp.options:
+            users = [n for n, (_, e) in experiments().items() if flag in e.options]
+            raise TestbedError(f"--{flag}: {exp.name} takes no such option (it applies to "
+                               f"{', '.join(users)})")
+        if value not in exp.options[flag]:
+            raise TestbedError(f"--{flag}: expected one of {', '.join(exp.options[flag])}, "
+                               f"found {value!r}")
+        chosen[flag] = value
+        if value != exp.options[flag][0]:
+            options += [f"--{flag}", value]
+    return chosen
+
+
+def _data_experiment(args: argparse.Namespace, exp: Any, executors: tuple[str, ...],
                      options: list[str]) -> int:
-    """An experiment of study files: run what is missing, then metrics, claims, report."""
+    """An experiment of study files: run what is missing, then metrics, claims, report.
+    An option other than its default sets its path in every study and names the
+    results folder and the report after its value."""
     import shlex
 
     from testbed.experiments.engine import (
@@ -188,21 +215,21 @@ def _data_experiment(args: argparse.Namespace, exp: object, executors: tuple[str
         run_experiment,
         write_experiment_report,
     )
-    from testbed.registry import Experiment
     from testbed.runner import RESULTS_ROOT
 
-    assert isinstance(exp, Experiment)
-    for flag in _experiment_options():
-        if getattr(args, flag.replace("-", "_")) is not None:
-            raise TestbedError(f"--{flag}: {exp.name} takes no such option")
-    out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}"
+    chosen = _chosen_options(args, exp, options)
+    overrides = {exp.option_paths[f]: v for f, v in chosen.items()
+                 if v != exp.options[f][0]}
+    suffix = "".join(f"-{v}" for f, v in chosen.items() if v != exp.options[f][0])
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}{suffix}"
     report_dir = Path(args.report or exp.report_dir)
+    stem = Path(exp.report_file or f"{exp.name}.md")
+    report = report_dir / f"{stem.stem}{suffix}{stem.suffix}"
     command = f"testbed experiment {exp.name} " + shlex.join(
         [*options, "--report", str(report_dir)])
     run = run_experiment(exp, args.size, executors, out, scheduler=args.scheduler,
-                         serial=args.serial, progress=_print_flush)
-    reports = write_experiment_report(exp, run, args.size, executors, command,
-                                      report_dir / (exp.report_file or f"{exp.name}.md"))
+                         serial=args.serial, overrides=overrides, progress=_print_flush)
+    reports = write_experiment_report(exp, run, args.size, executors, command, report)
     for claim in run.claims:
         print(f"claim {claim.key}: {claim.verdict}")
     print(f"results: {out}\nreports: {', '.join(map(str, reports))}")
@@ -213,30 +240,16 @@ def _data_experiment(args: argparse.Namespace, exp: object, executors: tuple[str
     return 0
 
 
-def _driver_experiment(args: argparse.Namespace, exp: object, executors: tuple[str, ...],
+def _driver_experiment(args: argparse.Namespace, exp: Any, executors: tuple[str, ...],
                        options: list[str]) -> int:
     """An experiment with its own driver (not yet written as study files)."""
     import shlex
     import time
 
-    from testbed.registry import Experiment, experiments, resolve
+    from testbed.registry import resolve
     from testbed.runner import RESULTS_ROOT
 
-    assert isinstance(exp, Experiment)
-    chosen: dict[str, str] = {}
-    for flag in _experiment_options():
-        value = getattr(args, flag.replace("-", "_"))
-        if value is None:
-            continue
-        if flag not in exp.options:
-            raise TestbedError(f"--{flag}: {exp.name} takes no such option (it applies to "
-                               f"{', '.join(n for n, (_, e) in experiments().items() if flag in e.options)})")
-        if value not in exp.options[flag]:
-            raise TestbedError(f"--{flag}: expected one of {', '.join(exp.options[flag])}, "
-                               f"found {value!r}")
-        chosen[flag.replace("-", "_")] = value
-        if value != exp.options[flag][0]:
-            options += [f"--{flag}", value]
+    chosen = {f.replace("-", "_"): v for f, v in _chosen_options(args, exp, options).items()}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}-{stamp}"
     report_dir = Path(args.report or exp.report_dir)

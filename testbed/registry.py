@@ -129,6 +129,10 @@ class Experiment:
     paper: str = ""
     report_file: str = ""
     title: str = ""
+    #: for an experiment of study files: the scenario path each option sets in every
+    #: study (``{"task-runtime": "build.params.task_runtime"}``); a value other than the
+    #: first choice also names the report and the results folder (``load-docker.md``)
+    option_paths: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_data(self) -> bool:

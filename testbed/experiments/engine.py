@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from testbed.experiments.results import StudyResult
 from testbed.registry import Experiment, resolve
 from testbed.reports.claim import Claim
 from testbed.reports.experiment_report import ReportInput, StudyPart, write_report
+from testbed.study.spec import Study
 
 Progress = Callable[[str], None]
 METRICS_FILE = "metrics.json"
@@ -49,17 +50,36 @@ class ExperimentRun:
     incomplete: list[str]
 
 
+def load_studies(exp: Experiment, size: str, overrides: Mapping[str, Any] | None = None
+                 ) -> list[tuple[Path, Study]]:
+    """Every study file of ``size``, checked, with ``overrides`` (scenario path to value)
+    added to each file's ``set:``."""
+    from testbed.scenario.loader import read_yaml
+    from testbed.study.spec import load_study, study_from_dict
+
+    found = []
+    for path in study_files(exp, size):
+        if not overrides:
+            found.append((path, load_study(path)))
+            continue
+        doc = read_yaml(path)
+        if isinstance(doc, dict):
+            doc = {**doc, "set": {**(doc.get("set") or {}), **overrides}}
+        found.append((path, study_from_dict(doc, source=str(path))))
+    return found
+
+
 def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path, *,
                 scheduler: str | None = None, serial: bool = False,
+                overrides: Mapping[str, Any] | None = None,
                 progress: Progress = print) -> tuple[dict[str, StudyResult], list[str]]:
     """Run every study file of ``size`` on the asked ``executors`` it names; returns the
     studies by file name and the messages of those with unfinished cells. ``serial``
     runs the cells in this process (a system registered at run time, as tests do, is
     unknown to a Dask worker's fresh interpreter)."""
     from testbed.study.run import StudyIncomplete, check_socket_room, run_study
-    from testbed.study.spec import load_study
 
-    studies = [(path, load_study(path)) for path in study_files(exp, size)]  # all checked first
+    studies = load_studies(exp, size, overrides)  # every one checked before any runs
     if any("emulation" in s.executors and "emulation" in executors for _, s in studies):
         if os.geteuid() != 0:
             raise TestbedError("executors: emulation cells need root (network namespaces, "
@@ -87,13 +107,15 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
 
 def run_experiment(exp: Experiment, size: str, executors: Sequence[str], out: Path, *,
                    scheduler: str | None = None, serial: bool = False,
+                   overrides: Mapping[str, Any] | None = None,
                    progress: Progress = print) -> ExperimentRun:
-    """Run ``exp``'s studies at ``size`` into ``out``, then its metrics and claims."""
+    """Run ``exp``'s studies at ``size`` into ``out`` (each with ``overrides`` set, the
+    experiment's options), then its metrics and claims."""
     if not exp.is_data:
         raise TestbedError(f"experiment {exp.name}: not written as study files")
     out.mkdir(parents=True, exist_ok=True)
     studies, incomplete = run_studies(exp, size, executors, out, scheduler=scheduler,
-                                      serial=serial, progress=progress)
+                                      serial=serial, overrides=overrides, progress=progress)
     if not studies:
         raise TestbedError(f"--executors: no study file of {exp.name} at size {size} runs on "
                            f"{', '.join(executors)}")

@@ -24,6 +24,7 @@ from nodes.armada.sdk.choice import Candidate
 from testbed.errors import ScenarioError
 from testbed.registry import get_system, resolve
 from testbed.scenario import load_scenario, scenario_from_dict
+from testbed.study.spec import load_study
 from testbed.systems.armada.builders import (
     PATH_PARAMS,
     Fleet,
@@ -40,9 +41,10 @@ from testbed.systems.armada.fleet import (
     fleet_of,
     fleet_scenario,
 )
-from testbed.systems.armada.load_experiment import LOAD_SIZES, load_schedule
+from testbed.systems.armada.load_experiment import load_schedule
 from testbed.systems.armada.model import replay_seed, user_seed
 
+ARMADA_STUDIES = Path(__file__).resolve().parents[2] / "testbed/systems/armada/studies"
 BUILT_IN = ("armada-scalability", "armada-failures", "armada-churn", "armada-load",
             "armada-storage", "armada-selection", "armada-failover")
 
@@ -84,14 +86,25 @@ def test_built_in_churn_scenario_is_the_small_experiment() -> None:
     assert len(left) / fleet.nodes >= 0.3 and left <= set(volunteer_nodes(fleet))
 
 
-def test_built_in_load_scenario_is_the_small_experiment() -> None:
-    scenario = load_scenario("armada-load")
-    plan = LOAD_SIZES["small"]
-    fleet = fleet_of(scenario)
-    assert fleet is not None and (fleet.nodes, fleet.users) == (plan.nodes, plan.users)
-    actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
-                            plan.cpu)
+@pytest.mark.parametrize(("size", "episodes", "duration"), [("small", 1, 26.0),
+                                                             ("full", 4, 110.0)])
+def test_the_load_study_files_hold_the_seeded_schedule(size: str, episodes: int,
+                                                       duration: float) -> None:
+    """Each size's study file writes out :func:`load_schedule` of its fleet's seed, and
+    the built-in scenario is the small study's fleet."""
+    study = load_study(ARMADA_STUDIES / "load" / size / "load.yaml")
+    fleet = fleet_of(study.scenario(study.points()[0], 0))
+    assert fleet is not None and fleet.duration == duration
+    actions = load_schedule(episodes, 14.0 if size == "small" else 15.0, duration,
+                            fleet.seed, 0.5)
     assert list(fleet.actions) == [a.to_event() for a in actions]
+    if size == "small":
+        builtin = fleet_of(load_scenario("armada-load"))
+        assert builtin == fleet
+
+
+def test_built_in_load_scenario_streams_the_small_schedule() -> None:
+    scenario = load_scenario("armada-load")
     stream = StreamPlan.of_scenario(scenario, "armada")
     assert [(a.offset_s, a.target) for a in stream.actions] == [
         (4.47, "serving:u01"), (18.47, "last:load")]

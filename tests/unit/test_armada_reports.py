@@ -13,7 +13,8 @@ import pytest
 from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada import failures_experiment as fx
 from testbed.systems.armada.failover_experiment import failover_conclusion
-from testbed.systems.armada.load_experiment import load_conclusion
+from testbed.systems.armada.load_experiment import claims as load_claims
+from testbed.systems.armada.load_experiment import load_conclusion, load_episodes
 from testbed.systems.armada.scalability_experiment import (
     herding_sentence,
     scalability_conclusion,
@@ -265,6 +266,34 @@ def test_load_verdict_and_bound_follow_the_episodes() -> None:
     assert "in 1 of 2 episodes, after 9.5 s" in text
     assert "faster after the move than on the loaded node in 0 of 1 episodes" in text
     assert "1 move of 1 took longer (9.5 s) than" in text
+
+
+def test_load_episodes_and_claim_from_hand_made_frames() -> None:
+    """u01 is served by e01 until 2.5 s into a load episode on e01 (4-14 s), then by e02,
+    faster: the episode moved after 2.5 s and the claim holds; a second replication whose
+    user never moved makes it hold only for the first episode."""
+    def frame(t: float, target: str, ms: float, client: str = "u01") -> dict[str, Any]:
+        return {"client": client, "outcome": "ok", "dispatch_wall": t, "target": target,
+                "latency_s": ms / 1e3}
+
+    applied = [{"at": 4.0, "action": "load", "target": "e01"},
+               {"at": 14.0, "action": "load", "target": "e01"}]
+    rows = [frame(t, "e01", 20.0) for t in (0.5, 1.5, 2.5, 3.5)]
+    rows += [frame(t, "e01", 300.0) for t in (4.5, 5.5, 6.0)]
+    rows += [frame(t, "e02", 30.0) for t in (6.5, 7.5, 8.5)] + [frame(5.0, "e03", 1.0, "u02")]
+    (moved,) = load_episodes(applied, rows)
+    assert moved["moved_after_s"] == pytest.approx(2.5) and moved["moved_to"] == "e02"
+    assert moved["mean_before_ms"] == pytest.approx(20.0)
+    assert moved["mean_on_loaded_ms"] == pytest.approx(300.0)
+    assert moved["mean_after_move_ms"] == pytest.approx(30.0)
+    (stayed,) = load_episodes(applied, [r for r in rows if r["target"] != "e02"])
+    assert stayed["moved_after_s"] is None
+    found = {"runs": [{"replication": 0, "fps": 1.0, "episodes": [moved]},
+                      {"replication": 1, "fps": 1.0, "episodes": [stayed]}]}
+    (claim,) = load_claims(found)
+    assert claim.key == "A6" and claim.replications == 2
+    assert claim.verdict == "holds only for episode 1"
+    assert "in 1 of 2 episodes, after 2.5 s" in claim.why
 
 
 # ------------------------------------------------------------------ failover and selection

@@ -19,6 +19,23 @@ _EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"
 _CONFIGS = "nodes.armada.configs:"  # the programs' parameters, importable without aiohttp
 _TASK_RUNTIMES = ("process", "docker")  # how Captains run replicas (--task-runtime)
+#: How the claims index names the paper.
+PAPER = "000: Armada, an edge cloud over volunteer nodes"
+
+
+def _study_experiment(name: str, description: str, **options: tuple[str, ...]) -> Experiment:
+    """Experiment ``armada-<x>`` written as data: study files in ``studies/<x>/``, the
+    metric and claim functions of ``<x>_experiment.py``, the report ``<x>.md`` in
+    ``docs/results/armada``; ``options`` as keywords, each setting the fleet builder's
+    parameter of its name in every study."""
+    entry = name.removeprefix("armada-").replace("-", "_")
+    module = f"testbed.systems.armada.{entry}_experiment"
+    return Experiment(name, description, studies=f"testbed.systems.armada:studies/{entry}",
+                      metrics=f"{module}:metrics", claims=f"{module}:claims",
+                      paper=PAPER, report_dir=_REPORTS, report_file=f"{entry}.md",
+                      title=f"Armada: {description} (`{name}`)",
+                      options={k.replace("_", "-"): v for k, v in options.items()},
+                      option_paths={k.replace("_", "-"): f"build.params.{k}" for k in options})
 
 
 def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
@@ -89,8 +106,8 @@ SYSTEM = System(
                     "edge-to-cloud (Fig. 10 (b))", task_runtime=_TASK_RUNTIMES),
         _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream",
                     task_runtime=_TASK_RUNTIMES),
-        _experiment("armada-load", "background load on the serving node: how fast the "
-                    "SDK moves the user", task_runtime=_TASK_RUNTIMES),
+        _study_experiment("armada-load", "background load on the serving node: how fast "
+                          "the SDK moves the user", task_runtime=_TASK_RUNTIMES),
         _experiment("armada-startup", "deployment start-up (request to first replica "
                     "serving) of process and container replicas on one fleet, and of a "
                     "node's first task image against its cached one"),

@@ -391,7 +391,9 @@ def fleet_document(fleet: Fleet) -> dict[str, Any]:
                            f"{fleet.users} users" + (", a cloud" if fleet.cloud else "")
                            + (", replicas in containers" if docker else ""),
             "topology": {"nodes": nodes, "links": links}, "services": services,
-            "workload": {"generator": "frame-stream", "seed": fleet.seed,
+            # the workload's seed follows the scenario's (``fleet.seed`` unless a file
+            # or a study's replication sets another): the fleet stays, the trace varies
+            "workload": {"generator": "frame-stream",
                          "params": {"fps": fleet.fps, "demand_s": 0.0054,
                                     "frames": {"width": fleet.frame[0],
                                                "height": fleet.frame[1], "count": 30}}},
@@ -516,7 +518,7 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
     return {"seed": sites.seed,
             "description": f"Armada storage over {sites.sites} edge sites",
             "topology": {"nodes": nodes, "links": links}, "services": services,
-            "workload": {"generator": "face-recognition", "seed": sites.seed,
+            "workload": {"generator": "face-recognition",  # its seed follows the scenario's
                          "params": {"mode": sites.mode, "frames": sites.frames,
                                     "fps": sites.fps}},
             "duration": sites.duration}

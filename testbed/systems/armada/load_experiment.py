@@ -1,50 +1,28 @@
-"""Armada: re-selection under background load (``armada-load``).
+"""Armada: re-selection under background load (``armada-load``), as data.
 
 Background (non-Armada) CPU load hits the node serving a user at seeded random periods;
 how long the SDK's periodic probing takes to move the user, and the latency before, on
-the loaded node and after moving. Report: ``docs/results/armada/load.md``.
+the loaded node and after moving. The study files are ``studies/load/<size>/`` (the
+episodes written out by :func:`load_schedule`); :func:`metrics` reads each cell's
+traces and the episodes the harness applied (the run's driver details), :func:`claims`
+judges claim A6 over every episode of every replication. Report:
+``docs/results/armada/load.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from testbed.errors import TestbedError
-from testbed.experiments.emulated import host_line, report_header
-from testbed.experiments.sizes import size_plan
-from testbed.systems.armada.builders import Fleet
-from testbed.systems.armada.control import Progress
-from testbed.systems.armada.fleet import (
-    REPROBE_S,
-    SMALL_NODES,
-    Action,
-    run_fleet,
-)
-from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, count_of, plural, record_claims, verdict
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim, Condition
+from testbed.systems.armada.fleet import REPROBE_S, Action
+from testbed.systems.armada.verdicts import Conclusion, count_of, plural, verdict
 
 # ------------------------------------------------------------------ background load
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadSize:
-    nodes: int
-    users: int
-    episodes: int
-    episode_s: float
-    duration_s: float
-    cpu: float = 0.5  # share of the machine the load asks for; the node's limit caps it
-    fps: float = 1.0
-    node_cores: tuple[float, ...] = SMALL_NODES
-
-
-LOAD_SIZES = {"small": LoadSize(nodes=3, users=2, episodes=1, episode_s=14.0, duration_s=26.0),
-              "full": LoadSize(nodes=4, users=3, episodes=4, episode_s=15.0, duration_s=110.0)}
 
 
 def load_schedule(episodes: int, episode_s: float, duration_s: float, seed: int,
@@ -66,26 +44,12 @@ def load_schedule(episodes: int, episode_s: float, duration_s: float, seed: int,
     return actions
 
 
-def run_load(size: str, out: Path, progress: Progress = print,
-             ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
-    """Background load on u01's serving node during one SDK stream (module docstring);
-    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
-    plan = size_plan(size, LOAD_SIZES)
-    fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, node_cores=plan.node_cores,
-                  duration=plan.duration_s, task_runtime=task_runtime)
-    actions = load_schedule(plan.episodes, plan.episode_s, plan.duration_s, fleet.seed,
-                            plan.cpu)
-    fleet = dataclasses.replace(fleet, actions=tuple(a.to_event() for a in actions))
-    run_fleet(fleet, ["armada"], out, "armada-load", size, progress, ledger_root)
-    return out
-
-
-def load_episodes(run: Path, user: str = "u01") -> list[dict[str, Any]]:
-    """Per load episode: the loaded node, how long until ``user``'s frames were served
+def load_episodes(applied: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                  user: str = "u01") -> list[dict[str, Any]]:
+    """Per load episode (the ``applied`` load actions of a stream, on and off in turn):
+    the loaded node, how long until ``user``'s frames (trace ``rows``) were served
     elsewhere (None: never during the episode), and latency before / during / after."""
-    fleet = fleet_json(run)
-    applied = fleet["streams"][0]["applied"]
-    rows = sorted((r for r in trace_rows(run) if r["client"] == user and r["outcome"] == "ok"),
+    rows = sorted((r for r in rows if r["client"] == user and r["outcome"] == "ok"),
                   key=lambda r: r["dispatch_wall"])
     found = []
     for on, off in zip(applied[0::2], applied[1::2], strict=False):
@@ -161,43 +125,50 @@ def load_conclusion(episodes: Sequence[Mapping[str, Any]], fps: float) -> Conclu
     return Conclusion(verdict(checks), LOAD_RULE, tuple(sentences))
 
 
-def write_load_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a ``run_load`` folder."""
-    fleet = fleet_json(out)
-    found = load_episodes(out)
-    conclusion = load_conclusion(found, fleet["fleet"]["fps"])
-    lines = report_header("Armada: re-selection under background load (`armada-load`)", command, out,
-                    f"{fleet['fleet']['users']} users stream at {fleet['fleet']['fps']:g} fps "
-                    f"through the SDK (re-probe every 5-7 s, switch margin 20 %); at seeded "
-                    "random instants CPU burners (not Armada tasks) start inside the node "
-                    "serving u01, within that node's CPU limit, and stop again.")
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Every replication's episodes (:func:`load_episodes` of the SDK stream of each
+    finished cell) with the stream's frame rate and the host's CPU idle share."""
+    runs = []
+    for result in results.values():
+        for cell in sorted(result.finished(), key=lambda c: c.replication):
+            driver = cell.metadata()["driver"]
+            stream = driver["streams"][0]
+            runs.append({"replication": cell.replication, "degraded": cell.degraded,
+                         "fps": driver["fleet"]["fps"], "host": driver["host"],
+                         "episodes": load_episodes(stream["applied"],
+                                                   cell.traces().to_dict("records"))})
+    return {"size": size, "runs": runs, "tables": [_episode_table(runs)]}
 
+
+def _episode_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    lines += [fleet_setup(out), "", "## Episodes", "",
-              ("| loaded node | load s | moved after s | moved to | mean ms before | "
-               "mean ms on the loaded node | mean ms after moving |"),
-              "|---|---|---|---|---|---|---|"]
-    for e in found:
-        moved = "not within the episode" if e["moved_after_s"] is None else \
-            f"{e['moved_after_s']:.1f}"
-        lines.append(f"| {e['node']} | {e['end'] - e['start']:.0f} | {moved} | "
-                     f"{e['moved_to'] or '-'} | {fmt(e['mean_before_ms'])} | "
-                     f"{fmt(e['mean_on_loaded_ms'])} | {fmt(e['mean_after_move_ms'])} |")
-    moved = [e["moved_after_s"] for e in found if e["moved_after_s"] is not None]
-    lines += ["", "## Host fidelity", "", host_line({"load": fleet["host"]}), "",
-              "## The paper's claim beside ours", "", "| paper (seed) | this run | verdict |",
-              "|---|---|---|",
-              (f"| {LOAD_CLAIM} | moved away in {len(moved)} of {len(found)} episodes, after "
-               + (", ".join(f"{m:.1f} s" for m in moved) or "-")
-               + f" | {conclusion.verdict} |"), "",
-              "## Conclusion", "", conclusion.paragraph(), ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    record_claims(report, command, [
-        ("A6",
-         ("under background load on the serving node the SDK moves the user to "
-         "a faster node"),
-         conclusion)])
-    return report
+    rows = []
+    for run in runs:
+        for e in run["episodes"]:
+            moved = "not within the episode" if e["moved_after_s"] is None else \
+                f"{e['moved_after_s']:.1f}"
+            rows.append([str(run["replication"]), e["node"], f"{e['end'] - e['start']:.0f}",
+                         moved, e["moved_to"] or "-", fmt(e["mean_before_ms"]),
+                         fmt(e["mean_on_loaded_ms"]), fmt(e["mean_after_move_ms"])])
+    idle = ", ".join(f"{r['host']['idle_share']:.0%}" for r in runs if r.get("host"))
+    return {"title": "Load episodes", "columns": [
+        "replication", "loaded node", "load s", "moved after s", "moved to", "mean ms before",
+        "mean ms on the loaded node", "mean ms after moving"], "rows": rows,
+        "note": ("CPU burners (not Armada tasks) start inside the node serving u01 and stop "
+                 "again; the SDK re-probes its TopN candidates every 5-7 s with a frame and "
+                 f"switches past a 20 % margin. Host CPU idle share per run: {idle or '-'}.")}
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Claim A6 over every episode of every replication (:func:`load_conclusion`)."""
+    episodes = [e for run in found["runs"] for e in run["episodes"]]
+    fps = found["runs"][0]["fps"] if found["runs"] else 1.0
+    conclusion = load_conclusion(episodes, fps)
+    return [Claim("A6", "under background load on the serving node the SDK moves the user "
+                  "to a faster node", rule=LOAD_RULE, paper=LOAD_CLAIM,
+                  conditions=tuple(Condition(f"episode {k + 1}", _episode_ok(e))
+                                   for k, e in enumerate(episodes)),
+                  why=" ".join(conclusion.sentences),
+                  replications=len(found["runs"]) if episodes else None)]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from testbed.analysis.stats import Interval, side
 from testbed.reports import claims_index
+from testbed.systems.armada import PAPER
 
 HOLDS = claims_index.HOLDS
 FAILS = claims_index.FAILS
@@ -97,7 +98,7 @@ def ms(value: float | None) -> str:
 
 
 #: How the claims index names the paper.
-PAPER_NAME = "000: Armada, an edge cloud over volunteer nodes"
+PAPER_NAME = PAPER
 
 
 def record_claims(report: Path, command: str,
