@@ -22,7 +22,7 @@ from nodes.armada.app_manager import ACTIVE
 from nodes.armada.geo import haversine_km
 from testbed.analysis.traces import read_traces
 from testbed.cli import main
-from testbed.systems.armada.churn_experiment import churn_result, run_churn, write_churn_report
+from testbed.systems.armada.churn_experiment import churn_result
 from testbed.systems.armada.failures_experiment import run_failures, write_failures_report
 from testbed.systems.armada.scalability_experiment import (
     SELECTION_POLICIES,
@@ -139,13 +139,33 @@ def test_failures_report(failures: Path, tmp_path: Path) -> None:
 # ------------------------------------------------------------------ churn
 
 
+def _experiment(name: str, report_dir: Path) -> Iterator[Path]:
+    """``testbed experiment NAME`` at its small size through the generic experiment
+    engine (study, metrics, claims, report); yields the results folder."""
+    out = Path(tempfile.mkdtemp(prefix="ax", dir="/tmp"))  # room for the cells' sockets
+    try:
+        assert main(["experiment", name, "--out", str(out), "--report", str(report_dir)]) == 0
+        yield out
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _cell_run(out: Path, study: str) -> Path:
+    """The run folder of a one-cell study."""
+    (cell,) = (out / study / "cells").iterdir()
+    return cell / "run"
+
+
 @pytest.fixture(scope="module")
-def churn(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_churn("small", tmp_path_factory.mktemp("churn") / "run", **QUIET)
+def churn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    report = tmp_path_factory.mktemp("churn-report")
+    for out in _experiment("armada-churn", report):
+        yield _cell_run(out, "churn"), report
 
 
-def test_churn_keeps_every_user_served(churn: Path, tmp_path: Path) -> None:
-    res = churn_result(churn)
+def test_churn_keeps_every_user_served(churn: tuple[Path, Path]) -> None:
+    run, report = churn
+    res = churn_result(run)
     assert res["left_share"] >= 0.3
     assert all(a["error"] is None for a in res["applied"])
     for user, stats in res["per_user"].items():
@@ -153,13 +173,13 @@ def test_churn_keeps_every_user_served(churn: Path, tmp_path: Path) -> None:
     rejoined = {a["target"] for a in res["applied"] if a["action"] == "join"}
     gone = set(res["left"]) - rejoined
     assert not set(res["replicas_after"].values()) & gone  # nothing left on departed nodes
-    df = read_traces(churn)
+    df = read_traces(run)
     for action in res["applied"]:
         if action["action"] == "leave" and action["target"] in gone:
             later = df[(df.dispatch_wall > action["at"] + 0.5) & (df.outcome == "ok")]
             assert action["target"] not in set(later.target)
-    text = write_churn_report(churn, tmp_path / "churn.md", "test").read_text()
-    assert "left" in text and "| u01 |" in text
+    text = (report / "churn.md").read_text()
+    assert "### Continuity per user" in text and "| 0 | u01 |" in text
 
 
 # ------------------------------------------------------------------ background load
@@ -167,16 +187,9 @@ def test_churn_keeps_every_user_served(churn: Path, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """``testbed experiment armada-load`` at its small size: its study, metrics, claim and
-    report through the generic experiment engine."""
-    out = Path(tempfile.mkdtemp(prefix="al", dir="/tmp"))  # room for the cells' sockets
     report = tmp_path_factory.mktemp("load-report")
-    try:
-        assert main(["experiment", "armada-load", "--out", str(out),
-                     "--report", str(report)]) == 0
+    for out in _experiment("armada-load", report):
         yield out, report
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_sdk_moves_the_user_off_a_loaded_node(loaded: tuple[Path, Path]) -> None:

@@ -33,7 +33,7 @@ from testbed.systems.armada.builders import (
     armada_storage,
     volunteer_nodes,
 )
-from testbed.systems.armada.churn_experiment import CHURN_SIZES, churn_schedule
+from testbed.systems.armada.churn_experiment import churn_schedule
 from testbed.systems.armada.driver import FrameDriver, StorageDriver, make_driver
 from testbed.systems.armada.failures_experiment import FAIL_NODE_CORES, FAIL_SIZES, failure_order
 from testbed.systems.armada.fleet import (
@@ -73,13 +73,18 @@ def test_built_in_failures_scenario_is_the_small_experiment() -> None:
     assert scenario.policies == ("armada", "edge-to-cloud")
 
 
-def test_built_in_churn_scenario_is_the_small_experiment() -> None:
-    scenario = load_scenario("armada-churn")
-    plan = CHURN_SIZES["small"]
+@pytest.mark.parametrize(("size", "leave_share", "rejoin_share"), [("small", 0.34, 0.5),
+                                                                   ("full", 0.42, 0.6)])
+def test_the_churn_study_files_hold_the_seeded_schedule(size: str, leave_share: float,
+                                                        rejoin_share: float) -> None:
+    """Each size's study file writes out :func:`churn_schedule` of its fleet (the small
+    one is the built-in scenario), leaving at least 30 % of the nodes, volunteers only."""
+    study = load_study(ARMADA_STUDIES / "churn" / size / "churn.yaml")
+    scenario = study.scenario(study.points()[0], 0)
     fleet = fleet_of(scenario)
-    assert fleet is not None and fleet.volunteer_share == 0.67 and fleet.nodes == plan.nodes
-    actions = churn_schedule(fleet.edge_names, volunteer_nodes(fleet), plan.duration_s,
-                             plan.leave_share, plan.rejoin_share, fleet.seed)
+    assert fleet is not None and fleet.volunteer_share == 0.67
+    actions = churn_schedule(fleet.edge_names, volunteer_nodes(fleet), fleet.duration,
+                             leave_share, rejoin_share, fleet.seed)
     assert [(e.at, e.action, e.target) for e in scenario.events] == [
         (a.offset_s, a.action, a.target) for a in actions]
     left = {e.target for e in scenario.events if e.action == "leave"}

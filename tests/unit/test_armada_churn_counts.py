@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada import churn_experiment
 
 APPLIED = [{"offset_s": o, "action": a, "target": t, "at": 1000.0 + o, "error": None}
@@ -105,22 +105,24 @@ def test_churn_result_uses_the_new_definitions(churn_run: Path) -> None:
     assert res["changes"].re_placements == 2
 
 
-def test_churn_report_strands_only_on_gone_nodes_and_counts_moves(churn_run: Path,
-                                                                   tmp_path: Path) -> None:
-    """Through the report alone (the function every version has): the old report said
-    det-1 was left on a node that "did not come back" and "1 replicas placed anew"."""
-    text = churn_experiment.write_churn_report(churn_run, tmp_path / "r" / "churn.md",
-                                               "test").read_text()
-    assert "2 replicas re-placed, 1 stranded" in text
+def test_churn_metrics_and_claim_strand_only_on_gone_nodes_and_count_moves(
+        churn_run: Path) -> None:
+    """Through the experiment's metric and claim functions, on the hand-made run as a
+    study's one cell: the replica table says what became of each displaced replica."""
+    cell = SimpleNamespace(run=churn_run, replication=0, degraded=False)
+    result = SimpleNamespace(finished=lambda: [cell])
+    found = churn_experiment.metrics({"churn": result}, "small")
+    (run,) = found["runs"]
+    assert run["re_placements"] == 2 and run["stranded"] == ["det-4"]
+    replicas = next(t for t in found["tables"] if t["title"] == "Replicas")
+    text = replicas["rows"][0][1]
     assert "1 stranded on a node gone at the end (det-4)" in text
     assert "det-2 from e02 to e05" in text and "det-3 by det-5" in text
     assert "1 back on a node that rejoined (det-1)" in text
     assert "did not come back" not in text and "placed anew" not in text
-    recorded = read_claims(claims_path(tmp_path / "r" / "churn.md"))
-    assert recorded["paper"].startswith("000") and recorded["command"] == "test"
-    [claim] = recorded["claims"]
-    assert claim["key"] == "A5" and claim["section"] == "Conclusion"
-    assert f"Verdict: **{claim['verdict']}**" in text  # the report's own verdict
+    (claim,) = churn_experiment.claims(found)
+    assert claim.key == "A5" and claim.replications == 1
+    assert claim.verdict == "holds only for service continuous (no frame lost)"
 
 
 def test_churn_verdict_follows_the_counts(churn_run: Path) -> None:

@@ -104,8 +104,8 @@ SYSTEM = System(
                     "against geo-nearest and random (Fig. 9)", task_runtime=_TASK_RUNTIMES),
         _experiment("armada-failures", "edge nodes fail one by one: SDK against "
                     "edge-to-cloud (Fig. 10 (b))", task_runtime=_TASK_RUNTIMES),
-        _experiment("armada-churn", "volunteer nodes leave and rejoin during a stream",
-                    task_runtime=_TASK_RUNTIMES),
+        _study_experiment("armada-churn", "volunteer nodes leave and rejoin during a "
+                          "stream", task_runtime=_TASK_RUNTIMES),
         _study_experiment("armada-load", "background load on the serving node: how fast "
                           "the SDK moves the user", task_runtime=_TASK_RUNTIMES),
         _experiment("armada-startup", "deployment start-up (request to first replica "

@@ -1,8 +1,11 @@
-"""Armada experiment 4 (``armada-churn``): volunteer nodes leave and rejoin.
+"""Armada experiment 4 (``armada-churn``): volunteer nodes leave and rejoin, as data.
 
 Volunteer nodes leave (services stopped, links down) and some rejoin on a seeded
 schedule during one SDK stream, at least 30 % of the nodes; continuity per user and the
-replicas the control plane re-placed. Report: ``docs/results/armada/churn.md``.
+replicas the control plane re-placed. The study files are ``studies/churn/<size>/``
+(the schedule of :func:`churn_schedule` written out); :func:`metrics` reads each cell's
+run (:func:`churn_result`), :func:`claims` judges claim A5 per replication. Report:
+``docs/results/armada/churn.md``.
 """
 
 from __future__ import annotations
@@ -16,38 +19,13 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from testbed.experiments.emulated import host_line, report_header
-from testbed.experiments.sizes import size_plan
-from testbed.systems.armada.builders import Fleet, volunteer_nodes
-from testbed.systems.armada.control import Progress
-from testbed.systems.armada.fleet import (
-    SMALL_NODES,
-    Action,
-    largest_gaps,
-    latency_stats,
-    run_fleet,
-)
-from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, names, plural, record_claims, verdict
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim, Condition
+from testbed.systems.armada.fleet import Action, largest_gaps, latency_stats
+from testbed.systems.armada.fleet_report import fleet_json, trace_rows
+from testbed.systems.armada.verdicts import Conclusion, names, plural, verdict
 
 # ------------------------------------------------------------------ churn
-
-
-@dataclasses.dataclass(frozen=True)
-class ChurnSize:
-    nodes: int
-    users: int
-    duration_s: float
-    leave_share: float
-    rejoin_share: float
-    fps: float = 1.0
-    node_cores: tuple[float, ...] = SMALL_NODES
-
-
-CHURN_SIZES = {"small": ChurnSize(nodes=6, users=6, duration_s=30.0, leave_share=0.34,
-                                  rejoin_share=0.5),
-               "full": ChurnSize(nodes=12, users=12, duration_s=90.0, leave_share=0.42,
-                                 rejoin_share=0.6, node_cores=(0.08, 0.09, 0.1))}
 
 
 def churn_schedule(nodes: Sequence[str], volunteers: Sequence[str], duration_s: float,
@@ -70,23 +48,6 @@ def churn_schedule(nodes: Sequence[str], volunteers: Sequence[str], duration_s: 
             actions.append(Action(round(at + float(rng.uniform(0.2, 0.35)) * duration_s, 2),
                                   "join", node))
     return sorted(actions, key=lambda a: a.offset_s)
-
-
-def run_churn(size: str, out: Path, progress: Progress = print,
-              ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
-    """Volunteer churn during one SDK stream (module docstring); ``task_runtime``: how
-    Captains run replicas (``process`` or ``docker``)."""
-    plan = size_plan(size, CHURN_SIZES)
-    fleet = Fleet(nodes=plan.nodes, users=plan.users, fps=plan.fps, volunteer_share=0.67,
-                  node_cores=plan.node_cores, duration=plan.duration_s,
-                  task_runtime=task_runtime)
-    volunteers = volunteer_nodes(fleet)
-    actions = churn_schedule(fleet.edge_names, volunteers, plan.duration_s, plan.leave_share,
-                             plan.rejoin_share, fleet.seed)
-    progress("churn: " + ", ".join(f"{a.action} {a.target} at {a.offset_s:g} s" for a in actions))
-    run_fleet(fleet, ["armada"], out, "armada-churn", size, progress, ledger_root,
-              events=actions)
-    return out
 
 
 # ------------------------------------------------------------------ what the churn did
@@ -291,10 +252,7 @@ def _gap_sentence(res: Mapping[str, Any]) -> str:
 def churn_conclusion(res: Mapping[str, Any]) -> Conclusion:
     """The churn claim's verdict and sentences, computed from :func:`churn_result`."""
     changes: ReplicaChanges = res["changes"]
-    checks = {"service continuous (no frame lost)": res["all"]["lost"] == 0}
-    if changes.displaced:
-        checks = {"replicas re-deployed": not changes.stranded and not changes.unreplaced,
-                  **checks}
+    checks = churn_checks(res)
     nodes = (f"{len(res['left'])} of {res['nodes']} nodes left or crashed "
              f"({res['left_share']:.0%}); {len(res['rejoined'])} of them rejoined "
              f"({names(res['rejoined'])}) and {len(res['gone'])} were gone at the end "
@@ -311,74 +269,92 @@ def _view(replicas: Mapping[str, str], status: Mapping[str, str] | None = None) 
                      for t in sorted(replicas, key=_task_key)) or "none"
 
 
-def _replica_lines(res: Mapping[str, Any]) -> list[str]:
-    """The report's replica section: the two views, the nodes' state at the end, the
-    definitions and what became of each displaced replica."""
+def _replica_text(res: Mapping[str, Any]) -> str:
+    """The two replica views, the nodes' state at the end and what became of each
+    displaced replica."""
     ch: ReplicaChanges = res["changes"]
-    return [
-        "## Replicas", "",
-        (f"Before the stream: {_view(res['replicas_before'])}. After: "
-         f"{_view(res['replicas_after'], res['status_after'])}. Nodes back by the end: "
-         f"{names(res['rejoined'])}; gone at the end: {names(res['gone'])}."), "",
-        ("Definitions (counted between the two views): a replica is *displaced* when it "
-         "was on a node that left or crashed during the stream; a *re-placement* is a "
-         "replica on another node after the stream than before (same id), or a new replica "
-         "standing in for one that disappeared with a departed node without a scale-down "
-         "removing it (one per such loss, in creation order); a replica is *stranded* when "
-         "it is on a node gone at the end (its last leave or crash not followed by a "
-         "join)."), "",
-        _fates_sentence(ch)
-        + (f" New replicas beyond the stand-ins: {', '.join(ch.new_other)}."
-           if ch.new_other else "")
-        + (f" Removed from nodes that stayed or by a scale-down: "
-           f"{', '.join(ch.removed_other)}." if ch.removed_other else ""), ""]
+    return (f"Before the stream: {_view(res['replicas_before'])}. After: "
+            f"{_view(res['replicas_after'], res['status_after'])}. Nodes back by the end: "
+            f"{names(res['rejoined'])}; gone at the end: {names(res['gone'])}. "
+            + _fates_sentence(ch)
+            + (f" New replicas beyond the stand-ins: {', '.join(ch.new_other)}."
+               if ch.new_other else "")
+            + (f" Removed from nodes that stayed or by a scale-down: "
+               f"{', '.join(ch.removed_other)}." if ch.removed_other else ""))
 
 
-def _user_lines(res: Mapping[str, Any]) -> list[str]:
-    """The continuity table, one row per user."""
-    period = 1.0 / res["fps"]
-    lines = ["## Continuity per user", "",
-             f"| user | frames | ok | lost | mean ms | p95 ms | largest gap s (period {period:g}) |",
-             "|---|---|---|---|---|---|---|"]
-    for user, s in res["per_user"].items():
-        gap = "-" if s["largest_gap_s"] is None else f"{s['largest_gap_s']:.2f}"
-        mean = "-" if s["mean_ms"] is None else f"{s['mean_ms']:.0f}"
-        p95 = "-" if s["p95_ms"] is None else f"{s['p95_ms']:.0f}"
-        lines.append(f"| {user} | {s['frames']} | {s['ok']} | {s['lost']} | {mean} | {p95} | "
-                     f"{gap} |")
-    return lines + [""]
+DEFINITIONS = (
+    "Counted between the replica views before and after the stream: a replica is "
+    "*displaced* when it was on a node that left or crashed during the stream; a "
+    "*re-placement* is a replica on another node after the stream than before (same id), "
+    "or a new replica standing in for one that disappeared with a departed node without a "
+    "scale-down removing it (one per such loss, in creation order); a replica is "
+    "*stranded* when it is on a node gone at the end (its last leave or crash not followed "
+    "by a join).")
 
 
-def write_churn_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a ``run_churn`` folder."""
-    res = churn_result(out)
-    found = churn_conclusion(res)
-    lines = report_header("Armada experiment 4: volunteer churn (`armada-churn`)", command, out,
-                    f"{len(res['per_user'])} users stream for {res['duration_s']:g} s at "
-                    f"{res['fps']:g} fps through the SDK while volunteer nodes leave "
-                    "(Captain stopped, links down) and some rejoin (links up, Captain "
-                    "restarted and registered again) on a seeded schedule.")
-    lines += [fleet_setup(out), "", "## Schedule", "",
-              "| s into the stream | action | node |", "|---|---|---|"]
-    lines += [f"| {a['offset_s']:g} | {a['action']} | {a['target']} |" for a in res["applied"]]
-    lines += ["", (f"{len(res['left'])} of {res['nodes']} nodes left "
-                   f"({res['left_share']:.0%})."), "",
-              *_user_lines(res), *_replica_lines(res),
-              "## Host fidelity", "", host_line({"churn": res["host"]}), "",
-              "## The paper's claim beside ours", "",
-              "| paper (seed) | this run | verdict |", "|---|---|---|",
-              (f"| {CHURN_CLAIM} | {res['all']['lost']} of {res['all']['frames']} frames lost; "
-               f"largest gap over all users "
-               f"{max((s['largest_gap_s'] or 0) for s in res['per_user'].values()):.2f} s "
-               f"against a {1.0 / res['fps']:g} s frame period; "
-               f"{plural(res['changes'].re_placements, 'replica')} re-placed, "
-               f"{len(res['changes'].stranded)} stranded | {found.verdict} |"), "",
-              "## Conclusion", "", found.paragraph(), ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    record_claims(report, command, [
-        ("A5",
-         ("under volunteer churn the replicas are re-deployed and the service "
-         "continues"),
-         found)])
-    return report
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Per finished cell (replication): :func:`churn_result` of its run with the claim's
+    checks and sentences, and the report's tables (schedule, continuity per user,
+    replicas)."""
+    runs, schedule, users, replicas = [], [], [], []
+    for result in results.values():
+        for cell in sorted(result.finished(), key=lambda c: c.replication):
+            res = churn_result(cell.run)
+            found = churn_conclusion(res)
+            changes: ReplicaChanges = res["changes"]
+            r = cell.replication
+            runs.append({"replication": r, "degraded": cell.degraded, "nodes": res["nodes"],
+                         "left": res["left"], "left_share": res["left_share"],
+                         "rejoined": res["rejoined"], "gone": res["gone"],
+                         "lost": res["all"]["lost"], "frames": res["all"]["frames"],
+                         "re_placements": changes.re_placements,
+                         "stranded": list(changes.stranded),
+                         "unreplaced": list(changes.unreplaced),
+                         "displaced": list(changes.displaced),
+                         "checks": churn_checks(res), "sentences": list(found.sentences),
+                         "host_idle_share": res["host"]["idle_share"]})
+            schedule += [[str(r), f"{a['offset_s']:g}", a["action"], a["target"]]
+                         for a in res["applied"]]
+            period = 1.0 / res["fps"]
+            for user, st in res["per_user"].items():
+                users.append([str(r), user, str(st["frames"]), str(st["ok"]), str(st["lost"]),
+                              _ms(st["mean_ms"]), _ms(st["p95_ms"]),
+                              "-" if st["largest_gap_s"] is None else
+                              f"{st['largest_gap_s']:.2f} ({st['largest_gap_s'] / period:.1f})"])
+            replicas.append([str(r), _replica_text(res)])
+    return {"size": size, "runs": runs, "tables": [
+        {"title": "Schedule", "columns": ["replication", "s into the stream", "action", "node"],
+         "rows": schedule, "note": ""},
+        {"title": "Continuity per user", "columns": [
+            "replication", "user", "frames", "ok", "lost", "mean ms", "p95 ms",
+            "largest gap s (frame periods)"], "rows": users, "note": ""},
+        {"title": "Replicas", "columns": ["replication", "what the control plane did"],
+         "rows": replicas, "note": DEFINITIONS}]}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def churn_checks(res: Mapping[str, Any]) -> dict[str, bool]:
+    """The claim's checks on one run: service continuous and, when a replica was on a
+    departed node, replicas re-deployed."""
+    changes: ReplicaChanges = res["changes"]
+    checks = {"service continuous (no frame lost)": res["all"]["lost"] == 0}
+    if changes.displaced:
+        checks = {"replicas re-deployed": not changes.stranded and not changes.unreplaced,
+                  **checks}
+    return checks
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Claim A5: every check of every replication."""
+    runs = found["runs"]
+    conditions = tuple(Condition(what if len(runs) == 1 else f"{what} (replication "
+                                 f"{run['replication']})", ok)
+                       for run in runs for what, ok in run["checks"].items())
+    return [Claim("A5", "under volunteer churn the replicas are re-deployed and the service "
+                  "continues", rule=CHURN_RULE, paper=CHURN_CLAIM, conditions=conditions,
+                  why=" ".join(s for run in runs for s in run["sentences"]),
+                  replications=len(runs) if runs else None)]

@@ -1,5 +1,6 @@
 """What the reports of the fleet experiments share: reading a fleet run's folder (its
-``fleet.json`` and traces) and the paragraphs and tables every fleet report prints."""
+``fleet.json`` or driver details, and traces) and the paragraphs and tables every fleet
+report prints."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ def trace_rows(run: Path) -> list[dict[str, Any]]:
 
 
 def fleet_json(run: Path) -> dict[str, Any]:
-    return json.loads((run / "fleet.json").read_text())
+    """What a fleet run recorded: its ``fleet.json`` (written by ``run_fleet``), or the
+    same from the driver details of its ``metadata.json`` (a study cell's run)."""
+    if (run / "fleet.json").is_file():
+        return json.loads((run / "fleet.json").read_text())
+    driver = json.loads((run / "metadata.json").read_text())["driver"]
+    return {"fleet": driver["fleet"], "deployment": driver["deployments"][0],
+            "streams": driver["streams"], "host": driver["host"]}
 
 
 def startup_rows(runs: Mapping[str, Path]) -> list[str]:
