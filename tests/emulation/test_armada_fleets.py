@@ -23,7 +23,6 @@ from nodes.armada.geo import haversine_km
 from testbed.analysis.traces import read_traces
 from testbed.cli import main
 from testbed.systems.armada.churn_experiment import churn_result
-from testbed.systems.armada.failures_experiment import run_failures, write_failures_report
 from testbed.systems.armada.scalability_experiment import (
     SELECTION_POLICIES,
     run_scalability,
@@ -35,7 +34,10 @@ QUIET = {"progress": lambda _line: None}
 
 
 def _fleet(run: Path) -> dict:
-    return json.loads((run / "fleet.json").read_text())
+    """A fleet run's record: ``fleet.json``, or a study cell's driver details."""
+    if (run / "fleet.json").is_file():
+        return json.loads((run / "fleet.json").read_text())
+    return json.loads((run / "metadata.json").read_text())["driver"]
 
 
 # ------------------------------------------------------------------ scalability
@@ -89,25 +91,30 @@ def test_scalability_report_names_every_point(scalability: Path, tmp_path: Path)
 
 
 @pytest.fixture(scope="module")
-def failures(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_failures("small", tmp_path_factory.mktemp("fail") / "run", **QUIET)
+def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    report = tmp_path_factory.mktemp("failures-report")
+    for out in _experiment("armada-failures", report):
+        yield out, report
 
 
-def test_crashed_nodes_serve_nothing_afterwards(failures: Path) -> None:
-    result = json.loads((failures / "failures.json").read_text())
-    for policy in ("armada", "edge-to-cloud"):
-        run = failures / policy
-        stream = _fleet(run)["streams"][0]
+def test_crashed_nodes_serve_nothing_afterwards(failures: tuple[Path, Path]) -> None:
+    out, _ = failures
+    (result,) = json.loads((out / "metrics.json").read_text())["runs"]
+    run = _cell_run(out, "failures")
+    df_all = read_traces(run)
+    for k, policy in enumerate(("armada", "edge-to-cloud")):
+        fleet = _fleet(run)
+        stream = next(s for s in fleet["streams"] if s["policy"] == policy)
         assert [a["target"] for a in stream["applied"]] == result["order"]
         assert all(a["error"] is None for a in stream["applied"])
-        df = read_traces(run)
+        df = df_all[df_all.policy == policy]
         for crash in stream["applied"]:
             later = df[(df.dispatch_wall > crash["at"] + 0.5) & (df.outcome == "ok")]
             assert crash["target"] not in set(later.target), (policy, crash)
         # The Spinner declared each crashed node dead: nothing active is left there, and
         # replicas were placed anew on the surviving nodes.
-        fleet = _fleet(run)
-        displaced = {r["task_id"] for r in fleet["deployment"]["settled"]
+        deployment = fleet["deployments"][min(k, len(fleet["deployments"]) - 1)]
+        displaced = {r["task_id"] for r in deployment["settled"]
                      if r["node_id"] in result["order"]}
         active = [r for r in stream["replicas_after"] if r["status"] in ACTIVE]
         assert not {r["node_id"] for r in active} & set(result["order"]), active
@@ -117,23 +124,22 @@ def test_crashed_nodes_serve_nothing_afterwards(failures: Path) -> None:
         assert found[0]["users_at_edge"] == 10  # before any failure everyone is at the edge
 
 
-def test_sdk_loses_no_frame_and_edge_to_cloud_users_end_on_the_cloud(failures: Path) -> None:
-    result = json.loads((failures / "failures.json").read_text())
+def test_sdk_loses_no_frame_and_edge_to_cloud_users_end_on_the_cloud(
+        failures: tuple[Path, Path]) -> None:
+    out, report = failures
+    (result,) = json.loads((out / "metrics.json").read_text())["runs"]
     assert sum(e["lost"] for e in result["policies"]["armada"]) == 0
-    run = failures / "edge-to-cloud"
+    run = _cell_run(out, "failures")
     df = read_traces(run)
-    stream = _fleet(run)["streams"][0]
+    df = df[df.policy == "edge-to-cloud"]
+    stream = next(s for s in _fleet(run)["streams"] if s["policy"] == "edge-to-cloud")
     crashed = {a["target"]: a["at"] for a in stream["applied"]}
     for user, mine in df[df.outcome == "ok"].groupby("client"):
         first = mine.sort_values("dispatch_wall").iloc[0]
         if first.target in crashed:  # its edge node failed: the cloud from then on
             after = mine[mine.dispatch_wall > crashed[first.target] + 0.5]
             assert set(after.target) <= {"cloud"}, user
-
-
-def test_failures_report(failures: Path, tmp_path: Path) -> None:
-    text = write_failures_report(failures, tmp_path / "failures.md", "test").read_text()
-    assert "/10" in text and (tmp_path / "failures.png").exists()
+    assert "/10 |" in (report / "failures.md").read_text()
 
 
 # ------------------------------------------------------------------ churn

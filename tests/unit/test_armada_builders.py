@@ -35,7 +35,7 @@ from testbed.systems.armada.builders import (
 )
 from testbed.systems.armada.churn_experiment import churn_schedule
 from testbed.systems.armada.driver import FrameDriver, StorageDriver, make_driver
-from testbed.systems.armada.failures_experiment import FAIL_NODE_CORES, FAIL_SIZES, failure_order
+from testbed.systems.armada.failures_experiment import failure_order
 from testbed.systems.armada.fleet import (
     StreamPlan,
     fleet_of,
@@ -60,16 +60,22 @@ def test_built_in_scenarios_load_with_registered_policies(name: str) -> None:
     assert cores <= 1.5
 
 
-def test_built_in_failures_scenario_is_the_small_experiment() -> None:
-    scenario = load_scenario("armada-failures")
-    plan = FAIL_SIZES["small"]
+@pytest.mark.parametrize(("size", "nodes", "failures", "interval"), [("small", 5, 2, 10.0),
+                                                                    ("full", 6, 5, 15.0)])
+def test_the_failures_study_files_crash_in_the_seeded_order(size: str, nodes: int,
+                                                            failures: int,
+                                                            interval: float) -> None:
+    """Each size's study file crashes :func:`failure_order`'s nodes every ``interval``
+    (the small one is the built-in scenario) on the fleet of stronger nodes."""
+    study = load_study(ARMADA_STUDIES / "failures" / size / "failures.yaml")
+    scenario = study.scenario(study.points()[0], 0)
     fleet = fleet_of(scenario)
-    assert fleet == Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
-                          node_cores=FAIL_NODE_CORES, replica_cpu=0.06,
-                          duration=(plan.failures + 1) * plan.interval_s)
-    order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
+    assert fleet == Fleet(nodes=nodes, users=10, cloud=True, fps=2.0,
+                          node_cores=(0.12, 0.15, 0.18), replica_cpu=0.06,
+                          duration=(failures + 1) * interval)
+    order = failure_order(fleet.edge_names, failures, fleet.seed)
     assert [(e.at, e.action, e.target) for e in scenario.events] == [
-        ((k + 1) * plan.interval_s, "crash", node) for k, node in enumerate(order)]
+        ((k + 1) * interval, "crash", node) for k, node in enumerate(order)]
     assert scenario.policies == ("armada", "edge-to-cloud")
 
 

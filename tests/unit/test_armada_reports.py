@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from testbed.reports.claims_index import claims_path, read_claims
 from testbed.systems.armada import failures_experiment as fx
 from testbed.systems.armada.failover_experiment import failover_conclusion
 from testbed.systems.armada.load_experiment import claims as load_claims
@@ -163,10 +163,11 @@ def _frames() -> list[dict[str, Any]]:
             for t in range(10):
                 sent = START + 10 * phase + t + 0.1
                 latency = service + wait + network
-                rows.append({"client": user, "dispatch_wall": sent,
+                rows += [{"policy": policy, "client": user, "dispatch_wall": sent,
                              "response_wall": sent + latency, "target": node, "tier": "edge",
                              "outcome": "ok", "latency_s": latency, "service_s": service,
-                             "wait_s": wait, "network_s": network})
+                             "wait_s": wait, "network_s": network}
+                         for policy in fx.FAIL_POLICIES]
     return rows
 
 
@@ -178,8 +179,8 @@ def _replica(task: str, node: str, status: str = "running",
 
 @pytest.fixture
 def failures_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``failures.json`` and one fleet run folder per policy, written by hand (both
-    policies get the same record: the text for one policy is what is checked)."""
+    """One fleet run in which both policies streamed, written by hand (both get the
+    same record: the text for one policy is what is checked)."""
     applied = [
         {"offset_s": 10.0, "action": "crash", "target": "e03", "at": START + 10, "error": None,
          "replicas": [_replica("det-1", "e01"), _replica("det-2", "e02"),
@@ -195,26 +196,19 @@ def failures_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                        "cloud": "cloud"},
              "deployment": {"startup_s": 2.0, "all_min_running_s": 4.0, "settle_s": 8.0,
                             "settled": after[:1]},
-             "streams": [{"policy": "armada", "duration_s": 30.0, "start_at": START,
+             "streams": [{"policy": policy, "duration_s": 30.0, "start_at": START,
                           "applied": applied, "replicas_after": after,
                           "host_samples": [[START + 5, 0.8], [START + 15, 0.5],
-                                           [START + 25, 0.85]]}],
+                                           [START + 25, 0.85]]}
+                         for policy in fx.FAIL_POLICIES],
              "host": {"idle_share": 0.7, "saturated": False}}
-    for policy in fx.FAIL_POLICIES:
-        (tmp_path / policy).mkdir()
-        (tmp_path / policy / "fleet.json").write_text(json.dumps(fleet))
-        (tmp_path / policy / "metadata.json").write_text(json.dumps({
-            "started": START, "machine": {"cpus": 2, "kernel": "test"},
-            "shaping_backend": "userspace", "size": "small"}))
-    (tmp_path / "failures.json").write_text(json.dumps({
-        "size": "small", "plan": {"nodes": 3, "users": 4, "failures": 2, "interval_s": 10.0,
-                                  "fps": 1.0}, "order": ["e03", "e02"], "policies": {}}))
+    (tmp_path / "fleet.json").write_text(json.dumps(fleet))
     monkeypatch.setattr(fx, "trace_rows", lambda run: _frames())
     return tmp_path
 
 
 def test_failure_intervals_record_what_served_each_phase(failures_run: Path) -> None:
-    first, middle, last = fx.failure_intervals(failures_run / "armada")
+    first, middle, last = fx.failure_intervals(failures_run, "armada")
     assert [p["mean_ms"] for p in (first, middle, last)] == pytest.approx([30, 70, 40])
     assert middle["serving"]["e02"] == {"users": 2, "frames": 20,
                                         "service_ms": pytest.approx(90),
@@ -225,25 +219,34 @@ def test_failure_intervals_record_what_served_each_phase(failures_run: Path) -> 
     assert middle["host_idle"] == pytest.approx(0.5)
 
 
-def test_failures_report_explains_the_dip_from_its_measurements(failures_run: Path,
-                                                                tmp_path: Path) -> None:
-    text = fx.write_failures_report(failures_run, tmp_path / "r" / "failures.md",
-                                    "test").read_text()
+def test_failures_metrics_and_claim_explain_the_dip_from_their_measurements(
+        failures_run: Path) -> None:
+    """Through the experiment's metric and claim functions, on the hand-made run as a
+    study's one cell."""
+    cell = SimpleNamespace(run=failures_run, replication=0, degraded=False)
+    found = fx.metrics({"failures": SimpleNamespace(finished=lambda: [cell])}, "small")
+    (run,) = found["runs"]
+    assert run["order"] == ["e03", "e02"] and run["plan"]["interval_s"] == 10.0
+    text = " ".join(run["sentences"])
     assert "2 of 3 edge nodes fail, one every 10 s in the seeded order e03, e02, leaving 1 " \
            "edge node (e01) and the cloud." in text
     assert ("Armada's mean latency fell from 70 ms once e03 had failed (1 down) to 40 ms "
             "once e02 had failed (2 down), although one more edge node was down.") in text
     assert "processing at the replica changed most (-30 ms)" in text
-    [claim] = read_claims(claims_path(tmp_path / "r" / "failures.md"))["claims"]
-    assert claim["key"] == "A4" and f"Verdict: **{claim['verdict']}**" in text
     assert "went from e01 2, e02 2 to e01 4" in text
     assert ("In the earlier phase e02 processed its frames slowest: 90 ms on average over "
             "20 frames (2 users), against 20 ms on the other serving nodes.") in text
     assert ("At the end of the earlier phase det-3 on e02 was starting; the next failure, "
             "e02, took det-3 with it.") in text
     assert "The host's CPU was 50% idle in the earlier phase and 85% in the later one." in text
-    assert "| e03 | 2 | e01 2, e02 2 | 55 / 6 / 9 | det-3 on e02 (starting) | none | 50% |" \
-        in text
+    phases = next(t for t in found["tables"] if t["title"] == "What served each phase")
+    assert ["0", "armada", "e03", "2", "e01 2, e02 2", "55 / 6 / 9",
+            "det-3 on e02 (starting)", "none", "50%"] in phases["rows"]
+    (claim,) = fx.claims(found)
+    assert claim.key == "A4" and claim.replications == 1
+    # both policies got the same record: as many at the edge, never lower, most at edge
+    assert claim.verdict == ("holds only for at least as many users at the edge, most users "
+                             "at the edge")
 
 
 # ------------------------------------------------------------------ background load

@@ -52,8 +52,6 @@ def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:
 
 run_scalability, report_scalability = _entries("scalability_experiment", "scalability",
                                                _by_task_runtime("scalability"))
-run_failures, report_failures = _entries("failures_experiment", "failures",
-                                         _by_task_runtime("failures"))
 run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
 run_paper_scale, report_paper_scale = _entries("paper_scale_experiment", "paper_scale",

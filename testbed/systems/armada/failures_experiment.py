@@ -1,15 +1,17 @@
-"""Armada experiment 3 part 2 (``armada-failures``): edge nodes failing one by one.
+"""Armada experiment 3 part 2 (``armada-failures``): edge nodes failing one by one, as
+data.
 
 Ten static users while edge nodes crash one by one; after each failure, the average
 latency and how many users are still served at the edge, for the SDK and for the
-Edge-to-Cloud baseline (one bring-up each, the same failure order and trace). Report:
-``docs/results/armada/failures.md``.
+Edge-to-Cloud baseline (the same failure order and trace, each from a fresh deployment
+on the restored fleet). The study files are ``studies/failures/<size>/`` (the seeded
+order of :func:`failure_order` written out); :func:`metrics` reads each cell's run
+(:func:`failure_intervals` per policy), :func:`claims` judges claim A4 per replication.
+Report: ``docs/results/armada/failures.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,49 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from testbed.experiments.emulated import host_line, report_header, save_figure
-from testbed.experiments.sizes import size_plan
-from testbed.systems.armada.builders import Fleet
-from testbed.systems.armada.control import Progress
-from testbed.systems.armada.fleet import (
-    Action,
-    intervals,
-    run_fleet,
-)
-from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, startup_rows, trace_rows
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim, Condition
+from testbed.systems.armada.fleet import intervals
+from testbed.systems.armada.fleet_report import fleet_json, trace_rows
 from testbed.systems.armada.verdicts import (
     Conclusion,
     count_of,
     ms,
     names,
     plural,
-    record_claims,
     verdict,
 )
 
 # ------------------------------------------------------------------ failures
 
 
-@dataclasses.dataclass(frozen=True)
-class FailSize:
-    nodes: int
-    users: int
-    failures: int
-    interval_s: float
-    fps: float = 2.0
-
-
-#: Small keeps three edge nodes after its two failures: with four, the two survivors had to
-#: start both re-placed replicas (about a minute of CPU each on 0.12-0.18 cores) while
-#: serving every edge user, and the serving replicas timed frames out (37 of 200 lost in
-#: one run of the SDK's last interval).
-FAIL_SIZES = {"small": FailSize(nodes=5, users=10, failures=2, interval_s=10.0),
-              "full": FailSize(nodes=6, users=10, failures=5, interval_s=15.0)}
 FAIL_POLICIES = ("armada", "edge-to-cloud")
-#: Stronger edge nodes than the scalability fleet (fewer of them fit in 1.5 cores): a
-#: frame takes about 30-45 ms on one, 27 ms on the 0.2-core cloud 40 ms away. Replicas
-#: ask 0.06 cores, so every node has room for the replica of a node that failed.
-FAIL_NODE_CORES = (0.12, 0.15, 0.18)
 
 
 def failure_order(nodes: Sequence[str], count: int, seed: int) -> list[str]:
@@ -68,37 +44,16 @@ def failure_order(nodes: Sequence[str], count: int, seed: int) -> list[str]:
     return [nodes[i] for i in rng.permutation(len(nodes))[:count]]
 
 
-def run_failures(size: str, out: Path, progress: Progress = print,
-                 ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
-    """Ten static users, edge nodes crashed one by one every ``interval_s``; one bring-up
-    per policy (the SDK and Edge-to-Cloud), the same failure order and trace.
-    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
-    plan = size_plan(size, FAIL_SIZES)
-    fleet = Fleet(nodes=plan.nodes, users=plan.users, cloud=True, fps=plan.fps,
-                  node_cores=FAIL_NODE_CORES, replica_cpu=0.06,
-                  duration=(plan.failures + 1) * plan.interval_s, task_runtime=task_runtime)
-    order = failure_order(fleet.edge_names, plan.failures, fleet.seed)
-    crashes = [Action((k + 1) * plan.interval_s, "crash", node) for k, node in enumerate(order)]
-    out.mkdir(parents=True, exist_ok=True)
-    for policy in FAIL_POLICIES:
-        progress(f"== {policy}: failing {', '.join(order)} every {plan.interval_s:g} s")
-        run_fleet(fleet, [policy], out / policy, "armada-failures", size, progress,
-                  ledger_root, events=crashes)
-    result = {"size": size, "plan": dataclasses.asdict(plan), "order": order,
-              "policies": {p: failure_intervals(out / p) for p in FAIL_POLICIES}}
-    (out / "failures.json").write_text(json.dumps(result, indent=1))
-    return out
-
-
-def failure_intervals(run: Path) -> list[dict[str, Any]]:
-    """Per interval (before the first failure, after each): latency, users at the edge
-    and what served them (:func:`phase_details`)."""
+def failure_intervals(run: Path, policy: str | None = None) -> list[dict[str, Any]]:
+    """Per interval (before the first failure, after each) of ``policy``'s stream (the
+    run's first when None): latency, users at the edge and what served them
+    (:func:`phase_details`)."""
     fleet = fleet_json(run)
-    stream = fleet["streams"][0]
+    stream = next(s for s in fleet["streams"] if policy in (None, s["policy"]))
     applied = stream["applied"]
     cuts = [a["at"] for a in applied]
     users = [f"u{j + 1:02d}" for j in range(fleet["fleet"]["users"])]
-    rows = trace_rows(run)
+    rows = [r for r in trace_rows(run) if r["policy"] == stream["policy"]]
     found = intervals(rows, cuts, users)
     start = stream.get("start_at", min((r["dispatch_wall"] for r in rows), default=0.0))
     spans = list(zip([start, *cuts], [*cuts, start + stream["duration_s"]], strict=True))
@@ -177,31 +132,6 @@ def phase_details(rows: Sequence[Mapping[str, Any]], users: Sequence[str], start
             "host_idle": mean_idle(host_samples, start, end)}
 
 
-def _plot_failures(result: Mapping[str, Any], png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for policy, found in result["policies"].items():
-        xs = [e["interval"] for e in found]
-        ys = [e["mean_ms"] if e["mean_ms"] is not None else float("nan") for e in found]
-        ax.plot(xs, ys, "o-", label=policy)
-        for x, y, e in zip(xs, ys, found, strict=True):
-            if not math.isnan(y):
-                ax.annotate(f"{e['users_at_edge']}/{result['plan']['users']}",
-                            (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
-                            fontsize=8)
-    ax.set_xticks(range(len(result["order"]) + 1))
-    ax.set_xticklabels(["none"] + [f"-{n}" for n in result["order"]])
-    ax.set_xlabel("edge nodes failed so far")
-    ax.set_ylabel("mean end-to-end latency (ms)")
-    ax.set_title("labels: users served at the edge", fontsize=10)
-    ax.legend(fontsize=8)
-    return save_figure(fig, png)
-
-
 FAIL_CLAIM = ("As edge nodes fail one by one, Armada keeps most users served at the edge "
               "(labels such as 8/10) with a lower average latency than the Edge-to-Cloud "
               "approach, whose users fall back to the cloud (Fig. 10 (b)).")
@@ -237,8 +167,7 @@ def failures_conclusion(result: Mapping[str, Any], edge_nodes: Sequence[str]) ->
     edge = [sdk[k]["users_at_edge"] >= base[k]["users_at_edge"] for k in after]
     lower = [_mean_lower(sdk[k], base[k]) for k in after]
     most = [2 * sdk[k]["users_at_edge"] > users for k in after]
-    checks = {"at least as many users at the edge": all(edge),
-              "lower mean latency": all(lower), "most users at the edge": all(most)}
+    checks = failures_checks(result)
     last_s, last_b = sdk[-1], base[-1]
     return Conclusion(verdict(checks), FAIL_RULE, (
         failing_sentence(result["order"], edge_nodes, result["plan"]["interval_s"]),
@@ -351,7 +280,7 @@ def dip_sentences(label: str, phases: Sequence[Mapping[str, Any]]) -> list[str]:
     return found
 
 
-def _phase_rows(phases: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
+def _phase_rows(phases: Sequence[Mapping[str, Any]], nodes: int) -> list[list[str]]:
     """One table row per phase of a policy: what served it and why it was as fast."""
     def replicas(found: list[dict[str, Any]] | None, key: str) -> str:
         if found is None:
@@ -363,33 +292,20 @@ def _phase_rows(phases: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"
 
-    rows = []
-    for p in phases:
-        idle = "-" if p.get("host_idle") is None else f"{p['host_idle']:.0%}"
-        rows.append(f"| {', '.join(p['failed']) or 'none'} | {nodes - len(p['failed'])} | "
-                    f"{_users_per_node(p)} | {num(p.get('service_ms'))} / "
-                    f"{num(p.get('wait_ms'))} / {num(p.get('network_ms'))} | "
-                    f"{replicas(p.get('starting'), 'status')} | "
-                    f"{replicas(p.get('ready_during'), 'after')} | {idle} |")
-    return rows
+    return [[", ".join(p["failed"]) or "none", str(nodes - len(p["failed"])),
+             _users_per_node(p),
+             f"{num(p.get('service_ms'))} / {num(p.get('wait_ms'))} / {num(p.get('network_ms'))}",
+             replicas(p.get("starting"), "status"), replicas(p.get("ready_during"), "after"),
+             "-" if p.get("host_idle") is None else f"{p['host_idle']:.0%}"]
+            for p in phases]
 
 
-def _mechanism_lines(result: Mapping[str, Any]) -> list[str]:
-    """The section explaining each phase's latency from the run's own measurements."""
-    lines = ["## What served each phase", "",
-             ("Per phase: the users each node served most of the frames of; the mean "
+PHASE_NOTE = ("Per phase: the users each node served most of the frames of; the mean "
               "processing / queueing at the replica / network part of an answered frame; "
               "replicas not yet running at the phase's end and replicas that became ready "
               "during it (seconds into the phase), from the replica view the harness took "
               "just before each failure and after the stream; the host's mean CPU idle "
-              "share."), ""]
-    for policy in FAIL_POLICIES:
-        lines += [f"### {policy}", "",
-                  ("| failed so far | edge nodes up | users per serving node | processing / "
-                   "queueing / network ms | not running at the end | ready during | host "
-                   "idle |"), "|---|---|---|---|---|---|---|",
-                  *_phase_rows(result["policies"][policy], result["plan"]["nodes"]), ""]
-    return lines
+              "share.")
 
 
 def _edge_nodes(run: Path) -> list[str]:
@@ -397,70 +313,85 @@ def _edge_nodes(run: Path) -> list[str]:
     return sorted(n for n, tier in fleet_json(run)["tiers"].items() if tier == "edge")
 
 
-def write_failures_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a ``run_failures`` folder, with its plot. The intervals are
-    recomputed from the run folders, so the report follows the current definitions."""
-    result = json.loads((out / "failures.json").read_text())
-    result["policies"] = {p: failure_intervals(out / p) for p in FAIL_POLICIES}
-    plan = result["plan"]
-    edge_nodes = _edge_nodes(out / FAIL_POLICIES[0])
-    found = failures_conclusion(result, edge_nodes)
-    png = _plot_failures(result, report.with_name("failures.png"))
-    lines = report_header("Armada experiment 3, part 2: edge nodes failing one by one "
-                    "(`armada-failures`)", command, out / FAIL_POLICIES[0],
-                    f"{plan['users']} static users streaming at {plan['fps']:g} fps; "
-                    f"{plan['nodes']} edge nodes of 0.12-0.18 cores and a cloud node (0.2 cores, 40 ms one way "
-                    f"from the WAN core); every {plan['interval_s']:g} s one more edge node "
-                    f"is crashed (Captain and replica killed). "
-                    + failing_sentence(result["order"], edge_nodes, plan["interval_s"]))
-    lines += [fleet_setup(out / FAIL_POLICIES[0]), "",
-              ("Edge-to-Cloud baseline: each user sends to the replica on its geo-nearest "
-               "edge node; when a frame fails there it goes to the cloud replica, and the "
-               "user stays on the cloud. The SDK re-selects among the remaining edge "
-               "replicas (and the cloud) by probing. One bring-up per policy, the same "
-               "fleet, failure order and frame trace."), "",
-              "## After each failure", "",
-              "| failed so far | " + " | ".join(
-                  f"{p}: mean ms | {p}: users at edge | {p}: frames lost"
-                  for p in FAIL_POLICIES) + " |",
-              "|---|" + "---|---|---|" * len(FAIL_POLICIES)]
-    n_users = plan["users"]
-    for k in range(len(result["order"]) + 1):
-        cells = []
-        for policy in FAIL_POLICIES:
-            e = result["policies"][policy][k]
-            mean = "-" if e["mean_ms"] is None else f"{e['mean_ms']:.0f}"
-            cells += [mean, f"{e['users_at_edge']}/{n_users}", str(e["lost"])]
-        failed = ", ".join(result["policies"][FAIL_POLICIES[0]][k]["failed"]) or "none"
-        lines.append(f"| {failed} | " + " | ".join(cells) + " |")
-    runs = {p: out / p for p in FAIL_POLICIES}
-    hosts = {p: fleet_json(r)["host"] for p, r in runs.items()}
+def replication_result(run: Path) -> dict[str, Any]:
+    """One replication's result (the run both policies streamed in): the failure order,
+    the plan (users, nodes, interval) and per policy :func:`failure_intervals`."""
+    fleet = fleet_json(run)
+    applied = fleet["streams"][0]["applied"]
+    return {"order": [a["target"] for a in applied],
+            "plan": {"users": fleet["fleet"]["users"], "nodes": fleet["fleet"]["nodes"],
+                     "fps": fleet["fleet"]["fps"],
+                     "interval_s": applied[0]["offset_s"] if applied
+                     else fleet["streams"][0]["duration_s"]},
+            "policies": {p: failure_intervals(run, p) for p in FAIL_POLICIES},
+            "edge_nodes": _edge_nodes(run), "host": fleet["host"],
+            "startup_s": fleet["deployment"]["startup_s"]}
+
+
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Per finished cell (replication): :func:`replication_result`, the claim's checks
+    and sentences (with the dips of each policy's mean), and the report's tables."""
+    runs, after, phases = [], [], []
+    for result in results.values():
+        for cell in sorted(result.finished(), key=lambda c: c.replication):
+            found = replication_result(cell.run)
+            conclusion = failures_conclusion(found, found["edge_nodes"])
+            found.update(replication=cell.replication, degraded=cell.degraded,
+                         checks=failures_checks(found),
+                         sentences=[*conclusion.sentences,
+                                    *dip_sentences("Armada", found["policies"]["armada"]),
+                                    *dip_sentences("Edge-to-Cloud",
+                                                   found["policies"]["edge-to-cloud"])])
+            runs.append(found)
+            users = found["plan"]["users"]
+            for k in range(len(found["order"]) + 1):
+                cells = [str(cell.replication),
+                         ", ".join(found["policies"][FAIL_POLICIES[0]][k]["failed"]) or "none"]
+                for policy in FAIL_POLICIES:
+                    e = found["policies"][policy][k]
+                    cells += [ms(e["mean_ms"]), f"{e['users_at_edge']}/{users}", str(e["lost"])]
+                after.append(cells)
+            for policy in FAIL_POLICIES:
+                phases += [[str(cell.replication), policy, *row] for row in
+                           _phase_rows(found["policies"][policy], found["plan"]["nodes"])]
+    return {"size": size, "runs": runs, "tables": [
+        {"title": "After each failure", "columns": [
+            "replication", "failed so far",
+            *[f"{p}: {c}" for p in FAIL_POLICIES for c in ("mean", "users at edge",
+                                                           "frames lost")]],
+         "rows": after,
+         "note": ("A user counts as served at the edge in an interval when most of its "
+                  "frames sent in that interval were answered by an edge node; intervals "
+                  "are cut at the instants the harness crashed each node. Edge-to-Cloud: "
+                  "each user sends to the replica on its geo-nearest edge node and, once a "
+                  "frame fails there, to the cloud for good; the SDK re-selects among the "
+                  "remaining edge replicas and the cloud by probing.")},
+        {"title": "What served each phase", "columns": [
+            "replication", "policy", "failed so far", "edge nodes up",
+            "users per serving node", "processing / queueing / network ms",
+            "not running at the end", "ready during", "host idle"],
+         "rows": phases, "note": PHASE_NOTE}]}
+
+
+def failures_checks(result: Mapping[str, Any]) -> dict[str, bool]:
+    """The claim's three checks on one replication (:func:`failures_conclusion`'s)."""
     sdk, base = result["policies"]["armada"], result["policies"]["edge-to-cloud"]
-    lines += ["", f"![latency and users at the edge after each failure]({png.name})", "",
-              ("A user counts as served at the edge in an interval when most of its frames "
-               "sent in that interval were answered by an edge node; intervals are cut at "
-               "the instants the harness crashed each node."), "",
-              *_mechanism_lines(result),
-              "## Deployment start-up", "", *startup_rows(runs), "",
-              "## Host fidelity", "", host_line(hosts), "",
-              "## The paper's claim beside ours", "",
-              "| paper (seed, Fig. 10 (b)) | this run | verdict |", "|---|---|---|",
-              (f"| {FAIL_CLAIM} | after the last failure: Armada "
-               f"{sdk[-1]['users_at_edge']}/{n_users} users at the edge, mean "
-               f"{ms(sdk[-1]['mean_ms'])}; Edge-to-Cloud "
-               f"{base[-1]['users_at_edge']}/{n_users}, mean {ms(base[-1]['mean_ms'])} | "
-               f"{found.verdict} |"), "",
-              ("The seed gives no numbers for Fig. 10 (b), so only the qualitative claim is "
-               "compared; the absolute values follow from this fleet's delays and CPU "
-               "limits."), "",
-              "## Conclusion", "", found.paragraph(), "",
-              " ".join(dip_sentences("Armada", sdk)), "",
-              " ".join(dip_sentences("Edge-to-Cloud", base)), ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    record_claims(report, command, [
-        ("A4",
-         ("as edge nodes fail one by one, users stay served at the edge with "
-         "lower latency than Edge-to-Cloud"),
-         found)])
-    return report
+    users = result["plan"]["users"]
+    after = range(1, len(sdk))
+    return {"at least as many users at the edge":
+            all(sdk[k]["users_at_edge"] >= base[k]["users_at_edge"] for k in after),
+            "lower mean latency": all(_mean_lower(sdk[k], base[k]) for k in after),
+            "most users at the edge": all(2 * sdk[k]["users_at_edge"] > users for k in after)}
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Claim A4: every check of every replication."""
+    runs = found["runs"]
+    conditions = tuple(Condition(what if len(runs) == 1 else f"{what} (replication "
+                                 f"{run['replication']})", ok)
+                       for run in runs for what, ok in run["checks"].items())
+    return [Claim("A4", "as edge nodes fail one by one, users stay served at the edge with "
+                  "lower latency than Edge-to-Cloud", rule=FAIL_RULE, paper=FAIL_CLAIM,
+                  conditions=conditions,
+                  why=" ".join(s for run in runs for s in run["sentences"]),
+                  replications=len(runs) if runs else None)]

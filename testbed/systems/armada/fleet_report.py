@@ -21,9 +21,12 @@ def fleet_json(run: Path) -> dict[str, Any]:
     same from the driver details of its ``metadata.json`` (a study cell's run)."""
     if (run / "fleet.json").is_file():
         return json.loads((run / "fleet.json").read_text())
-    driver = json.loads((run / "metadata.json").read_text())["driver"]
+    meta = json.loads((run / "metadata.json").read_text())
+    driver = meta["driver"]
+    nodes = meta["scenario"]["topology"]["nodes"]
     return {"fleet": driver["fleet"], "deployment": driver["deployments"][0],
-            "streams": driver["streams"], "host": driver["host"]}
+            "streams": driver["streams"], "host": driver["host"],
+            "tiers": {n["name"]: n.get("tier") for n in nodes if n.get("role") == "server"}}
 
 
 def startup_rows(runs: Mapping[str, Path]) -> list[str]:
