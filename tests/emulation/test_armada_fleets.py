@@ -33,6 +33,18 @@ pytestmark = pytest.mark.emulation
 QUIET = {"progress": lambda _line: None}
 
 
+def _experiment(name: str, factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """``testbed experiment NAME`` at its small size through the generic experiment
+    engine (study, metrics, claims, report); yields the results and report folders."""
+    out = Path(tempfile.mkdtemp(prefix="ax", dir="/tmp"))  # room for the cells' sockets
+    report = factory.mktemp(f"{name}-report")
+    try:
+        assert main(["experiment", name, "--out", str(out), "--report", str(report)]) == 0
+        yield out, report
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def _fleet(run: Path) -> dict:
     """A fleet run's record: ``fleet.json``, or a study cell's driver details."""
     if (run / "fleet.json").is_file():
@@ -92,9 +104,7 @@ def test_scalability_report_names_every_point(scalability: Path, tmp_path: Path)
 
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    report = tmp_path_factory.mktemp("failures-report")
-    for out in _experiment("armada-failures", report):
-        yield out, report
+    yield from _experiment("armada-failures", tmp_path_factory)
 
 
 def test_crashed_nodes_serve_nothing_afterwards(failures: tuple[Path, Path]) -> None:
@@ -145,15 +155,6 @@ def test_sdk_loses_no_frame_and_edge_to_cloud_users_end_on_the_cloud(
 # ------------------------------------------------------------------ churn
 
 
-def _experiment(name: str, report_dir: Path) -> Iterator[Path]:
-    """``testbed experiment NAME`` at its small size through the generic experiment
-    engine (study, metrics, claims, report); yields the results folder."""
-    out = Path(tempfile.mkdtemp(prefix="ax", dir="/tmp"))  # room for the cells' sockets
-    try:
-        assert main(["experiment", name, "--out", str(out), "--report", str(report_dir)]) == 0
-        yield out
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def _cell_run(out: Path, study: str) -> Path:
@@ -164,8 +165,7 @@ def _cell_run(out: Path, study: str) -> Path:
 
 @pytest.fixture(scope="module")
 def churn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    report = tmp_path_factory.mktemp("churn-report")
-    for out in _experiment("armada-churn", report):
+    for out, report in _experiment("armada-churn", tmp_path_factory):
         yield _cell_run(out, "churn"), report
 
 
@@ -193,9 +193,7 @@ def test_churn_keeps_every_user_served(churn: tuple[Path, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    report = tmp_path_factory.mktemp("load-report")
-    for out in _experiment("armada-load", report):
-        yield out, report
+    yield from _experiment("armada-load", tmp_path_factory)
 
 
 def test_sdk_moves_the_user_off_a_loaded_node(loaded: tuple[Path, Path]) -> None:

@@ -20,10 +20,10 @@ import numpy as np
 
 from testbed.errors import TestbedError
 from testbed.experiments.results import StudyResult
-from testbed.reports.claim import Claim, Condition
+from testbed.reports.claim import Claim
 from testbed.systems.armada.fleet import Action, largest_gaps, latency_stats
 from testbed.systems.armada.fleet_report import fleet_json, trace_rows
-from testbed.systems.armada.verdicts import Conclusion, names, plural, verdict
+from testbed.systems.armada.verdicts import Conclusion, names, plural, replicated_claim, verdict
 
 # ------------------------------------------------------------------ churn
 
@@ -350,11 +350,5 @@ def churn_checks(res: Mapping[str, Any]) -> dict[str, bool]:
 
 def claims(found: Mapping[str, Any]) -> list[Claim]:
     """Claim A5: every check of every replication."""
-    runs = found["runs"]
-    conditions = tuple(Condition(what if len(runs) == 1 else f"{what} (replication "
-                                 f"{run['replication']})", ok)
-                       for run in runs for what, ok in run["checks"].items())
-    return [Claim("A5", "under volunteer churn the replicas are re-deployed and the service "
-                  "continues", rule=CHURN_RULE, paper=CHURN_CLAIM, conditions=conditions,
-                  why=" ".join(s for run in runs for s in run["sentences"]),
-                  replications=len(runs) if runs else None)]
+    return [replicated_claim("A5", "under volunteer churn the replicas are re-deployed and "
+                             "the service continues", CHURN_RULE, CHURN_CLAIM, found["runs"])]

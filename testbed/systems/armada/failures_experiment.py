@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from testbed.experiments.results import StudyResult
-from testbed.reports.claim import Claim, Condition
+from testbed.reports.claim import Claim
 from testbed.systems.armada.fleet import intervals
 from testbed.systems.armada.fleet_report import fleet_json, trace_rows
 from testbed.systems.armada.verdicts import (
@@ -29,6 +29,7 @@ from testbed.systems.armada.verdicts import (
     ms,
     names,
     plural,
+    replicated_claim,
     verdict,
 )
 
@@ -386,12 +387,6 @@ def failures_checks(result: Mapping[str, Any]) -> dict[str, bool]:
 
 def claims(found: Mapping[str, Any]) -> list[Claim]:
     """Claim A4: every check of every replication."""
-    runs = found["runs"]
-    conditions = tuple(Condition(what if len(runs) == 1 else f"{what} (replication "
-                                 f"{run['replication']})", ok)
-                       for run in runs for what, ok in run["checks"].items())
-    return [Claim("A4", "as edge nodes fail one by one, users stay served at the edge with "
-                  "lower latency than Edge-to-Cloud", rule=FAIL_RULE, paper=FAIL_CLAIM,
-                  conditions=conditions,
-                  why=" ".join(s for run in runs for s in run["sentences"]),
-                  replications=len(runs) if runs else None)]
+    return [replicated_claim("A4", "as edge nodes fail one by one, users stay served at the "
+                             "edge with lower latency than Edge-to-Cloud", FAIL_RULE,
+                             FAIL_CLAIM, found["runs"])]

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from testbed.analysis.stats import Interval, side
 from testbed.reports import claims_index
+from testbed.reports.claim import Claim, Condition
 from testbed.systems.armada import PAPER
 
 HOLDS = claims_index.HOLDS
@@ -109,3 +111,16 @@ def record_claims(report: Path, command: str,
 
     return write_claims(report, PAPER_NAME, command, [
         Claim(key, claim, found.verdict, "Conclusion") for key, claim, found in judged])
+
+
+def replicated_claim(key: str, claim: str, rule: str, paper: str,
+                     runs: Sequence[Mapping[str, Any]]) -> Claim:
+    """One claim judged on every replication of a fleet experiment: each run's
+    ``checks`` (what -> passed) become conditions, named with the replication when there
+    are several, and its ``sentences`` the why."""
+    conditions = tuple(Condition(what if len(runs) == 1 else f"{what} (replication "
+                                 f"{run['replication']})", ok)
+                       for run in runs for what, ok in run["checks"].items())
+    return Claim(key, claim, rule=rule, paper=paper, conditions=conditions,
+                 why=" ".join(s for run in runs for s in run["sentences"]),
+                 replications=len(runs) if runs else None)
