@@ -61,10 +61,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from testbed.parent_death import die_with_parent
     from testbed.registry import get_system
     from testbed.runner import check_executor, run_scenario
     from testbed.scenario.loader import load_scenario
 
+    die_with_parent()  # a study's cell: end (and tear down) with the worker that started it
     scenario = load_scenario(args.scenario)
     system = get_system(scenario.system)
     policies = args.policies.split(",") if args.policies else None

@@ -160,9 +160,12 @@ def _run_emulation(spec: Mapping[str, Any], folder: Path, run_dir: Path
     log = folder / "run.log"
     argv = [sys.executable, "-m", "testbed.cli", "run", str(scenario_file),
             "--executor", "emulation", "--out", str(run_dir)]
+    from testbed.parent_death import ENV
+
+    env = {**os.environ, ENV: str(os.getpid())}  # the child ends with this process
     with _host_lock(), log.open("w") as out:
         code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, check=False).returncode
+                              stdin=subprocess.DEVNULL, env=env, check=False).returncode
     if code == 0:
         return "ok", None
     if code == 1 and (run_dir / "traces.parquet").exists():
