@@ -389,9 +389,14 @@ class Scenario:
     def resolved(self) -> dict[str, Any]:
         """A JSON-serialisable dict with the topology inlined and every default filled.
 
-        It is stored as run metadata, and loading it back yields an equal scenario.
+        It is stored as run metadata, and loading it back yields an equal scenario. A
+        scenario made by a builder keeps its ``build:`` (what a system's driver reads of
+        it, e.g. the fleet an Armada run streams over); loading runs the builder again and
+        every key given here replaces the builder's, so nothing changes.
         """
+        build = self.raw.get("build") if isinstance(self.raw, dict) else None
         return {
+            **({"build": plain_copy(build)} if build is not None else {}),
             "name": self.name,
             "system": self.system,
             "description": self.description,
