@@ -167,12 +167,20 @@ def _fidelity(parts: Sequence[StudyPart]) -> list[Block]:
     return blocks
 
 
+def _sentence(text: str) -> str:
+    """``text`` with a capital first letter and a full stop."""
+    text = text.strip()
+    if not text:
+        return text
+    return text[0].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
 def _claim_blocks(claim: Claim) -> list[Block]:
     blocks: list[Block] = [Heading(claim.section)]
     if claim.paper:
         blocks.append(Paragraph(f"Paper: {claim.paper}"))
     blocks += list(claim.tables)
-    blocks.append(Paragraph(f"Rule: {claim.rule}"))
+    blocks.append(Paragraph(f"Rule: {_sentence(claim.rule)}"))
     behind = ("" if claim.replications is None else
               f" ({claim.replications} independent replication(s) behind each condition)")
     blocks.append(Paragraph(f"**Verdict: {claim.verdict}**{behind}."))
