@@ -390,9 +390,10 @@ class Scenario:
         """A JSON-serialisable dict with the topology inlined and every default filled.
 
         It is stored as run metadata, and loading it back yields an equal scenario. A
-        scenario made by a builder keeps its ``build:`` (what a system's driver reads of
-        it, e.g. the fleet an Armada run streams over); loading runs the builder again and
-        every key given here replaces the builder's, so nothing changes.
+        scenario made by a builder keeps its ``build:`` (a system's driver may read the
+        builder's parameters, which the built keys alone do not say); loading runs the
+        builder again and every key given here replaces the builder's, so nothing
+        changes.
         """
         build = self.raw.get("build") if isinstance(self.raw, dict) else None
         return {

@@ -105,8 +105,12 @@ def test_an_unregistered_system_is_unknown_to_the_loader() -> None:
         built = load_scenario(SCENARIO).resolved()
     finally:
         remove()
+    with pytest.raises(ScenarioError, match="one of the scenario builders") as err:
+        scenario_from_dict(built)  # the resolved form keeps its build:
+    assert err.value.path == "build.builder"
+    written_out = {k: v for k, v in built.items() if k != "build"}
     with pytest.raises(ScenarioError, match="a program registered by a system") as err:
-        scenario_from_dict(built)
+        scenario_from_dict(written_out)
     assert err.value.path == "services[0].program"
 
 
