@@ -16,17 +16,16 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.study.cells import FINISHED, cell_dir, plan_cells, read_cell, traces_file
+from testbed.study.cells import FINISHED, cell_dir, plan_cells, read_cell
 from testbed.study.spec import Point, Study
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One finished or failed cell: its record, and where its run and traces are."""
+    """One finished or failed cell: its record, and where its run is."""
 
     record: dict[str, Any]
     run: Path
-    traces_path: Path
 
     @property
     def finished(self) -> bool:
@@ -89,7 +88,7 @@ class StudyResult:
             record = read_cell(cell_dir(spec)) or {**{k: spec[k] for k in (
                 "key", "point", "values", "label", "replication", "seed", "executor")},
                 "status": "error", "error": "no record"}
-            cells.append(Cell(record, cell_dir(spec) / "run", traces_file(spec)))
+            cells.append(Cell(record, cell_dir(spec) / "run"))
         return cls(name, study, folder, tuple(cells))
 
     @property

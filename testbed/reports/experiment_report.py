@@ -52,12 +52,6 @@ class ReportInput:
     claims: Sequence[Claim]
 
 
-def _number(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{float(value):.{digits}f}"
-
-
 def _with_interval(row: Mapping[str, Any], value: str, low: str, high: str,
                    sign: bool = False) -> str:
     v, lo, hi = row.get(value), row.get(low), row.get(high)
