@@ -127,8 +127,12 @@ def _cmd_study(args: argparse.Namespace) -> int:
     study = load_study(args.file)
     run_study(study, Path(args.out) if args.out else None, scheduler=args.scheduler,
               workers=args.workers, include_degraded=args.include_degraded,
-              serial=args.serial, progress=_print_flush)
+              serial=args.serial, rerun_degraded=args.rerun_degraded, progress=_print_flush)
     return 0
+
+
+RERUN_HELP = ("set aside the emulation cells the fidelity guard marked degraded (kept "
+              "under degraded/ in the study folder) and run them again")
 
 
 def _need_root(command: str, why: str) -> None:
@@ -174,7 +178,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         options += ["--executors", ",".join(executors)]
     if exp.is_data:
         return _data_experiment(args, exp, executors, options)
-    for flag, given in (("scheduler", args.scheduler is not None), ("serial", args.serial)):
+    for flag, given in (("scheduler", args.scheduler is not None), ("serial", args.serial),
+                        ("rerun-degraded", args.rerun_degraded)):
         if given:
             raise TestbedError(f"--{flag}: {exp.name} is not written as study files yet, so "
                                "it runs its own way on this machine only")
@@ -230,7 +235,8 @@ def _data_experiment(args: argparse.Namespace, exp: Any, executors: tuple[str, .
     command = f"testbed experiment {exp.name} " + shlex.join(
         [*options, "--report", str(report_dir)])
     run = run_experiment(exp, args.size, executors, out, scheduler=args.scheduler,
-                         serial=args.serial, overrides=overrides, progress=_print_flush)
+                         serial=args.serial, rerun_degraded=args.rerun_degraded,
+                         overrides=overrides, progress=_print_flush)
     reports = write_experiment_report(exp, run, args.size, executors, command, report)
     for claim in run.claims:
         print(f"claim {claim.key}: {claim.verdict}")
@@ -351,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "another in this process, without a cluster")
     stu.add_argument("--include-degraded", action="store_true",
                      help="keep degraded emulation cells in the statistics")
+    stu.add_argument("--rerun-degraded", action="store_true", help=RERUN_HELP)
     stu.set_defaults(fn=_cmd_study)
 
     cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth")
@@ -383,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "studies' cells, e.g. tcp://HOST:8786 (default: a local cluster)")
     exp.add_argument("--serial", action="store_true", help="run the studies' cells one "
                      "after another in this process, without a cluster")
+    exp.add_argument("--rerun-degraded", action="store_true", help=RERUN_HELP)
     exp.add_argument("--report", default=None,
                      help="folder of the generated report (default: the experiment's, "
                           "under docs/results/)")

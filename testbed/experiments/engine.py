@@ -71,12 +71,13 @@ def load_studies(exp: Experiment, size: str, overrides: Mapping[str, Any] | None
 
 def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path, *,
                 scheduler: str | None = None, serial: bool = False,
-                overrides: Mapping[str, Any] | None = None,
+                rerun_degraded: bool = False, overrides: Mapping[str, Any] | None = None,
                 progress: Progress = print) -> tuple[dict[str, StudyResult], list[str]]:
     """Run every study file of ``size`` on the asked ``executors`` it names; returns the
     studies by file name and the messages of those with unfinished cells. ``serial``
     runs the cells in this process (a system registered at run time, as tests do, is
-    unknown to a Dask worker's fresh interpreter)."""
+    unknown to a Dask worker's fresh interpreter); ``rerun_degraded`` runs again the cells
+    the fidelity guard marked degraded."""
     from testbed.study.run import StudyIncomplete, check_socket_room, run_study
 
     studies = load_studies(exp, size, overrides)  # every one checked before any runs
@@ -97,7 +98,8 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
         folder = out / path.stem
         progress(f"[{path.stem}] study {study.name} into {folder}")
         try:
-            run_study(study, folder, scheduler=scheduler, serial=serial, progress=progress)
+            run_study(study, folder, scheduler=scheduler, serial=serial,
+                      rerun_degraded=rerun_degraded, progress=progress)
         except StudyIncomplete as exc:
             progress(f"warning: {exc}")
             incomplete.append(f"{path.stem}: {exc}")
@@ -107,7 +109,7 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
 
 def run_experiment(exp: Experiment, size: str, executors: Sequence[str], out: Path, *,
                    scheduler: str | None = None, serial: bool = False,
-                   overrides: Mapping[str, Any] | None = None,
+                   rerun_degraded: bool = False, overrides: Mapping[str, Any] | None = None,
                    progress: Progress = print) -> ExperimentRun:
     """Run ``exp``'s studies at ``size`` into ``out`` (each with ``overrides`` set, the
     experiment's options), then its metrics and claims."""
@@ -115,7 +117,8 @@ def run_experiment(exp: Experiment, size: str, executors: Sequence[str], out: Pa
         raise TestbedError(f"experiment {exp.name}: not written as study files")
     out.mkdir(parents=True, exist_ok=True)
     studies, incomplete = run_studies(exp, size, executors, out, scheduler=scheduler,
-                                      serial=serial, overrides=overrides, progress=progress)
+                                      serial=serial, rerun_degraded=rerun_degraded,
+                                      overrides=overrides, progress=progress)
     if not studies:
         raise TestbedError(f"--executors: no study file of {exp.name} at size {size} runs on "
                            f"{', '.join(executors)}")

@@ -97,6 +97,42 @@ def traces_file(spec: Mapping[str, Any]) -> Path:
     return Path(spec["study_folder"]) / "traces" / f"{spec['key']}.parquet"
 
 
+#: Where :func:`set_aside_degraded` keeps a degraded cell's folder, as
+#: ``degraded/<key>-<attempt>/``, when the cell runs again.
+DEGRADED_DIR = "degraded"
+
+
+def set_aside_degraded(specs: list[dict[str, Any]]) -> list[Path]:
+    """Move every finished cell the fidelity guard marked degraded out of ``cells/`` into
+    ``degraded/<key>-<attempt>/``, so the cell runs again; returns the new folders.
+
+    The same seeds run again, so only the host's share of the cell differs. Its folder
+    moves first and then its traces go: a stop in between leaves an unfinished cell,
+    whose traces the next attempt removes as leftovers. Nothing is deleted: every
+    attempt stays readable beside the study.
+    """
+    moved = []
+    for spec in specs:
+        folder = cell_dir(spec)
+        record = read_cell(folder)
+        if record is None or record.get("status") not in FINISHED \
+                or not record.get("degraded"):
+            continue
+        attic = Path(spec["study_folder"]) / DEGRADED_DIR
+        attic.mkdir(exist_ok=True)
+        target = attic / f"{spec['key']}-{earlier_attempts(spec) + 1}"
+        folder.rename(target)
+        traces_file(spec).unlink(missing_ok=True)
+        moved.append(target)
+    return moved
+
+
+def earlier_attempts(spec: Mapping[str, Any]) -> int:
+    """How many degraded attempts of the cell were set aside before."""
+    attic = Path(spec["study_folder"]) / DEGRADED_DIR
+    return len(list(attic.glob(f"{spec['key']}-*"))) if attic.is_dir() else 0
+
+
 def read_cell(folder: Path) -> dict[str, Any] | None:
     """A cell folder's record, or ``None`` if the cell never finished writing it."""
     try:
@@ -211,7 +247,8 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         status, error = _run_emulation(spec, folder, run_dir)
     record = {k: spec[k] for k in RECORD_KEYS}
     record.update(status=status, error=error, failed=[], degraded=False, reasons=[],
-                  degraded_policies={}, started=started, wall_s=time.time() - started)
+                  degraded_policies={}, started=started, wall_s=time.time() - started,
+                  degraded_attempts=earlier_attempts(spec))
     if status in FINISHED:
         meta = json.loads((run_dir / "metadata.json").read_text())
         fidelity = meta.get("fidelity") or {}

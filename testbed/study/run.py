@@ -20,7 +20,15 @@ from typing import Any
 import pandas as pd
 
 from testbed.errors import Incomplete, TestbedError
-from testbed.study.cells import CELL_FILE, FINISHED, cell_dir, plan_cells, read_cell
+from testbed.study.cells import (
+    CELL_FILE,
+    DEGRADED_DIR,
+    FINISHED,
+    cell_dir,
+    plan_cells,
+    read_cell,
+    set_aside_degraded,
+)
 from testbed.study.spec import Study, describe
 from testbed.study.summary import format_summary, summarize, write_summary
 
@@ -82,9 +90,11 @@ def check_socket_room(folder: Path) -> None:
 
 def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = None,
               workers: int | None = None, include_degraded: bool = False,
-              serial: bool = False, progress: Progress = print) -> Path:
+              serial: bool = False, rerun_degraded: bool = False,
+              progress: Progress = print) -> Path:
     """Run every cell of ``study`` not finished in the folder, then write the summary
-    and the report; returns the folder. Raises :class:`StudyIncomplete` at the end when
+    and the report; returns the folder. ``rerun_degraded`` first sets aside the cells
+    the fidelity guard marked degraded (:func:`set_aside_degraded`), so they run again. Raises :class:`StudyIncomplete` at the end when
     a cell failed or lost policies (after everything is written)."""
     from testbed.runner import RESULTS_ROOT
     from testbed.study.engine import run_dask, run_serial
@@ -95,6 +105,11 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
     (folder / "study.json").write_text(json.dumps(about, indent=2, default=str))
     removed = remove_leftovers(folder)
     specs = plan_cells(study, folder)
+    if rerun_degraded:
+        aside = set_aside_degraded(specs)
+        if aside:
+            progress(f"set aside {len(aside)} degraded cell(s) under {folder / DEGRADED_DIR} "
+                     "to run them again")
     todo = [s for s in specs if not (cell_dir(s) / CELL_FILE).exists()]
     if any(s["executor"] == "emulation" for s in todo):
         if os.geteuid() != 0:
@@ -117,7 +132,8 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
     degraded = [r for r in records if r.get("degraded")]
     if degraded:
         progress(f"warning: {len(degraded)} degraded emulation cell(s) "
-                 f"{'included' if include_degraded else 'left out (--include-degraded keeps them)'}"
+                 f"{'included' if include_degraded else 'left out (--include-degraded keeps them, '}"
+                 f"{'' if include_degraded else '--rerun-degraded runs them again)'}"
                  f": {degraded[0]['label']}: {'; '.join(degraded[0].get('reasons', []))}")
     lagging = sorted({p for r in records for p in r.get("degraded_policies") or {}})
     if lagging:

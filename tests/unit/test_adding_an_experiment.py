@@ -51,7 +51,9 @@ def test_the_added_experiment_runs_judges_and_reports_then_resumes(
     assert "### Study `servers`: first against round-robin as servers are added" in text
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert {d["study"] for d in metrics["differences"]} == {"rules", "servers"}
-    assert all(d["diff_ms"] > 0 and d["replications"] == 2 for d in metrics["differences"])
+    assert all(d["diff_ms"] > 0 for d in metrics["differences"])
+    assert {d["study"]: d["replications"] for d in metrics["differences"]} == {
+        "rules": 3, "servers": 2}
     page = (tmp_path / "rep" / "toy.html").read_text()
     assert "<h2>Claim E1: first answers faster than round-robin</h2>" in page
     again = _run(tmp_path, capsys)  # the same folders: every cell finished before

@@ -70,7 +70,7 @@ def test_an_experiment_of_study_files_runs_resumes_and_writes_its_report(
     assert claims[0]["verdict"] == "holds" and claims[0]["replications"] == 2
     assert main(argv) == 0  # the same folders again: nothing runs, the same report
     again = capsys.readouterr().out
-    assert "2 finished before, 0 to run" in again and "4 finished before, 0 to run" in again
+    assert "3 finished before, 0 to run" in again and "4 finished before, 0 to run" in again
     assert (tmp_path / "rep" / "echo.md").read_text() == text
 
 

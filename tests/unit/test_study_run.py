@@ -242,6 +242,34 @@ def test_degraded_cells_and_policies_are_left_out_unless_included(tmp_path: Path
     assert (none["method"] == "no replication to use: 3 degraded (left out), 0 failed").all()
 
 
+def test_rerun_degraded_runs_only_degraded_cells_again_and_keeps_their_attempts(
+        tmp_path: Path) -> None:
+    study = study_from_dict(study_doc(replications=2, grid={}))
+    out = run_study(study, tmp_path / "s", serial=True, progress=lambda _l: None)
+    cells = sorted((out / "cells").iterdir())
+    marked = json.loads((cells[0] / CELL_FILE).read_text())
+    marked.update(degraded=True, reasons=["shaper release lateness p99 1.51 ms > 1 ms"])
+    (cells[0] / CELL_FILE).write_text(json.dumps(marked))
+    before = mtimes(out)
+    lines: list[str] = []
+    run_study(study, out, serial=True, progress=lines.append)  # a resume keeps it
+    assert mtimes(out) == before and any("--rerun-degraded" in line for line in lines)
+    lines.clear()
+    run_study(study, out, serial=True, rerun_degraded=True, progress=lines.append)
+    assert any("set aside 1 degraded cell(s)" in line for line in lines)
+    assert any("1 finished before, 1 to run" in line for line in lines)
+    again = json.loads((cells[0] / CELL_FILE).read_text())
+    assert again["degraded"] is False and again["degraded_attempts"] == 1
+    (kept,) = (out / "degraded").iterdir()
+    assert kept.name == f"{cells[0].name}-1"
+    assert json.loads((kept / CELL_FILE).read_text())["reasons"] == marked["reasons"]
+    assert (out / "traces" / f"{cells[0].name}.parquet").is_file()
+    untouched = {k: v for k, v in before.items() if cells[1].name in k}
+    assert {k: v for k, v in mtimes(out).items() if cells[1].name in k} == untouched
+    table = pd.read_parquet(out / "summary.parquet")
+    assert (table["replications"] == 2).all() and (table["degraded_cells"] == 0).all()
+
+
 def test_every_value_lies_inside_its_interval(tmp_path: Path) -> None:
     for reps in (1, 3):
         doc = study_doc(replications=reps, grid={})
