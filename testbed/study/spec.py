@@ -41,7 +41,11 @@ from testbed.scenario.model import Scenario, plain_copy
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 STUDY_KEYS = ("study", "description", "scenario", "set", "executors", "policies", "baseline",
-              "replications", "seed", "grid", "analysis")
+              "order", "replications", "seed", "grid", "analysis")
+#: How a cell orders its policies (``order:``): as the study lists them, or rotated left
+#: by the point's index plus the replication, so that where policies run one after
+#: another on one deployment none is always first on it.
+ORDERS = ("fixed", "rotate")
 MAX_REPLICATIONS = 1_000
 #: Replication seeds have 31 bits: systems derive further seeds from a scenario seed by
 #: arithmetic (``seed * 1000 + repetition``), which must stay within 63 bits.
@@ -98,6 +102,8 @@ class Study:
     fixed: tuple[tuple[str, Any], ...] = ()
     #: parameters the study hands to an experiment's metric function (``analysis:``)
     analysis: tuple[tuple[str, Any], ...] = ()
+    #: ``fixed`` or ``rotate`` (:data:`ORDERS`)
+    order: str = "fixed"
 
     @property
     def grid_paths(self) -> list[str]:
@@ -122,6 +128,15 @@ class Study:
                           default=str)
         return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
 
+    def cell_policies(self, point: Point, replication: int) -> list[Any]:
+        """The policy entries of one replication of ``point`` in the order its run
+        replays them (:data:`ORDERS`)."""
+        entries = list(self.policy_docs or self.policies)
+        if self.order == "rotate" and entries:
+            k = (point.index + replication) % len(entries)
+            entries = entries[k:] + entries[:k]
+        return entries
+
     def scenario(self, point: Point, replication: int) -> Scenario:
         """The validated scenario of one replication of ``point``; a
         :class:`ScenarioError` names the study file, the point and the field."""
@@ -132,7 +147,7 @@ class Study:
         doc["seed"] = seed
         if isinstance(doc.get("workload"), dict) and "seed" in doc["workload"]:
             doc["workload"]["seed"] = seed
-        doc["policies"] = plain_copy(list(self.policy_docs or self.policies))
+        doc["policies"] = plain_copy(self.cell_policies(point, replication))
         try:
             scenario = scenario_from_dict(doc, source=self.scenario_source)
         except ScenarioError as exc:
@@ -382,6 +397,9 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
     if baseline not in policies:
         raise _fail(source, "baseline", f"one of the study's policies ({', '.join(policies)})",
                     baseline)
+    order = data.get("order", ORDERS[0])
+    if order not in ORDERS:
+        raise _fail(source, "order", f"one of {', '.join(ORDERS)}", order)
     replications = _int(source, data, "replications", 1, 1, MAX_REPLICATIONS)
     seed = _int(source, data, "seed", 1, 0, MAX_SEED)
     study = Study(name=name, description=description, source=source, scenario_doc=doc,
@@ -390,7 +408,7 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
                   policy_docs=tuple(doc for _, doc in policy_docs), baseline=baseline,
                   replications=replications, seed=seed,
                   axes=_axes(source, data.get("grid"), doc), fixed=fixed,
-                  analysis=tuple(sorted(analysis.items())))
+                  analysis=tuple(sorted(analysis.items())), order=order)
     count = 1
     for axis in study.axes:
         count *= len(axis.steps)
@@ -420,7 +438,7 @@ def describe(study: Study) -> dict[str, Any]:
             "grid": study.grid_paths, "baseline": study.baseline,
             "policies": list(study.policies), "policy_entries": plain_copy(list(
                 study.policy_docs or study.policies)), "executors": list(study.executors),
-            "replications": study.replications, "seed": study.seed,
+            "order": study.order, "replications": study.replications, "seed": study.seed,
             "set": dict(study.fixed), "analysis": dict(study.analysis),
             "points": [p.as_dict() for p in study.points()]}
 

@@ -73,6 +73,21 @@ def test_set_fixes_settings_for_every_point_and_keeps_the_seeds() -> None:
     assert overridden.scenario(overridden.points()[0], 0).duration == 3.0  # the grid wins
 
 
+def test_rotate_counterbalances_the_policy_order_and_keeps_the_seeds() -> None:
+    doc = base(policies=["random", "jsq", "jsq-s"], grid={"workload.params.rate": [1.0, 2.0]})
+    fixed = study_from_dict(doc)
+    rotated = study_from_dict({**doc, "order": "rotate"})
+    orders = {(p.index, r): rotated.scenario(p, r).policies
+              for p in rotated.points() for r in range(2)}
+    assert orders[(0, 0)] == ("random", "jsq", "jsq-s")
+    assert orders[(0, 1)] == orders[(1, 0)] == ("jsq", "jsq-s", "random")
+    assert orders[(1, 1)] == ("jsq-s", "random", "jsq")
+    assert all(fixed.scenario(p, r).policies == ("random", "jsq", "jsq-s")
+               for p in fixed.points() for r in range(2))
+    assert all(rotated.scenario(p, r).seed == fixed.scenario(p, r).seed
+               for p in fixed.points() for r in range(2))
+
+
 def test_paths_address_named_list_entries() -> None:
     doc = {"services": [{"name": "edge", "params": {"workers": 1}}], "duration": 5}
     assert check_path(doc, "services.edge.params.workers") is None
@@ -105,6 +120,7 @@ def test_paths_address_named_list_entries() -> None:
     ({"set": {"workload.seed": 3}}, "set.workload.seed", "does not set itself"),
     ({"set": [1]}, "set", "a mapping"),
     ({"analysis": [1]}, "analysis", "a mapping of parameters"),
+    ({"order": "shuffled"}, "order", "one of fixed, rotate"),
 ])
 def test_bad_studies_name_the_file_and_field(change: dict[str, Any], path: str,
                                              expected: str, tmp_path: Path) -> None:
