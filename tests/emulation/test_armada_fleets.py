@@ -22,15 +22,12 @@ from nodes.armada.app_manager import ACTIVE
 from nodes.armada.geo import haversine_km
 from testbed.analysis.traces import read_traces
 from testbed.cli import main
+from testbed.systems.armada.builders import Fleet, fleet_layout
 from testbed.systems.armada.churn_experiment import churn_result
-from testbed.systems.armada.scalability_experiment import (
-    SELECTION_POLICIES,
-    run_scalability,
-    write_scalability_report,
-)
+from testbed.systems.armada.fleet_report import fleet_json
+from testbed.systems.armada.scalability_experiment import SELECTION_POLICIES
 
 pytestmark = pytest.mark.emulation
-QUIET = {"progress": lambda _line: None}
 
 
 def _experiment(name: str, factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
@@ -45,58 +42,70 @@ def _experiment(name: str, factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _fleet(run: Path) -> dict:
-    """A fleet run's record: ``fleet.json``, or a study cell's driver details."""
-    if (run / "fleet.json").is_file():
-        return json.loads((run / "fleet.json").read_text())
-    return json.loads((run / "metadata.json").read_text())["driver"]
-
-
 # ------------------------------------------------------------------ scalability
 
 
 @pytest.fixture(scope="module")
-def scalability(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_scalability("small", tmp_path_factory.mktemp("scale") / "run", **QUIET)
+def scalability(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    yield from _experiment("armada-scalability", tmp_path_factory)
 
 
-def test_every_point_runs_every_policy_on_the_same_trace(scalability: Path) -> None:
-    table = json.loads((scalability / "scalability.json").read_text())
-    assert sorted((p["nodes"], p["users"]) for p in table["points"]) == [(3, 1), (3, 4), (5, 4)]
-    for point in table["points"]:
-        run = scalability / point["run"]
+def _runs(out: Path) -> dict[tuple[int, int], Path]:
+    """The scalability study's cell runs by (edge nodes, users)."""
+    runs = {}
+    for cell in (out / "scalability" / "cells").iterdir():
+        fleet = fleet_json(cell / "run")["fleet"]
+        runs[(fleet["nodes"], fleet["users"])] = cell / "run"
+    return runs
+
+
+def test_every_point_runs_every_policy_on_the_same_trace(
+        scalability: tuple[Path, Path]) -> None:
+    runs = _runs(scalability[0])
+    assert sorted(runs) == [(3, 1), (3, 4), (5, 4)]
+    firsts = set()
+    for point, run in runs.items():
         df = read_traces(run)
         per_policy = df.groupby("policy").task_id.apply(sorted)
         assert sorted(per_policy.index) == sorted(SELECTION_POLICIES)
         assert len({tuple(ids) for ids in per_policy}) == 1  # the same frames for each
         # Overload may cost frames (that is a result); a broken client serves nobody.
         for (policy, user), mine in df.groupby(["policy", "client"]):
-            assert (mine.outcome == "ok").any(), (point["run"], policy, user)
-        fleet = _fleet(run)
+            assert (mine.outcome == "ok").any(), (point, policy, user)
+        fleet = fleet_json(run)
         assert fleet["deployment"]["startup_s"] > 0
         assert len(fleet["deployment"]["settled"]) >= 3
         assert json.loads((run / "metadata.json").read_text())["teardown_errors"] == []
+        firsts.add(fleet["streams"][0]["policy"])
+    assert len(firsts) == 3  # order: rotate puts another policy first at each point
 
 
-def test_geo_nearest_users_start_on_their_nearest_replica(scalability: Path) -> None:
-    run = scalability / "n05-u04"
-    fleet = _fleet(run)
-    nodes = {i: site for i, site in enumerate(fleet["layout"]["sites"])}
+def test_geo_nearest_users_start_on_their_nearest_replica(
+        scalability: tuple[Path, Path]) -> None:
+    fleet = fleet_json(_runs(scalability[0])[(5, 4)])
+    layout = fleet_layout(Fleet.from_params(fleet["fleet"]))
+    nodes = dict(enumerate(layout["sites"]))
     k = next(k for k, s in enumerate(fleet["streams"]) if s["policy"] == "geo-nearest")
     before = fleet["streams"][k - 1]["replicas_after"] if k else fleet["deployment"]["settled"]
     replica_nodes = {r["node_id"] for r in before if r["status"] == "running"}
     stream = fleet["streams"][k]
-    for j, (_, lat, lon) in enumerate(fleet["layout"]["users"]):
+    for j, (_, lat, lon) in enumerate(layout["users"]):
         nearest = min(replica_nodes, key=lambda n: haversine_km(
             lat, lon, *nodes[int(n[1:]) - 1]))
         assert stream["picks"][f"u{j + 1:02d}"] == nearest
 
 
-def test_scalability_report_names_every_point(scalability: Path, tmp_path: Path) -> None:
-    report = write_scalability_report(scalability, tmp_path / "scalability.md", "test")
-    text = report.read_text()
-    assert "| 5 | 4 |" in text and "| 3 | 1 |" in text
-    assert (tmp_path / "scalability.png").stat().st_size > 0
+def test_scalability_report_names_every_point_and_judges_both_variants(
+        scalability: tuple[Path, Path]) -> None:
+    out, report = scalability
+    text = (report / "scalability.md").read_text()
+    for label in ("3n/1u", "3n/4u", "5n/4u"):  # " (degraded)" follows a degraded cell's
+        assert f"| {label} |" in text or f"| {label} (degraded) |" in text
+    claims = json.loads((report / "scalability.claims.json").read_text())["claims"]
+    assert [c["key"] for c in claims] == ["A2 (armada)", "A2 (armada-light)"]
+    assert all(c["replications"] == 1 and c["verdict"] != "not run" for c in claims)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [p["label"].split()[0] for p in metrics["points"]] == ["3n/1u", "3n/4u", "5n/4u"]
 
 
 # ------------------------------------------------------------------ failures
@@ -112,8 +121,8 @@ def test_crashed_nodes_serve_nothing_afterwards(failures: tuple[Path, Path]) -> 
     (result,) = json.loads((out / "metrics.json").read_text())["runs"]
     run = _cell_run(out, "failures")
     df_all = read_traces(run)
+    fleet = json.loads((run / "metadata.json").read_text())["driver"]
     for k, policy in enumerate(("armada", "edge-to-cloud")):
-        fleet = _fleet(run)
         stream = next(s for s in fleet["streams"] if s["policy"] == policy)
         assert [a["target"] for a in stream["applied"]] == result["order"]
         assert all(a["error"] is None for a in stream["applied"])
@@ -142,7 +151,7 @@ def test_sdk_loses_no_frame_and_edge_to_cloud_users_end_on_the_cloud(
     run = _cell_run(out, "failures")
     df = read_traces(run)
     df = df[df.policy == "edge-to-cloud"]
-    stream = next(s for s in _fleet(run)["streams"] if s["policy"] == "edge-to-cloud")
+    stream = next(s for s in fleet_json(run)["streams"] if s["policy"] == "edge-to-cloud")
     crashed = {a["target"]: a["at"] for a in stream["applied"]}
     for user, mine in df[df.outcome == "ok"].groupby("client"):
         first = mine.sort_values("dispatch_wall").iloc[0]

@@ -15,6 +15,7 @@ from testbed.systems.armada import failures_experiment as fx
 from testbed.systems.armada.failover_experiment import failover_conclusion
 from testbed.systems.armada.load_experiment import claims as load_claims
 from testbed.systems.armada.load_experiment import load_conclusion, load_episodes
+from testbed.systems.armada.scalability_experiment import claims as scalability_claims
 from testbed.systems.armada.scalability_experiment import (
     herding_sentence,
     scalability_conclusion,
@@ -67,6 +68,24 @@ def test_scalability_verdict_and_growth_follow_the_means() -> None:
     assert "the factor was smaller for `armada` than for neither baseline" in text
     light = scalability_conclusion(SDK_LOSES, "armada-light")
     assert light.verdict == "holds only for 20n/1u, 20n/10u"
+
+
+def test_scalability_claims_judge_each_variant_per_point_and_replication() -> None:
+    def labelled(points: list[dict[str, Any]], replication: int) -> list[dict[str, Any]]:
+        return [{**p, "replication": replication,
+                 "label": f"{p['nodes']}n/{p['users']}u (replication {replication})"}
+                for p in points]
+
+    (armada, light) = scalability_claims({"points": labelled(SDK_WINS, 0)})
+    assert (armada.key, armada.verdict, armada.replications) == ("A2 (armada)", "holds", 1)
+    assert "It had the lowest mean of the four at 4 of 4 points." in armada.why
+    assert light.verdict == "holds"
+    mixed = labelled(SDK_WINS, 0) + labelled(SDK_LOSES, 1)
+    (armada, light) = scalability_claims({"points": mixed})
+    assert armada.replications == 2 and len(armada.conditions) == 8
+    assert armada.verdict.startswith("holds only for 20n/1u (replication 0), ")
+    assert "(replication 1)" not in armada.verdict
+    assert scalability_claims({"points": []})[0].verdict == "not run"
 
 
 def test_herding_wording_flips_with_the_shares() -> None:

@@ -100,8 +100,9 @@ SYSTEM = System(
                     "(latency matrix, Table 6)", sizes=("small", "medium", "full")),
         _experiment("armada-failover", "a streaming user's node crashes: SDK failover "
                     "against server-reconnect (Fig. 10 (a))"),
-        _experiment("armada-scalability", "latency as users and edge nodes grow: SDK "
-                    "against geo-nearest and random (Fig. 9)", task_runtime=_TASK_RUNTIMES),
+        _study_experiment("armada-scalability", "latency as users and edge nodes grow: SDK "
+                          "against geo-nearest and random (Fig. 9)",
+                          task_runtime=_TASK_RUNTIMES),
         _study_experiment("armada-failures", "edge nodes fail one by one: SDK against "
                           "edge-to-cloud (Fig. 10 (b))", task_runtime=_TASK_RUNTIMES),
         _study_experiment("armada-churn", "volunteer nodes leave and rejoin during a "

@@ -50,8 +50,6 @@ def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:
                             else f"{name}-docker.md")
 
 
-run_scalability, report_scalability = _entries("scalability_experiment", "scalability",
-                                               _by_task_runtime("scalability"))
 run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
 run_paper_scale, report_paper_scale = _entries("paper_scale_experiment", "paper_scale",

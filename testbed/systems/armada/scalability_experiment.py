@@ -1,16 +1,18 @@
-"""Armada experiment 2 (``armada-scalability``): latency as users and edge nodes grow.
+"""Armada experiment 2 (``armada-scalability``): latency as users and edge nodes grow,
+as data.
 
-Average end-to-end latency as users (1..30) and edge nodes (3..20) grow, with the
-Application Manager's auto-scaling on: the Armada SDK (probing with a frame, and with a
-small request) against the geo-nearest-only and random baselines, all four on the same
-bring-up, deployment and frame trace, one after the other, each from a settled replica
-set. Every run also records the deployment start-up time. Report:
-``docs/results/armada/scalability.md``.
+Average end-to-end latency as users and edge nodes grow, with the Application Manager's
+auto-scaling on: the Armada SDK (probing with a frame, and with a small request) against
+the geo-nearest-only and random baselines, all four on the same bring-up, deployment and
+frame trace, one after the other, each from a settled replica set, in an order rotated
+from point to point (``order: rotate``). The study files are
+``studies/scalability/<size>/``; :func:`metrics` reads each cell's run
+(:func:`scalability_point`), :func:`claims` judges claim A2 for each SDK variant.
+Report: ``docs/results/armada/scalability.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,25 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from testbed.experiments.emulated import host_line, report_header, save_figure
-from testbed.experiments.sizes import size_plan
-from testbed.systems.armada.builders import Fleet
-from testbed.systems.armada.control import Progress
-from testbed.systems.armada.fleet import (
-    REPROBE_S,
-    SMALL_NODES,
-    TINY_NODES,
-    latency_stats,
-    run_fleet,
-)
-from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, startup_rows, trace_rows
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim, Condition
+from testbed.systems.armada.fleet import REPROBE_S, latency_stats
+from testbed.systems.armada.fleet_report import fleet_json, fleet_setup, trace_rows
 from testbed.systems.armada.verdicts import (
     Conclusion,
     count_of,
     lower_or_higher,
     names,
     plural,
-    record_claims,
     rose_or_fell,
     verdict,
 )
@@ -47,65 +40,9 @@ SDK = ("armada", "armada-light")
 BASELINES = ("geo-nearest", "random")
 
 
-# ------------------------------------------------------------------ scalability
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaleSize:
-    users_sweep: tuple[int, ...]
-    users_sweep_nodes: int
-    nodes_sweep: tuple[int, ...]
-    nodes_sweep_users: int
-    duration_s: float
-    fps: float = 1.0
-    node_cores: tuple[float, ...] = SMALL_NODES
-
-    def points(self) -> list[tuple[int, int]]:
-        """(nodes, users) of every run, each once."""
-        found = [(self.users_sweep_nodes, u) for u in self.users_sweep]
-        found += [(n, self.nodes_sweep_users) for n in self.nodes_sweep]
-        return sorted(set(found))
-
-
-SCALE_SIZES = {
-    "small": ScaleSize(users_sweep=(1, 4), users_sweep_nodes=3, nodes_sweep=(3, 5),
-                       nodes_sweep_users=4, duration_s=5.0),
-    "full": ScaleSize(users_sweep=(1, 5, 10, 20, 30), users_sweep_nodes=20,
-                      nodes_sweep=(3, 5, 10, 20), nodes_sweep_users=10, duration_s=20.0,
-                      node_cores=TINY_NODES),
-}
-
-
-def run_scalability(size: str, out: Path, progress: Progress = print,
-                    ledger_root: Path | None = None, task_runtime: str = "process") -> Path:
-    """Every (nodes, users) point of ``size``: one bring-up, the three selection policies
-    streaming in turn; results in ``out/n{nodes}-u{users}``, the table in ``scalability.json``.
-    ``task_runtime``: how Captains run replicas (``process`` or ``docker``)."""
-    plan = size_plan(size, SCALE_SIZES)
-    out.mkdir(parents=True, exist_ok=True)
-    points = []
-    for i, (nodes, users) in enumerate(plan.points()):
-        order = rotated(SELECTION_POLICIES, i)
-        progress(f"== {nodes} edge nodes, {users} users; order {', '.join(order)}")
-        run = out / f"n{nodes:02d}-u{users:02d}"
-        run_fleet(Fleet(nodes=nodes, users=users, fps=plan.fps, node_cores=plan.node_cores,
-                        duration=plan.duration_s, task_runtime=task_runtime),
-                  order, run, "armada-scalability", size, progress, ledger_root)
-        points.append(scalability_point(run))
-    table = {"size": size, "plan": dataclasses.asdict(plan), "points": points}
-    (out / "scalability.json").write_text(json.dumps(table, indent=1))
-    return out
-
-
-def rotated(items: Sequence[str], shift: int) -> tuple[str, ...]:
-    """``items`` rotated left by ``shift``: point ``i`` of a sweep streams the policies in
-    this order, so no policy is always first on a fresh deployment."""
-    k = shift % len(items)
-    return (*items[k:], *items[:k])
-
-
 def scalability_point(run: Path) -> dict[str, Any]:
-    """Per policy latency statistics of one scalability run (from its traces)."""
+    """Per policy latency statistics of one scalability run (from its traces), in the
+    order the run streamed the policies."""
     fleet = fleet_json(run)
     rows = trace_rows(run)
     by_policy = {}
@@ -118,10 +55,11 @@ def scalability_point(run: Path) -> dict[str, Any]:
             "replicas": sum(r["status"] == "running" for r in stream["replicas_after"]),
             "scaled_during": [e.get("action") for e in stream.get("scaling_during", [])],
             "scaled_reasons": sorted({str(e.get("reason")) for e in stream.get("scaling_during", [])})}
-    return {"run": run.name, "nodes": fleet["fleet"]["nodes"], "users": fleet["fleet"]["users"],
-            "policies": by_policy, "host": fleet["host"],
-            "startup_s": fleet["deployment"]["startup_s"],
-            "replicas_settled": len(fleet["deployment"]["settled"])}
+    dep = fleet["deployment"]
+    return {"nodes": fleet["fleet"]["nodes"], "users": fleet["fleet"]["users"],
+            "fps": fleet["fleet"]["fps"], "policies": by_policy, "host": fleet["host"],
+            "startup_s": dep["startup_s"], "all_min_running_s": dep["all_min_running_s"],
+            "settle_s": dep["settle_s"], "replicas_settled": len(dep["settled"])}
 
 
 def replica_times(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -335,14 +273,16 @@ def startup_sentence(points: Sequence[Mapping[str, Any]]) -> str:
     if not times:
         return ""
     return (f"From the deployment request to the first replica serving took "
-            f"{min(times):.1f}-{max(times):.1f} s over the {len(times)} bring-ups (a replica "
-            "starts by importing OpenCV and warming its detector inside its node's CPU "
-            "limit).")
+            f"{min(times):.1f}-{max(times):.1f} s over {plural(len(times), 'bring-up')} (a "
+            "replica starts by importing OpenCV and warming its detector inside its node's "
+            "CPU limit).")
 
 
-def point_label(point: Mapping[str, Any]) -> str:
-    """``20n/10u``: a point's edge nodes and users."""
-    return f"{point['nodes']}n/{point['users']}u"
+def point_label(point: Mapping[str, Any], several: bool = False) -> str:
+    """``20n/10u``: a point's edge nodes and users (and its replication when a study
+    has several)."""
+    label = f"{point['nodes']}n/{point['users']}u"
+    return f"{label} (replication {point['replication']})" if several else label
 
 
 def _beats(point: Mapping[str, Any], policy: str, others: Sequence[str]) -> bool:
@@ -365,6 +305,8 @@ def _sweep(points: Sequence[Mapping[str, Any]], axis: str) -> list[Mapping[str, 
     groups: dict[int, list[Mapping[str, Any]]] = {}
     for p in points:
         groups.setdefault(p[other], []).append(p)
+    if not groups:
+        return []
     best = max(groups, key=lambda v: (len(groups[v]), v))
     return sorted(groups[best], key=lambda p: p[axis])
 
@@ -397,7 +339,7 @@ def scalability_conclusion(points: Sequence[Mapping[str, Any]], policy: str) -> 
     """The Fig. 9 claim for one SDK variant: at each point, a lower mean latency than
     both baselines; and how its mean grew along the sweeps."""
     judged = [p for p in points if p["policies"][policy]["mean_ms"] is not None]
-    checks = {point_label(p): _beats(p, policy, BASELINES) for p in judged}
+    checks = {p.get("label") or point_label(p): _beats(p, policy, BASELINES) for p in judged}
     per_base = "; ".join(
         f"`{b}` at {count_of([_beats(p, policy, (b,)) for p in judged])}" for b in BASELINES)
     sentences = [(f"`{policy}` had a lower mean latency than both baselines at "
@@ -410,11 +352,14 @@ def scalability_conclusion(points: Sequence[Mapping[str, Any]], policy: str) -> 
         f"below {baselines} there; holds when it does at every point"), tuple(sentences))
 
 
-def probe_cost_sentence(points: Sequence[Mapping[str, Any]], fps: float) -> str:
+def probe_cost_sentence(points: Sequence[Mapping[str, Any]]) -> str:
     """What the frame probes cost against the small ones, from the two SDK variants'
     means and their frames' processing and queueing at the replicas."""
     from nodes.armada.selection import TOPN
 
+    if not points:
+        return ""
+    fps = points[0]["fps"]
     both = [p for p in points if all(p["policies"][k]["mean_ms"] is not None for k in SDK)]
     extra = TOPN / float(np.mean(REPROBE_S)) / fps
     text = (f"`armada` probes with a real frame: {TOPN} candidates probed every "
@@ -441,100 +386,129 @@ def probe_cost_sentence(points: Sequence[Mapping[str, Any]], fps: float) -> str:
     return text
 
 
-def _plot_scalability(table: Mapping[str, Any], png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plan = table["plan"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    sweeps = (("users", "users_sweep", "users_sweep_nodes", "nodes", "edge nodes"),
-              ("nodes", "nodes_sweep", "nodes_sweep_users", "users", "users"))
-    for ax, (axis, values, fixed_key, other, other_name) in zip(axes, sweeps, strict=True):
-        for policy in SELECTION_POLICIES:
-            xs, ys = [], []
-            for point in sorted(table["points"], key=lambda p: p[axis]):
-                if point[axis] in plan[values] and point[other] == plan[fixed_key]:
-                    mean = point["policies"][policy]["mean_ms"]
-                    if mean is not None:
-                        xs.append(point[axis])
-                        ys.append(mean)
-            ax.plot(xs, ys, "o-", label=policy)
-        ax.set_xlabel(axis)
-        ax.set_ylabel("mean end-to-end latency (ms)")
-        ax.set_title(f"{plan[fixed_key]} {other_name}", fontsize=10)
-        ax.legend(fontsize=8)
-    return save_figure(fig, png)
-
-
 SCALE_CLAIM = ("Armada scales: as users and edge nodes increase, users keep a low average "
                "end-to-end latency thanks to performance-aware selection and auto-scaling, "
                "better than geo-proximity-only and random selection (Fig. 9).")
 
 
-def write_scalability_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a ``run_scalability`` folder, with its plot."""
-    table = json.loads((out / "scalability.json").read_text())
-    points = sorted(table["points"], key=lambda p: (p["nodes"], p["users"]))
-    first = out / points[0]["run"]
-    png = _plot_scalability(table, report.with_name("scalability.png"))
-    plan = table["plan"]
-    lines = report_header("Armada experiment 2: scalability (`armada-scalability`)", command, first,
-                    f"{plan['duration_s']:g} s of streaming per policy at {plan['fps']:g} fps "
-                    "per user; the four policies stream one after the other on the same "
-                    "deployment and frame trace, each from a settled replica set (the users "
-                    "registered, no scaling for 6 s), in an order rotated from point to point.")
-    lines += [fleet_setup(first), "",
-              ("Policies: `armada` (the SDK, probing with a frame), `armada-light` (the SDK, "
-               "probing with a small request), `geo-nearest` and `random` (no probes; they "
-               "list the running replicas every 5-7 s)."), "",
-              "## Mean end-to-end latency (ms) per policy", "",
-              "| edge nodes | users | replicas | " + " | ".join(SELECTION_POLICIES)
-              + " | frames lost (" + " / ".join(SELECTION_POLICIES) + ") "
-              + "| scaling during the stream | order |",
-              "|---|---|---|" + "---|" * len(SELECTION_POLICIES) + "---|---|---|"]
-    found = {k: scalability_conclusion(points, k) for k in SDK}
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Per finished cell (one point and replication): :func:`scalability_point`, and
+    the report's tables (latency, herding, moving together, start-up)."""
+    points, setup = [], ""
+    for result in results.values():
+        for cell in sorted(result.finished(), key=lambda c: (c.point, c.replication)):
+            setup = setup or fleet_setup(cell.run)
+            point = scalability_point(cell.run)
+            point.update(replication=cell.replication, degraded=cell.degraded)
+            points.append(point)
+    several = len({p["replication"] for p in points}) > 1
+    for point in points:  # a degraded cell is judged, and named so wherever it shows
+        point["label"] = point_label(point, several) + (" (degraded)" if point["degraded"]
+                                                        else "")
+    return {"size": size, "points": points,
+            "tables": [_latency_table(points, setup), *_herding_tables(points),
+                       _startup_table(points)] if points else []}
+
+
+def _ms(value: float | None, best: float | None = None) -> str:
+    if value is None:
+        return "-"
+    return f"**{value:.0f}**" if value == best else f"{value:.0f}"
+
+
+def _latency_table(points: Sequence[Mapping[str, Any]], setup: str) -> dict[str, Any]:
+    """Mean (best in bold) and p95 per policy and point, frames lost, scaling, order;
+    ``setup`` (the fleet's paragraph) heads the note."""
+    rows = []
     for p in points:
         pol = p["policies"]
         means = [pol[k]["mean_ms"] for k in SELECTION_POLICIES]
         best = min((m for m in means if m is not None), default=None)
-        cells = [("-" if m is None else (f"**{m:.0f}**" if m == best else f"{m:.0f}"))
-                 for m in means]
-        lost = " / ".join(str(pol[k]["lost"]) for k in SELECTION_POLICIES)
         scaled = "; ".join(f"{k} {_scale_summary(pol[k].get('scaled_during', []))}"
                            for k in SELECTION_POLICIES if pol[k].get("scaled_during")) or "none"
         order = " > ".join(sorted(SELECTION_POLICIES, key=lambda k: pol[k].get("order", 0)))
-        lines.append(f"| {p['nodes']} | {p['users']} | {pol['armada']['replicas']} | "
-                     + " | ".join(cells) + f" | {lost} | {scaled} | {order} |")
-    lines += ["", f"![mean latency against users and nodes]({png.name})", "",
-              "p95 (ms): " + "; ".join(
-                  f"{p['nodes']}n/{p['users']}u " + ", ".join(
-                      f"{k} {p['policies'][k]['p95_ms']:.0f}" for k in SELECTION_POLICIES
-                      if p["policies"][k]["p95_ms"] is not None) for p in points) + ".", "",
-              *_herding_section(points),
-              "## Deployment start-up", "",
-              *startup_rows({p["run"]: out / p["run"] for p in points}), "",
-              startup_sentence(points), "",
-              "## Host fidelity", "",
-              host_line({p["run"]: p["host"] for p in points}), "",
-              "## The paper's claim beside ours", "",
-              "| paper (seed, Fig. 9) | SDK variant | this run | verdict |",
-              "|---|---|---|---|",
-              *[(f"| {SCALE_CLAIM} | `{k}` | lower mean than both baselines at "
-                 f"{count_of([_beats(p, k, BASELINES) for p in points])} points; lowest of "
-                 f"the four at {count_of([_beats(p, k, _others(k)) for p in points])} "
-                 f"| {found[k].verdict} |") for k in SDK], "",
-              ("The seed gives no numbers for Fig. 9, so only the qualitative claim is "
-               "compared, for each SDK variant on its own."), "",
-              "## Conclusion", "", *[x for k in SDK for x in (found[k].paragraph(), "")],
-              probe_cost_sentence(points, plan["fps"]), "",
-              *_scaling_sentence(points)]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    record_claims(report, command, [
-        (f"A2 ({k})",
-         (f"`{k}` keeps a lower mean latency than the baselines as users and "
-         "nodes grow"),
-         found[k]) for k in SDK])
-    return report
+        rows.append([p["label"], str(pol["armada"]["replicas"]),
+                     *[_ms(m, best) for m in means],
+                     " / ".join(_ms(pol[k]["p95_ms"]) for k in SELECTION_POLICIES),
+                     " / ".join(str(pol[k]["lost"]) for k in SELECTION_POLICIES),
+                     scaled, order])
+    note = " ".join(t for t in (probe_cost_sentence(points), *_scaling_sentence(points)) if t)
+    return {"title": "Mean end-to-end latency (ms) per policy", "columns": [
+        "point (edge nodes n / users u)", "replicas", *SELECTION_POLICIES,
+        "p95 ms (" + " / ".join(SELECTION_POLICIES) + ")",
+        "frames lost (" + " / ".join(SELECTION_POLICIES) + ")",
+        "scaling during the stream", "order"], "rows": rows,
+        "note": (setup + " Policies: `armada` (the SDK, probing with a frame), `armada-light` (the "
+                 "SDK, probing with a small request), `geo-nearest` and `random` (no "
+                 "probes; they list the running replicas every 5-7 s). " + note).strip()}
+
+
+def _herding_tables(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Where the frames went (the busiest node's share, switches per user) and whether
+    the SDK's users moved together (against chance)."""
+    spread_rows = [[p["label"], *[
+        f"{p['policies'][k]['busiest_share']:.2f} / {p['policies'][k]['switches_per_user']:.1f}"
+        if p["policies"][k]["busiest_share"] is not None
+        and p["policies"][k]["switches_per_user"] is not None else "-"
+        for k in SELECTION_POLICIES]] for p in points]
+    together_rows = []
+    for p in points:
+        pol = p["policies"]
+        together_rows.append([p["label"], " / ".join(str(pol[k].get("reprobe_switches"))
+                                                     for k in SDK),
+                              *[f"{pol[k]['co_switches']:.1f} ({pol[k]['co_switches_chance']:.1f})"
+                                if pol[k].get("co_switches") is not None else "-" for k in SDK]])
+    herd = herding_sentence([p for p in points if p["users"] >= 10])
+    together = together_sentence([p for p in points if p["users"] >= 20])
+    return [
+        {"title": "Herding: where the frames went", "columns": [
+            "point", *SELECTION_POLICIES], "rows": spread_rows,
+         "note": ("Per policy: the busiest node's share of the ok frames / switches per user "
+                  "(the first pick counts as one, so 1.0 means no user moved). "
+                  + herd).strip()},
+        {"title": "Moving together", "columns": [
+            "point", "re-probe switches (" + " / ".join(SDK) + ")",
+            *[f"others moving along: {k} (chance)" for k in SDK]], "rows": together_rows,
+         "note": ("From the users' event logs: after a periodic re-probe moved a user, how "
+                  "many other users moved to the same replica within 2 s, against the count "
+                  "expected if the same switches were spread uniformly over their time span "
+                  "and their target replicas (chance). " + together).strip()}]
+
+
+def _startup_table(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each bring-up: request to the first replica serving, to the first three, and the
+    settled replica set."""
+    return {"title": "Deployment start-up", "columns": [
+        "point", "first replica serving (s)", "first three serving (s)",
+        "replicas after settling", "settling (s)"],
+        "rows": [[p["label"], f"{p['startup_s']:.1f}", f"{p['all_min_running_s']:.1f}",
+                  str(p["replicas_settled"]), f"{p['settle_s']:.1f}"] for p in points],
+        "note": startup_sentence(points)}
+
+
+def _fewest_replications(points: Sequence[Mapping[str, Any]]) -> int | None:
+    """The fewest replications behind any (nodes, users) point of ``points``."""
+    per: dict[tuple[int, int], int] = {}
+    for p in points:
+        per[(p["nodes"], p["users"])] = per.get((p["nodes"], p["users"]), 0) + 1
+    return min(per.values()) if per else None
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Claim A2 for each SDK variant (:func:`scalability_conclusion`): a lower mean
+    latency than both baselines at every point."""
+    points = found["points"]
+    out = []
+    for k in SDK:
+        judged = [p for p in points if p["policies"][k]["mean_ms"] is not None]
+        conclusion = scalability_conclusion(points, k)
+        lowest = count_of([_beats(p, k, _others(k)) for p in points])
+        out.append(Claim(
+            f"A2 ({k})", f"`{k}` keeps a lower mean latency than the baselines as users and "
+                         "nodes grow",
+            rule=conclusion.rule, paper=SCALE_CLAIM,
+            conditions=tuple(Condition(p["label"], _beats(p, k, BASELINES)) for p in judged),
+            why=" ".join([*conclusion.sentences,
+                          f"It had the lowest mean of the four at {lowest} points."]),
+            replications=_fewest_replications(judged)))
+    return out
