@@ -27,7 +27,6 @@ from testbed.systems.armada.fleet import (
 )
 from testbed.systems.armada.load_experiment import load_schedule
 from testbed.systems.armada.scalability_experiment import (
-    SELECTION_POLICIES,
     _scale_summary,
     co_switches,
     spread,
