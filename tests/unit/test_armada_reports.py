@@ -88,6 +88,36 @@ def test_scalability_claims_judge_each_variant_per_point_and_replication() -> No
     assert scalability_claims({"points": []})[0].verdict == "not run"
 
 
+def test_scalability_tables_hold_every_point_and_policy() -> None:
+    from testbed.systems.armada import scalability_experiment as sx
+
+    def full(point: dict[str, Any], k: int) -> dict[str, Any]:
+        pol = {name: {**p, "p95_ms": 2 * p["mean_ms"], "lost": k, "replicas": 3,
+                      "scaled_during": ["up"] if name == "random" else [], "order": j,
+                      "busiest_share": 0.5, "switches_per_user": 1.5, "reprobe_switches": 2,
+                      "co_switches": 1.0, "co_switches_chance": 0.5, "service_ms": 20.0,
+                      "wait_ms": 3.0}
+               for j, (name, p) in enumerate(point["policies"].items())}
+        return {**point, "policies": pol, "fps": 1.0, "label": sx.point_label(point),
+                "startup_s": 3.0 + k, "all_min_running_s": 6.0, "settle_s": 6.2,
+                "replicas_settled": 3}
+
+    points = [full(p, k) for k, p in enumerate(SDK_WINS)]
+    latency = sx._latency_table(points, "Set-up.")
+    assert [r[0] for r in latency["rows"]] == ["20n/1u", "20n/10u", "20n/30u", "3n/10u"]
+    assert latency["rows"][0][2:6] == ["**20**", "22", "60", "70"]
+    assert latency["rows"][1][-2:] == ["random 1 up", "armada > armada-light > geo-nearest > "
+                                                     "random"]
+    assert latency["note"].startswith("Set-up. Policies:")
+    herding, together = sx._herding_tables(points)
+    assert herding["rows"][0] == ["20n/1u", *["0.50 / 1.5"] * 4]
+    assert together["rows"][0] == ["20n/1u", "2 / 2", "1.0 (0.5)", "1.0 (0.5)"]
+    assert "above chance in 2 of 2 streams" in together["note"]  # the 30-user point's SDKs
+    startup = sx._startup_table(points)
+    assert startup["rows"][3] == ["3n/10u", "6.0", "6.0", "3", "6.2"]
+    assert "took 3.0-6.0 s over 4 bring-ups" in startup["note"]
+
+
 def test_herding_wording_flips_with_the_shares() -> None:
     def crowded(sdk_share: float, geo_share: float, sdk_moves: float) -> list[dict[str, Any]]:
         extra = {k: {"busiest_share": s, "switches_per_user": m} for k, s, m in (
