@@ -106,8 +106,8 @@ def test_scalability_tables_hold_every_point_and_policy() -> None:
     latency = sx._latency_table(points, "Set-up.")
     assert [r[0] for r in latency["rows"]] == ["20n/1u", "20n/10u", "20n/30u", "3n/10u"]
     assert latency["rows"][0][2:6] == ["**20**", "22", "60", "70"]
-    assert latency["rows"][1][-2:] == ["random 1 up", "armada > armada-light > geo-nearest > "
-                                                     "random"]
+    order = "armada > armada-light > geo-nearest > random"
+    assert latency["rows"][1][-2:] == ["random 1 up", order]
     assert latency["note"].startswith("Set-up. Policies:")
     herding, together = sx._herding_tables(points)
     assert herding["rows"][0] == ["20n/1u", *["0.50 / 1.5"] * 4]
