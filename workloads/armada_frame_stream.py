@@ -22,7 +22,11 @@ What the task rows mean here:
 
 Params: ``fps`` (required, in ``(0, 30]``), ``demand_s`` (> 0), ``phase``
 (``random`` | ``zero``), ``frames`` (a :class:`~workloads.armada_frames.FrameSpec` mapping,
-validated here and recorded in ``trace.json``; the client loads the frames).
+validated here and recorded in ``trace.json``; the client loads the frames),
+``matrix_samples`` (an integer in ``[0, 100]``, default 0: before the streams, each user
+in turn sends this many frames straight to every replica, the user x node latency
+matrix the emulation records beside the streams; the simulator has no replicas to
+measure and ignores it).
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from workloads.trace import Task
 MAX_FPS = 30.0
 DEFAULT_DEMAND_S = 0.09
 PHASES = ("random", "zero")
-_KNOWN = ("demand_s", "fps", "frames", "phase")
+_KNOWN = ("demand_s", "fps", "frames", "phase", "matrix_samples")
+MAX_MATRIX_SAMPLES = 100
 
 
 def stream_phase(phase: str, interval: float, seed: int, spawn_key: tuple[int, ...]) -> float:
@@ -76,6 +81,11 @@ class FrameStream:
         phase = params.get("phase", "random")
         if phase not in PHASES:
             raise ValueError(f"params.phase: expected one of {', '.join(PHASES)}, found {phase!r}")
+        samples = params.get("matrix_samples", 0)
+        if isinstance(samples, bool) or not isinstance(samples, int) \
+                or not 0 <= samples <= MAX_MATRIX_SAMPLES:
+            raise ValueError(f"params.matrix_samples: expected an integer in [0, "
+                             f"{MAX_MATRIX_SAMPLES}], found {samples!r}")
         if "frames" in params:
             try:
                 FrameSpec.from_mapping(params["frames"])

@@ -6,7 +6,9 @@ server-reconnect client, and the scenario's event crashes ea 5 s into each strea
 policy starts from a fresh deployment (one replica per node), so both meet the same
 failure. The test checks the standard results folder and what the run must show: every
 frame of the trace accounted for in both replays, the crash applied at its instant, the
-crashed node serving nothing afterwards, and the SDK losing no frame through it.
+crashed node serving nothing afterwards, and the SDK losing no frame through it. The
+same run is what an ``armada-failover`` study cell holds, so the experiment's metric
+function is checked on it too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from testbed.analysis.traces import read_traces
 from testbed.runner import run_scenario
 from testbed.scenario import load_scenario
+from testbed.systems.armada import failover_experiment as failover
 from testbed.systems.armada.failover_experiment import failover_metrics
 from workloads.trace import read_trace
 
@@ -86,3 +89,30 @@ def test_the_sdk_loses_no_frame_through_the_crash(run: Path) -> None:
         assert found["lost"] == 0 and found["ok"] == found["frames"] > 0, (
             user, found, stream["host"])
         assert found["served_after"] and "ea" not in found["served_after"], (user, found)
+
+
+def test_the_failover_experiments_metrics_and_claim_read_the_run(run: Path) -> None:
+    """``armada-failover``'s study cells are this scenario's runs: its metric function
+    scores every user under both policies. Immediate failover against waiting for the
+    dead node: the SDK's request timeout is 5 s, so a client that waited would show gaps
+    of seconds; measured here 77-90 ms to the next node and gaps of 216-360 ms at 5 fps,
+    and the bound leaves room for a loaded machine while still telling them apart."""
+    meta = json.loads((run / "metadata.json").read_text())
+    found = failover.replication_result(meta["driver"], read_traces(run).to_dict("records"),
+                                        5.0)
+    assert set(found["policies"]) == set(POLICIES)
+    bound = 2.0
+    for user, sdk in found["policies"]["armada"]["users"].items():
+        assert sdk["to_other_node_s"] is not None and sdk["to_other_node_s"] < bound, sdk
+        assert sdk["failover_gap_s"] is not None and sdk["failover_gap_s"] < bound, sdk
+        assert sdk["largest_gap_s"] < bound, (user, sdk)
+    # server-reconnect keeps one node until it fails: on the crashed node it met the dead
+    # node with a frame it could not resend; elsewhere it lost none.
+    for user, base in found["policies"]["server-reconnect"]["users"].items():
+        if base["on_crashed"]:
+            assert base["lost"] >= 1 and "ea" not in base["served_after"], (user, base)
+        else:
+            assert base["lost"] == 0, (user, base)
+    checks, sentences = failover._judged(found)
+    assert len(checks) == 3 * 2 and sentences[0] == "ua:"
+    assert checks["ua: no frame lost"] and checks["ub: no frame lost"]

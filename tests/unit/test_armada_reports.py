@@ -355,6 +355,54 @@ def _client(lost: int, gap_s: float, other_s: float | None) -> dict[str, Any]:
     return {"frames": 200, "lost": lost, "largest_gap_s": gap_s, "to_other_node_s": other_s}
 
 
+def test_failover_metrics_counts_gaps_and_losses() -> None:
+    from testbed.systems.armada.failover_experiment import failover_metrics
+
+    rows = [{"frame_index": i, "outcome": "ok", "target": "a" if i < 2 else "b",
+             "dispatch_wall": 9.95 + 0.2 * i, "response_wall": 10.0 + 0.2 * i,
+             "latency_s": 0.05} for i in range(4)]
+    rows[2] = {"frame_index": 2, "outcome": "error", "target": "a"}
+    found = failover_metrics(rows, crash_at=10.25, crashed="a")
+    assert found["lost"] == 1 and found["lost_frames"] == [2]
+    assert found["largest_gap_s"] == pytest.approx(0.4)
+    assert found["to_other_node_s"] == pytest.approx(0.35)
+    assert found["failover_gap_s"] == pytest.approx(0.4)
+    assert found["served_before"] == ["a"] and found["served_after"] == ["b"]
+
+
+def test_failover_replications_pair_each_user_across_the_policies() -> None:
+    from testbed.systems.armada import failover_experiment as fo
+
+    def frames(policy: str, user: str, lost: bool) -> list[dict[str, Any]]:
+        rows = []
+        for i in range(10):  # 5 fps, the crash of a at 11.0
+            t = 10.0 + 0.2 * i
+            node = "a" if t < 11.0 else "b"
+            ok = not (lost and 11.0 <= t < 11.2)
+            rows.append({"policy": policy, "client": user, "frame_index": i,
+                         "outcome": "ok" if ok else "error", "target": node,
+                         "dispatch_wall": t, "response_wall": t + 0.03, "latency_s": 0.03})
+        return rows
+
+    streams = [{"policy": p, "start_at": 10.0, "replicas_after": [],
+                "applied": [{"action": "crash", "target": "a", "at": 11.0}]}
+               for p in ("armada", "server-reconnect")]
+    rows = [*frames("armada", "ua", False), *frames("armada", "ub", False),
+            *frames("server-reconnect", "ua", True), *frames("server-reconnect", "ub", True)]
+    found = fo.replication_result({"streams": streams, "host": {}}, rows, 5.0)
+    ua = found["policies"]["armada"]["users"]["ua"]
+    assert ua["lost"] == 0 and ua["on_crashed"] and ua["served_after"] == ["b"]
+    assert found["policies"]["server-reconnect"]["users"]["ub"]["lost"] == 1
+    checks, _ = fo._judged(found)
+    assert all(checks.values()) and len(checks) == 6
+    found.update(replication=0, checks=checks, sentences=[])
+    (claim,) = fo.claims({"runs": [found]})
+    assert (claim.key, claim.verdict, claim.replications) == ("A3", "holds", 1)
+    table = fo._table([found])
+    assert table["rows"][0][:5] == ["0", "armada", "ua", "10", "0"]
+    assert "a 1.00 s in" in table["note"]
+
+
 def test_failover_verdict_follows_the_losses_and_gaps() -> None:
     good = failover_conclusion(_client(0, 0.274, 0.192), _client(1, 0.444, 0.418), 0.2, True)
     assert good.verdict == "holds"
@@ -381,6 +429,57 @@ def test_selection_verdict_follows_the_picks() -> None:
     assert found.verdict == "fails"
     assert "0 of 2 users picked their best node" in found.paragraph()
     assert "uc picked ec, which is its nearest node ec (90.0 ms)" in found.paragraph()
+
+
+def _selection_driver(uc_pick: str) -> dict[str, Any]:
+    """Hand-made driver details of one armada-selection cell: each user is fastest on its
+    own LAN's node but uc, whose node ec is slow; ``uc_pick`` is uc's SDK pick."""
+    base = {"ua": {"ea": 20, "eb": 60, "ec": 70, "cloud": 80},
+            "ub": {"ea": 60, "eb": 25, "ec": 75, "cloud": 85},
+            "uc": {"ea": 40, "eb": 65, "ec": 300, "cloud": 90}}
+    matrix = {u: {n: [{"latency_ms": ms + d, "processing_ms": 200.0 if n == "ec" else 18.0,
+                       "queue_ms": 0.0} for d in (0.0, 1.0, 2.0)] for n, ms in row.items()}
+              for u, row in base.items()}
+    serving = [{"task_id": f"det-{i}", "node_id": n, "url": f"http://{n}"}
+               for i, n in enumerate(("ea", "eb", "ec", "cloud"))]
+    return {"matrix": matrix, "host": {"idle_share": 0.6},
+            "deployments": [{"serving": serving, "startup_s": 3.0, "containment": {
+                n: {"same_netns": True, "in_node_cgroup": True} for n in base["ua"]}}],
+            "streams": [{"deployment": 0, "picks": {"ua": "ea", "ub": "eb", "uc": uc_pick},
+                         "switches": {"ua": 1, "ub": 2, "uc": 1},
+                         "first_probes": {"uc": {"candidates": [
+                             {"task_id": "det-0", "node_id": "ea"},
+                             {"task_id": "det-2", "node_id": "ec"}],
+                             "probe_ms": {"det-0": 45.0, "det-2": None}}}}]}
+
+
+def test_selection_metrics_score_each_replication_and_the_claim_counts_them() -> None:
+    from testbed.systems.armada import selection_experiment as sel
+
+    rows = [{"client": u, "outcome": "ok", "target": t, "latency_s": 0.02}
+            for u, t in (("ua", "ea"), ("ub", "eb"), ("ub", "ea"), ("uc", "ea"))]
+    good = sel.replication_result(_selection_driver("ea"), rows)
+    assert all(s["correct"] for s in good["scores"].values())
+    assert good["scores"]["uc"]["best"] == "ea" and good["contained"]["ec"] is True
+    assert good["streaming"]["ub"] == {"frames": 2, "ok": 2, "served": {"eb": 1, "ea": 1},
+                                       "p50_ms": 20.0, "p95_ms": 20.0, "switches": 1}
+    bad = sel.replication_result(_selection_driver("ec"), rows)
+    runs = []
+    for k, found in enumerate((good, bad)):
+        found.update(replication=k, checks=sel.selection_checks(found["scores"],
+                                                                found["matrix"]),
+                     sentences=[])
+        runs.append(found)
+    (claim,) = sel.claims({"runs": runs})
+    assert claim.key == "A1" and claim.replications == 2
+    assert claim.verdict == ("holds only for every user picks its best node (replication 0), "
+                             "uc avoids its limited nearest node (replication 0)")
+    matrix, probes, streaming = sel._tables(runs)
+    assert matrix["columns"][2:6] == ["ea", "eb", "ec", "cloud"]
+    assert matrix["rows"][2][:6] == ["0", "uc", "**_41.0_**", "66.0", "301.0", "91.0"]
+    assert "ec 200.0" in matrix["note"] and "(checked: True)" in matrix["note"]
+    assert probes["rows"][0] == ["0", "uc", "ea, ec", "ea 45.0, ec failed"]
+    assert streaming["rows"][1][4] == "eb 1, ea 1"
 
 
 def test_scaling_sentence_names_the_policy_that_scaled_most() -> None:

@@ -158,6 +158,9 @@ def test_frame_stream_zero_phase_and_defaults() -> None:
         ({"fps": 10, "phase": "late"}, "params.phase"),
         ({"fps": 10, "frames": {"width": 5}}, r"params\.frames\.width"),
         ({"fps": 10, "rate": 3}, "params.rate: expected one of the fields"),
+        ({"fps": 10, "matrix_samples": 101},
+         r"params\.matrix_samples: expected an integer in \[0, 100\], found 101"),
+        ({"fps": 10, "matrix_samples": True}, r"params\.matrix_samples"),
     ],
 )
 def test_frame_stream_refuses_bad_params(params: dict[str, object], message: str) -> None:

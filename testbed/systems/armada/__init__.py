@@ -96,10 +96,10 @@ SYSTEM = System(
     simulate="testbed.systems.armada.sim_replay:run_sim",
     run_check="testbed.systems.armada.run_checks:check_run",
     experiments=(
-        _experiment("armada-selection", "does every user's SDK pick its best node "
-                    "(latency matrix, Table 6)", sizes=("small", "medium", "full")),
-        _experiment("armada-failover", "a streaming user's node crashes: SDK failover "
-                    "against server-reconnect (Fig. 10 (a))"),
+        _study_experiment("armada-selection", "does every user's SDK pick its best node "
+                          "(latency matrix, Table 6)"),
+        _study_experiment("armada-failover", "a streaming user's node crashes: SDK failover "
+                          "against server-reconnect (Fig. 10 (a))"),
         _study_experiment("armada-scalability", "latency as users and edge nodes grow: SDK "
                           "against geo-nearest and random (Fig. 9)",
                           task_runtime=_TASK_RUNTIMES),

@@ -10,17 +10,15 @@ node (network namespace and CPU cgroup).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import EmulationError, TestbedError
-from testbed.experiments.emulated import run_emulated_experiment
+from testbed.errors import EmulationError
 from testbed.poll import wait_until
-from testbed.scenario import Scenario, load_scenario
+from testbed.scenario import Scenario
 from testbed.systems.armada.model import APP, REPLICA_MEMORY_MB
 
 Progress = Callable[[str], None]
@@ -44,15 +42,6 @@ def replica_program(runtime: str = "process") -> dict[str, str]:
     if runtime == "docker":
         return {"runtime": "docker", "image": TASK_IMAGE, "module": DETECT_MODULE}
     return {"runtime": "process", "module": DETECT_MODULE}
-
-
-def with_captain_workdir(scenario: Scenario, folder: Path) -> Scenario:
-    """The scenario with every Captain keeping its task logs under ``folder``."""
-    services = tuple(
-        dataclasses.replace(s, params={**s.params, "workdir": str(folder)})
-        if s.program == CAPTAIN else s
-        for s in scenario.services)
-    return dataclasses.replace(scenario, services=services)
 
 
 def beacon_service(scenario: Scenario) -> Any:
@@ -114,6 +103,28 @@ def wait_users(topo: Any, pids: Mapping[str, int], tag: str, budget: float) -> N
             raise EmulationError(f"user {user} ({tag}) {why}: {log.read_text()[-1500:]}")
 
 
+def measure_matrix(topo: Any, run: str, replicas: list[dict[str, Any]], samples: int,
+                   frames_dir: Path, timeout_s: float = 5.0,
+                   budget_s: float = 120.0) -> dict[str, dict[str, list[dict[str, float]]]]:
+    """The user x node latency matrix: each client of the scenario in turn (so no user
+    queues behind another) sends ``samples`` frames straight to every replica of
+    ``replicas`` (``task_id``, ``node_id``, ``url``) after one warm-up frame each; per
+    user and node the raw samples (``latency_ms``, ``processing_ms``, ``queue_ms``)."""
+    beacon = beacon_service(topo.scenario)
+    tiers = {n.name: n.tier for n in topo.scenario.topology.nodes if n.role == "server"}
+    common = {"run": run, "app": APP, "beacon": f"http://{topo.net.ip(beacon.node)}:"
+                                                f"{beacon.port}",
+              "frames_dir": str(frames_dir), "timeout_s": timeout_s, "tiers": tiers,
+              "mode": "matrix", "replicas": replicas, "samples": samples}
+    found = {}
+    for user in (n.name for n in topo.scenario.clients()):
+        result = topo.workdir / f"matrix-{user}.json"
+        pid = start_user(topo, user, {**common, "user": user, "out": str(result)}, "matrix")
+        wait_users(topo, {user: pid}, "matrix", budget_s)
+        found[user] = json.loads(result.read_text())["samples"]
+    return found
+
+
 def wait_for_captains(topo: Any, beacon: Any, servers: list[str]) -> None:
     """Wait until the Spinner lists every node of ``servers`` as alive."""
     from testbed.emulation.probe import http_json, in_netns
@@ -158,39 +169,6 @@ def deploy_everywhere(topo: Any, beacon: Any, token: str, servers: list[str],
     status = in_netns(ctl.pid, lambda: wait(serving, DEPLOY_TIMEOUT_S,
                                              "a replica running on every node"))
     return status, asked
-
-
-def run_frames_experiment(name: str | Scenario, plan: Any, size: str, out: Path,
-                          params: Mapping[str, Any], policies: tuple[str, ...],
-                          measure: Callable[..., dict[str, Any]], result_key: str,
-                          progress: Progress = print,
-                          ledger_root: Path | None = None) -> Path:
-    """Run one Armada frame experiment on the emulated network; write its results folder.
-
-    Shared by every Armada frame experiment: the scenario with the workload ``params``
-    over its own, ``plan.duration_s`` of frames and the ``policies`` the measurement
-    streams side by side, run through
-    :func:`~testbed.experiments.emulated.run_emulated_experiment` (its trace in
-    ``out/trace``) with ``measure(topo, run, scenario, frames_dir)``, whose dict must
-    hold ``rows`` (kind ``frame``) and ``result_key``.
-    """
-    base = load_scenario(name) if isinstance(name, str) else name
-    if out.exists() and any(out.iterdir()):
-        raise TestbedError(f"--out {out}: the folder exists and is not empty")
-    # the experiment applies its own actions at its own instants, not the file's events
-    scenario = dataclasses.replace(
-        with_captain_workdir(base, out / "work" / "captains"), events=(),
-        policies=policies, duration=float(plan.duration_s),
-        workload=dataclasses.replace(base.workload,
-                                     params={**base.workload.params, **params}))
-
-    def prepare(run: str, workdir: Path) -> Path:
-        frames_dir = write_frames(scenario.workload.params, workdir / "frames")
-        progress(f"run {run}: frames written for {', '.join(n.name for n in scenario.clients())}")
-        return frames_dir
-
-    return run_emulated_experiment(scenario, plan, size, out, prepare, measure, result_key,
-                                   progress, ledger_root)
 
 
 def write_frames(params: Mapping[str, Any], folder: Path) -> Path:

@@ -38,7 +38,9 @@ from testbed.systems.armada.control import (
     APP,
     CAPTAIN,
     beacon_service,
+    check_containment,
     deploy_everywhere,
+    measure_matrix,
     remove_app,
     wait_for_captains,
     write_frames,
@@ -80,6 +82,7 @@ class FrameDriver:
         self.streams: list[dict[str, Any]] = []
         self.before: list[dict[str, Any]] = []
         self.monitor: Any = None
+        self.matrix: dict[str, Any] | None = None
 
     def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
                 progress: Progress) -> None:
@@ -91,6 +94,11 @@ class FrameDriver:
         write_small_probe(self.frames_dir)
         self.monitor = HostMonitor(interval_s=0.5).start()  # stopped by details()
         self._deploy(topo, progress)
+        samples = int(self.scenario.workload.params.get("matrix_samples", 0))
+        if samples and self.fleet is None:
+            replicas = self.deployments[-1]["serving"]
+            self.matrix = measure_matrix(topo, run, replicas, samples, self.frames_dir)
+            progress(f"latency matrix measured ({samples} frames per user and node)")
 
     def _deploy(self, topo: EmulatedTopology, progress: Progress) -> None:
         if self.fleet is not None:
@@ -104,10 +112,16 @@ class FrameDriver:
             servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
             status, asked = deploy_everywhere(topo, beacon, token, servers)
             self.before = replica_view(status)
+            serving = [{"task_id": r["task_id"], "node_id": r["node_id"], "url": r["url"]}
+                       for r in sorted(status["replicas"],
+                                       key=lambda r: servers.index(r["node_id"]))
+                       if r["status"] == "running"]
             deployed = {"asked": asked, "created_at": status["created_at"],
                         "first_running_at": status["first_running_at"],
                         "startup_s": status["first_running_at"] - status["created_at"],
-                        "all_running_s": time.time() - asked, "replicas": self.before}
+                        "all_running_s": time.time() - asked, "replicas": self.before,
+                        "serving": serving,
+                        "containment": check_containment(topo, serving)}
             progress(f"{APP}: one replica on each of {', '.join(servers)} serving "
                      f"{deployed['all_running_s']:.1f} s after the deployment request")
         self.deployments.append(deployed)
@@ -141,7 +155,8 @@ class FrameDriver:
         CPU idle share from the first deployment on."""
         host = None if self.monitor is None else self.monitor.stop().to_dict()
         return {"fleet": None if self.fleet is None else dataclasses.asdict(self.fleet),
-                "deployments": self.deployments, "streams": self.streams, "host": host}
+                "deployments": self.deployments, "streams": self.streams, "host": host,
+                "matrix": self.matrix}
 
 
 class StorageDriver:

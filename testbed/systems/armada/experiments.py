@@ -40,8 +40,6 @@ def _entries(module: str, name: str,
     return run, report
 
 
-run_selection, report_selection = _entries("selection_experiment", "selection")
-run_failover, report_failover = _entries("failover_experiment", "failover")
 
 
 def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:

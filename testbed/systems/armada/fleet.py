@@ -461,6 +461,9 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
                for u in users}
     return {"rows": rows, "applied": applied, "start_at": start_at,
             "picks": {u: (r["pick"] or {}).get("node_id") for u, r in results.items()},
+            "first_probes": {u: {"candidates": r.get("candidates", []),
+                                 "probe_ms": r.get("probe_ms", {})}
+                             for u, r in results.items()},
             "switches": {u: sum(e["kind"] in ("switch", "connect") for e in r["events"])
                          for u, r in results.items()},
             "switch_events": sorted(
@@ -472,9 +475,10 @@ def stream(topo: Any, plan: StreamPlan, k: int, run: str, frames_dir: Path, trac
 def stream_record(topo: Any, plan: StreamPlan, done: Mapping[str, Any],
                   before: list[dict[str, Any]]) -> dict[str, Any]:
     """What a report keeps of one stream: the plan, what was applied, the users' first
-    picks, switch counts and switches during the stream (what herding is measured
-    from), the replica set before and after, the scaling decisions
-    made during the stream, and the latency statistics."""
+    picks with the candidates and first-round probe latencies behind them, switch
+    counts and switches during the stream (what herding is measured from), the replica
+    set before and after, the scaling decisions made during the stream, and the latency
+    statistics."""
     from nodes.armada.sdk.client import app_status
     from testbed.emulation.probe import in_netns
 
@@ -483,7 +487,8 @@ def stream_record(topo: Any, plan: StreamPlan, done: Mapping[str, Any],
     after = in_netns(topo.net.hosts[beacon.node].pid, lambda: app_status(local, APP))
     return {"policy": plan.policy, "duration_s": plan.duration_s,
             "start_at": done["start_at"], "applied": done["applied"],
-            "picks": done["picks"], "switches": done["switches"],
+            "picks": done["picks"], "first_probes": done["first_probes"],
+            "switches": done["switches"],
             "switch_events": done["switch_events"],
             "replicas_before": before, "replicas_after": replica_view(after),
             "scaling_during": [e for e in after.get("scaling", [])

@@ -1,79 +1,32 @@
-"""Armada in emulation, experiment 1 (``armada-selection``): does the SDK pick the best node?
+"""Armada experiment 1 (``armada-selection``): does the SDK pick the best node? As data.
 
 The built-in scenario ``armada-selection`` puts the Armada control plane (Beacon,
 Application Manager, Spinner) on a control node and a Captain on each of three edge
 nodes and a cloud node; three users sit at different places of a heterogeneous WAN
-(``topologies/armada-selection.yaml``). The driver:
-
-1. brings the scenario up through the emulation executor (ledger, launcher, links,
-   node cgroups) and waits until the four Captains are registered;
-2. deploys the detection application through the Beacon with the scenario's token (one
-   replica per node) and waits until every replica serves; checks that each replica
-   runs in its node's network namespace and CPU cgroup (it is a child of the Captain,
-   which the launcher started there);
-3. from each user's host, one user at a time, sends real frames straight to every
-   replica: the full user x node end-to-end latency matrix (:func:`matrix_table`);
-4. starts every user's SDK (query through the Beacon, probe the candidates; staggered so
-   probes do not queue behind each other) and records its pick, then streams frames
-   through the SDK for the run's duration: one trace row (kind ``frame``) per frame;
-5. scores each pick against the user's best node (:func:`score_selection`), records the
-   host's CPU idle share during steps 3-4, and writes the results folder.
-
-Users run as ``python -m nodes.armada.user`` inside their hosts.
+(``topologies/armada-selection.yaml``). The scenario path (:mod:`testbed.systems.armada.
+driver`) deploys the detector with one replica per node, checks that each replica runs
+in its node's network namespace and CPU cgroup, measures the user x node latency matrix
+(``matrix_samples`` frames from each user in turn straight to every replica), then lets
+every user's SDK probe its candidates, pick and stream. The study files are
+``studies/selection/<size>/``; :func:`metrics` scores each replication's picks against
+its matrix (:func:`score_selection`), :func:`claims` judges claim A1 per replication.
+Report: ``docs/results/armada/selection.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import time
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from testbed.experiments.sizes import size_plan
-from testbed.scenario import Scenario
-from testbed.systems.armada.control import (
-    APP,
-    CAPTAIN,
-    Progress,
-    beacon_service,
-    check_containment,
-    deploy_everywhere,
-    run_frames_experiment,
-    start_user,
-    wait_users,
-)
-from testbed.systems.armada.verdicts import Conclusion, count_of, record_claims, verdict
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim
+from testbed.systems.armada.verdicts import Conclusion, count_of, replicated_claim, verdict
 
-SCENARIO = "armada-selection"
-USER_TIMEOUT_S = 120.0
-PROBE_STAGGER_S = 0.5  # between users' first probe rounds
-STREAM_LEAD_S = 2.0  # after the last user's first probe round, streaming starts
-REQUEST_TIMEOUT_S = 5.0
-REPROBE_S = (5.0, 7.0)
 #: A pick within this much of the best median is not counted as wrong, besides the
 #: measured spread (see :func:`score_selection`).
 REGRET_FLOOR_MS = 5.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Size:
-    """How much the experiment measures: matrix samples per cell, streaming time and rate."""
-
-    samples: int
-    duration_s: float
-    fps: float
-
-
-SIZES = {"small": Size(samples=6, duration_s=8.0, fps=2.0),
-         "medium": Size(samples=12, duration_s=20.0, fps=4.0),
-         "full": Size(samples=20, duration_s=30.0, fps=5.0)}
-
-
-# ------------------------------------------------------------------ pure metrics
 
 
 def matrix_table(samples: Mapping[str, Mapping[str, list[Mapping[str, float]]]]
@@ -119,93 +72,6 @@ def score_selection(table: Mapping[str, Mapping[str, Mapping[str, float]]],
         scores[user] = entry
     return scores
 
-
-def run_selection(size: str, out: Path, progress: Progress = print,
-                  ledger_root: Path | None = None) -> Path:
-    """Run ``armada-selection`` at ``size`` and write its results folder ``out``."""
-    plan = size_plan(size, SIZES)
-
-    def measure(topo: Any, run: str, scenario: Scenario, frames_dir: Path) -> dict[str, Any]:
-        beacon = beacon_service(scenario)
-        token = topo.secret.value
-        tiers = {n.name: n.tier for n in scenario.topology.nodes if n.role == "server"}
-        servers = [s.node for s in scenario.services if s.program == CAPTAIN]
-        users = [n.name for n in scenario.clients()]
-        return _measure(topo, run, plan, users, servers, tiers, beacon, token, out,
-                        frames_dir, progress)
-
-    return run_frames_experiment(SCENARIO, plan, size, out, {"fps": plan.fps}, ("armada",),
-                                 measure, "selection", progress, ledger_root)
-
-
-def _measure(topo: Any, run: str, plan: Size, users: list[str], servers: list[str],
-             tiers: Mapping[str, str], beacon: Any, token: str, out: Path, frames_dir: Path,
-             progress: Progress) -> dict[str, Any]:
-    """Steps 1-5 of the module docstring on a brought-up topology."""
-    from testbed.host_monitor import HostMonitor
-
-    scenario = topo.scenario
-    nodes = {n.name: n for n in scenario.topology.nodes}
-    status, asked = deploy_everywhere(topo, beacon, token, servers)
-    replicas = [{"task_id": r["task_id"], "node_id": r["node_id"], "url": r["url"]}
-                for r in sorted(status["replicas"], key=lambda r: servers.index(r["node_id"]))]
-    startup_s = status["first_running_at"] - status["created_at"]
-    progress(f"{APP}: {len(replicas)} replicas serving {time.time() - asked:.1f} s after the "
-             f"deployment request (first after {startup_s:.1f} s)")
-    containment = check_containment(topo, replicas)
-
-    beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
-    common = {"run": run, "app": APP, "beacon": beacon_url, "frames_dir": str(frames_dir),
-              "timeout_s": REQUEST_TIMEOUT_S, "tiers": dict(tiers)}
-    samples: dict[str, Any] = {}
-    with HostMonitor(interval_s=0.5) as monitor:
-        for user in users:  # one user at a time: no user queues behind another
-            result = (topo.workdir / f"matrix-{user}.json")
-            pid = start_user(topo, user, {**common, "mode": "matrix", "user": user,
-                                         "replicas": replicas, "samples": plan.samples,
-                                         "out": str(result)}, "matrix")
-            wait_users(topo, {user: pid}, "matrix", USER_TIMEOUT_S)
-            samples[user] = json.loads(result.read_text())["samples"]
-        progress(f"latency matrix measured ({plan.samples} frames per user and node)")
-        t0 = time.time() + 0.5
-        start_at = t0 + PROBE_STAGGER_S * len(users) + STREAM_LEAD_S
-        pids = {}
-        for i, user in enumerate(users):
-            node = nodes[user]
-            pids[user] = start_user(topo, user, {
-                **common, "mode": "stream", "user": user, "lat": node.lat, "lon": node.lon,
-                "probe_at": t0 + PROBE_STAGGER_S * i, "start_at": start_at,
-                "trace": str(out / "trace"),
-                "rows": str(topo.workdir / f"rows-stream-{user}.jsonl"),
-                "reprobe_s": list(REPROBE_S), "seed": scenario.seed * 1000 + i,
-                "out": str(topo.workdir / f"stream-{user}.json")}, "stream")
-        wait_users(topo, pids, "stream",
-                    start_at - time.time() + plan.duration_s + USER_TIMEOUT_S)
-    streams = {u: json.loads((topo.workdir / f"stream-{u}.json").read_text()) for u in users}
-    rows = [json.loads(line) for u in users
-            for line in (topo.workdir / f"rows-stream-{u}.jsonl").read_text().splitlines()
-            if line.strip()]
-    table = matrix_table(samples)
-    picks = {u: (s["pick"] or {}).get("node_id") for u, s in streams.items()}
-    scores = score_selection(table, picks)
-    host = monitor.summary().to_dict()
-    for user, score in scores.items():
-        mine = [r for r in rows if r["client"] == user]
-        ok = sum(r["outcome"] == "ok" for r in mine)
-        progress(f"  {user}: best {score['best']} ({score['best_ms']:.1f} ms), SDK picked "
-                 f"{score['pick']} (regret {score['regret_ms']:.1f} ms); frames {ok}/{len(mine)} ok")
-    progress(f"host CPU idle {host['idle_share']:.0%}"
-             + (" - SATURATED" if host["saturated"] else ""))
-    selection = {"matrix": table, "scores": scores, "servers": servers, "users": users,
-                 "streams": {u: {k: v for k, v in s.items() if k != "events"}
-                             for u, s in streams.items()},
-                 "switches": {u: [e for e in s["events"] if e["kind"] == "switch"]
-                              for u, s in streams.items()},
-                 "host": host, "startup_s": startup_s, "containment": containment}
-    return {"rows": rows, "selection": selection, "samples": samples}
-
-
-# ------------------------------------------------------------------ report
 
 PAPER_CLAIM = ("Users in both real-world and emulation environments identify the "
                "heterogeneity of the environment and select the best-performing node to "
@@ -262,8 +128,7 @@ def selection_conclusion(scores: Mapping[str, Mapping[str, Any]],
     near_ms = mine.get(nearest, {}).get("median_ms")
     pick_ms = mine.get(pick, {}).get("median_ms") if pick else None
     farther = avoids_nearest(scores, matrix, user, nearest)
-    checks = {"every user picks its best node": len(correct) == len(scores),
-              f"{user} avoids its limited nearest node": farther}
+    checks = selection_checks(scores, matrix, user, nearest)
     sentences = [f"{len(correct)} of {len(scores)} users picked their best node or one within "
                  "the tolerance (regret " + ", ".join(
                      f"{u} {s['regret_ms']:.1f} ms" for u, s in scores.items()
@@ -277,108 +142,123 @@ def selection_conclusion(scores: Mapping[str, Mapping[str, Any]],
     return Conclusion(verdict(checks), SELECTION_RULE, tuple(sentences))
 
 
-def write_selection_report(run: Path, report: Path, command: str) -> Path:
-    """Write the Markdown report of a ``run_selection`` folder to ``report``."""
-    from testbed.analysis.traces import read_traces
+def selection_checks(scores: Mapping[str, Mapping[str, Any]],
+                     matrix: Mapping[str, Mapping[str, Mapping[str, float]]],
+                     user: str = "uc", nearest: str = "ec") -> dict[str, bool]:
+    """The two checks of :data:`SELECTION_RULE`."""
+    return {"every user picks its best node": all(s["correct"] for s in scores.values()),
+            f"{user} avoids its limited nearest node": avoids_nearest(scores, matrix, user,
+                                                                      nearest)}
 
-    selection = json.loads((run / "selection.json").read_text())
-    meta = json.loads((run / "metadata.json").read_text())
-    df = read_traces(run)
-    servers, scores, matrix = selection["servers"], selection["scores"], selection["matrix"]
-    host = selection["host"]
-    lines = [
-        "# Armada experiment 1: performance-aware service selection (`armada-selection`)",
-        "",
-        (f"Generated by `{command}` on {time.strftime('%Y-%m-%d', time.gmtime(meta['started']))}"
-        f" ({meta['machine']['cpus']} cores, kernel {meta['machine']['kernel']}, "
-        f"{meta['shaping_backend']} link shaping, size `{meta['size']}`: "
-        f"{meta['plan']['samples']} frames per matrix cell, {meta['plan']['duration_s']:g} s "
-        f"of streaming at {meta['plan']['fps']:g} fps per user). Run `{meta['run']}`."),
-        "",
-        ("Set-up (`topologies/armada-selection.yaml`, `testbed/scenarios/armada-selection.yaml`):"
-        " Beacon, Application Manager and Spinner on a control node; a Captain (process "
-        "runtime) on edge nodes ea, eb (0.4 cores each), ec (0.04 cores) and a cloud node "
-        "(0.5 cores, 25 ms one way from the WAN core). Users ua, ub, uc share a LAN with "
-        "ea, eb, ec respectively (tier 1, one hop, 0.5 ms); the LANs reach each other over "
-        "tier-2 ISP paths of 6 ms / 50 Mbit/s (A), 5 + 10 ms over two hops at 10 Mbit/s (B) "
-        "and 4 ms / 20 Mbit/s (C). The detection task (HOG, 320x240 JPEG frames of "
-        "`vtest.avi`) was deployed through the Beacon with a token, one replica per node; "
-        "every replica ran inside its node's network namespace and CPU cgroup "
-        f"(checked: {all(c['same_netns'] and c['in_node_cgroup'] for c in selection['containment'].values())})."),
-        "",
-        "## End-to-end latency matrix (median ms, frames sent straight to each replica)",
-        "",
-        ("**Bold**: the node the user's SDK picked (first query and probe round); "
-        "_best_ = lowest median."),
-        "",
-        "| user | " + " | ".join(servers) + " | best | SDK pick | regret ms | tolerance ms |",
-        "|---|" + "---|" * (len(servers) + 4),
-    ]
-    for user, score in scores.items():
-        cells = []
-        for node in servers:
-            text = f"{matrix[user][node]['median_ms']:.1f}"
-            if node == score["best"]:
-                text = f"_{text}_"
-            if node == score["pick"]:
-                text = f"**{text}**"
-            cells.append(text)
-        lines.append(f"| {user} | " + " | ".join(cells) + f" | {score['best']} | "
-                     f"{score['pick']} | {score['regret_ms']:.1f} | {score['tolerance_ms']:.1f} |")
-    lines += ["", "Median processing time per frame on each node (ms, as the replica "
-              "reports it): " + ", ".join(
-                  f"{n} {np.median([matrix[u][n]['processing_median_ms'] for u in matrix]):.1f}"
-                  for n in servers) + ".", "",
-              "## The SDK's first probe round (ms, cold connections)", "",
-              "| user | candidates (Application Manager) | probe latency |", "|---|---|---|"]
-    for user, stream in selection["streams"].items():
-        by_task = {c["task_id"]: c["node_id"] for c in stream["candidates"]}
-        probes = ", ".join(f"{by_task.get(t, t)} {v:.1f}" if v is not None else f"{by_task.get(t, t)} failed"
-                           for t, v in stream["probe_ms"].items())
-        lines.append(f"| {user} | {', '.join(by_task.values())} | {probes} |")
-    lines += ["", "## Streaming through the SDK", "",
-              "| user | frames | ok | served by | p50 ms | p95 ms | switches |",
-              "|---|---|---|---|---|---|---|"]
-    for user in selection["users"]:
-        mine = df[df.client == user]
-        ok = mine[mine.outcome == "ok"]
-        served = ", ".join(f"{t} {n}" for t, n in ok.target.value_counts().items())
-        lat = ok.latency_s.astype(float) * 1e3
-        lines.append(f"| {user} | {len(mine)} | {len(ok)} | {served} | "
-                     f"{lat.quantile(0.5):.1f} | {lat.quantile(0.95):.1f} | "
-                     f"{len(selection['switches'][user]) - 1} |")
-    correct = all(s["correct"] for s in scores.values())
-    uc = scores.get("uc", {})
-    found = selection_conclusion(scores, matrix)
-    lines += [
-        "", "## Host fidelity", "",
-        f"Host CPU idle during the measurements: {host['idle_share']:.0%} (lowest 0.5 s "
-        f"interval {host['min_idle_share']:.0%}); the host was "
-        + ("**saturated**: contention the scenario did not ask for is in these numbers."
-           if host["saturated"] else "not saturated (threshold 10 % idle)."),
-        "", "## The paper's claim beside ours", "",
-        "| | paper (seed, Table 6) | this run | verdict |", "|---|---|---|---|",
-        f"| every user selects its best-performing node | {PAPER_CLAIM} | "
-        f"{'yes' if correct else 'no'}: regret "
-        + ", ".join(f"{u} {s['regret_ms']:.1f} ms" for u, s in scores.items())
-        + f" | {'holds' if correct else 'fails'} |",
-        (f"| the nearest node is resource-limited, a farther node is chosen | User_C picks "
-        f"node A over its nearest node C | uc picked {uc.get('pick')} "
-        f"({uc.get('pick_ms') or float('nan'):.1f} ms) over its nearest node ec "
-        f"({matrix.get('uc', {}).get('ec', {}).get('median_ms', float('nan')):.1f} ms) | "
-        f"{'holds' if avoids_nearest(scores, matrix) else 'fails'} |"),
-        "", ("The seed gives no numbers for Table 6 (neither the real-world nor the emulated "
-        "matrix), so only the qualitative claim can be compared; the absolute values here "
-        "follow from this topology's configured delays, bandwidths and CPU limits."), "",
-        ("Regret is the picked node's median minus the best node's median in the matrix; a "
-        "pick counts as correct when it is the best node or within the tolerance "
-        "(5 ms plus both cells' p90 - median spread). "
-        + probe_sentence(selection["streams"], matrix)), "",
-        "## Conclusion", "", found.paragraph(), ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    record_claims(report, command, [
-        ("A1",
-         "every user selects its best-performing node, not the nearest",
-         found)])
-    return report
+
+SETUP = ("Set-up (`topologies/armada-selection.yaml`, `testbed/scenarios/armada-selection.yaml`):"
+         " Beacon, Application Manager and Spinner on a control node; a Captain (process "
+         "runtime) on edge nodes ea, eb (0.4 cores each), ec (0.04 cores) and a cloud node "
+         "(0.5 cores, 25 ms one way from the WAN core). Users ua, ub, uc share a LAN with "
+         "ea, eb, ec respectively (tier 1, one hop, 0.5 ms); the LANs reach each other over "
+         "tier-2 ISP paths of 6 ms / 50 Mbit/s (A), 5 + 10 ms over two hops at 10 Mbit/s (B) "
+         "and 4 ms / 20 Mbit/s (C). The detection task (HOG, 320x240 JPEG frames of "
+         "`vtest.avi`) is deployed through the Beacon with a token, one replica per node.")
+
+
+def replication_result(driver: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+                       ) -> dict[str, Any]:
+    """One replication's matrix, scores, first probes, containment and streaming, from a
+    cell's driver details and trace rows."""
+    table = matrix_table(driver["matrix"])
+    stream = driver["streams"][0]
+    deployment = driver["deployments"][stream.get("deployment", 0)]
+    scores = score_selection(table, stream["picks"])
+    streaming = {}
+    for user in table:
+        mine = [r for r in rows if r["client"] == user]
+        ok = [r for r in mine if r["outcome"] == "ok"]
+        served: dict[str, int] = {}
+        for r in ok:
+            served[r["target"]] = served.get(r["target"], 0) + 1
+        lat = np.array([float(r["latency_s"]) * 1e3 for r in ok])
+        streaming[user] = {"frames": len(mine), "ok": len(ok), "served": served,
+                           "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
+                           "p95_ms": float(np.percentile(lat, 95)) if len(lat) else None,
+                           "switches": stream["switches"].get(user, 1) - 1}
+    return {"matrix": table, "scores": scores,
+            "servers": [r["node_id"] for r in deployment["serving"]],
+            "first_probes": stream.get("first_probes", {}), "streaming": streaming,
+            "contained": {n: bool(c["same_netns"] and c["in_node_cgroup"])
+                          for n, c in deployment["containment"].items()},
+            "startup_s": deployment["startup_s"], "host": driver["host"]}
+
+
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Per finished cell (replication): :func:`replication_result`, the claim's checks
+    and sentences, and the report's tables."""
+    runs = []
+    for result in results.values():
+        for cell in sorted(result.finished(), key=lambda c: c.replication):
+            found = replication_result(cell.metadata()["driver"],
+                                       cell.traces().to_dict("records"))
+            conclusion = selection_conclusion(found["scores"], found["matrix"])
+            found.update(replication=cell.replication, degraded=cell.degraded,
+                         checks=selection_checks(found["scores"], found["matrix"]),
+                         sentences=[*conclusion.sentences,
+                                    probe_sentence(found["first_probes"], found["matrix"])])
+            runs.append(found)
+    return {"size": size, "runs": runs, "tables": _tables(runs) if runs else []}
+
+
+def _tables(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    servers = runs[0]["servers"]
+    matrix_rows, probe_rows, stream_rows = [], [], []
+    for run in runs:
+        rep = str(run["replication"])
+        for user, score in run["scores"].items():
+            cells = []
+            for node in servers:
+                text = f"{run['matrix'][user][node]['median_ms']:.1f}"
+                text = f"_{text}_" if node == score["best"] else text
+                cells.append(f"**{text}**" if node == score["pick"] else text)
+            matrix_rows.append([rep, user, *cells, score["best"], str(score["pick"]),
+                                _num(score["regret_ms"]), _num(score["tolerance_ms"])])
+        for user, probe in run["first_probes"].items():
+            node_of = {c["task_id"]: c["node_id"] for c in probe["candidates"]}
+            probe_rows.append([rep, user, ", ".join(node_of.values()), ", ".join(
+                f"{node_of.get(t, t)} {v:.1f}" if v is not None else
+                f"{node_of.get(t, t)} failed" for t, v in probe["probe_ms"].items())])
+        for user, st in run["streaming"].items():
+            stream_rows.append([rep, user, str(st["frames"]), str(st["ok"]), ", ".join(
+                f"{t} {n}" for t, n in sorted(st["served"].items(), key=lambda x: -x[1])),
+                _num(st["p50_ms"]), _num(st["p95_ms"]), str(st["switches"])])
+    processing = ", ".join(
+        f"{n} {np.median([r['matrix'][u][n]['processing_median_ms'] for r in runs for u in r['matrix']]):.1f}"
+        for n in servers)
+    contained = all(all(r["contained"].values()) for r in runs)
+    idle = ", ".join(f"{r['host']['idle_share']:.0%}" for r in runs if r.get("host"))
+    return [
+        {"title": "End-to-end latency matrix (median ms, frames sent straight to each "
+                  "replica)",
+         "columns": ["replication", "user", *servers, "best", "SDK pick", "regret ms",
+                     "tolerance ms"], "rows": matrix_rows,
+         "note": (f"{SETUP} Every replica ran inside its node's network namespace and CPU "
+                  f"cgroup (checked: {contained}). **Bold**: the node the user's SDK picked "
+                  "(first query and probe round); _best_ = lowest median. Regret is the "
+                  "picked node's median minus the best node's; a pick counts as correct "
+                  f"when it is the best node or within the tolerance ({REGRET_FLOOR_MS:g} ms "
+                  "plus both cells' p90 - median spread). Median processing time per frame "
+                  f"on each node (ms, as the replica reports it): {processing}.")},
+        {"title": "The SDK's first probe round (ms, cold connections)",
+         "columns": ["replication", "user", "candidates (Application Manager)",
+                     "probe latency"], "rows": probe_rows, "note": ""},
+        {"title": "Streaming through the SDK",
+         "columns": ["replication", "user", "frames", "ok", "served by", "p50 ms", "p95 ms",
+                     "switches"], "rows": stream_rows,
+         "note": f"Host CPU idle share over each run: {idle or '-'}."}]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Claim A1 judged on every replication (:func:`selection_checks`)."""
+    return [replicated_claim("A1", "every user selects its best-performing node, not the "
+                             "nearest", SELECTION_RULE, PAPER_CLAIM, found["runs"])]
