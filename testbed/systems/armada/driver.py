@@ -6,7 +6,10 @@
   and failover scenarios). ``prepare`` writes the stream's frames, waits until every
   Captain registered and deploys the detector through the Beacon: for a fleet, near
   its seeded sites with auto-scaling, then waits until the replica set settled with
-  every user registered; otherwise one replica per Captain. ``replay(policy)`` streams
+  every user registered; otherwise one replica per Captain, each checked to run inside
+  its node's network namespace and CPU cgroup (``containment``), and, when the workload
+  asks (``matrix_samples``), the user x node latency matrix measured from each user's
+  host before any stream (``matrix``). ``replay(policy)`` streams
   the trace's frames by every user through ``policy``'s client (:func:`~testbed.systems.
   armada.fleet.stream`) while the scenario's ``events`` hit the nodes, and returns the
   frame rows. Every replay starts from the same state: a settled replica set, or, when
