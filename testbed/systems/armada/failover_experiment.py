@@ -22,7 +22,13 @@ import numpy as np
 
 from testbed.experiments.results import StudyResult
 from testbed.reports.claim import Claim
-from testbed.systems.armada.verdicts import Conclusion, replicated_claim, rose_or_fell, verdict
+from testbed.systems.armada.verdicts import (
+    Conclusion,
+    replicated_claim,
+    rose_or_fell,
+    table_number,
+    verdict,
+)
 
 SDK, BASELINE = "armada", "server-reconnect"
 
@@ -213,19 +219,18 @@ def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
 
 
 def _table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    def fmt(value: float | None, scale: float = 1.0) -> str:
-        return "-" if value is None else f"{value * scale:.0f}"
-
     rows = []
     for run in runs:
         for policy in (SDK, BASELINE):
             part = run["policies"][policy]
             for user, c in part["users"].items():
                 rows.append([str(run["replication"]), policy, user, str(c["frames"]),
-                             str(c["lost"]), fmt(c["largest_gap_s"], 1e3),
-                             fmt(c["failover_gap_s"], 1e3), fmt(c["to_other_node_s"], 1e3),
+                             str(c["lost"]), table_number(c["largest_gap_s"], scale=1e3),
+                             table_number(c["failover_gap_s"], scale=1e3),
+                             table_number(c["to_other_node_s"], scale=1e3),
                              f"{', '.join(c['served_before'])} / {', '.join(c['served_after'])}",
-                             f"{fmt(c['median_before_ms'])} / {fmt(c['median_after_ms'])}",
+                             " / ".join(table_number(c[k]) for k in ("median_before_ms",
+                                                                     "median_after_ms")),
                              "yes" if c["on_crashed"] else "no"])
     periods = sorted({f"{1e3 / r['fps']:.0f}" for r in runs})
     crashes = "; ".join(f"replication {r['replication']} {p}: {c['crash']['target']} "

@@ -20,7 +20,7 @@ from testbed.errors import TestbedError
 from testbed.experiments.results import StudyResult
 from testbed.reports.claim import Claim, Condition
 from testbed.systems.armada.fleet import REPROBE_S, Action
-from testbed.systems.armada.verdicts import Conclusion, count_of, plural, verdict
+from testbed.systems.armada.verdicts import Conclusion, count_of, plural, table_number, verdict
 
 # ------------------------------------------------------------------ background load
 
@@ -141,17 +141,15 @@ def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
 
 
 def _episode_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.0f}"
-
     rows = []
     for run in runs:
         for e in run["episodes"]:
             moved = "not within the episode" if e["moved_after_s"] is None else \
                 f"{e['moved_after_s']:.1f}"
             rows.append([str(run["replication"]), e["node"], f"{e['end'] - e['start']:.0f}",
-                         moved, e["moved_to"] or "-", fmt(e["mean_before_ms"]),
-                         fmt(e["mean_on_loaded_ms"]), fmt(e["mean_after_move_ms"])])
+                         moved, e["moved_to"] or "-", table_number(e["mean_before_ms"]),
+                         table_number(e["mean_on_loaded_ms"]),
+                         table_number(e["mean_after_move_ms"])])
     idle = ", ".join(f"{r['host']['idle_share']:.0%}" for r in runs if r.get("host"))
     return {"title": "Load episodes", "columns": [
         "replication", "loaded node", "load s", "moved after s", "moved to", "mean ms before",

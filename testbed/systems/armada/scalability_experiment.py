@@ -31,6 +31,7 @@ from testbed.systems.armada.verdicts import (
     names,
     plural,
     rose_or_fell,
+    table_number,
     verdict,
 )
 
@@ -411,9 +412,9 @@ def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
 
 
 def _ms(value: float | None, best: float | None = None) -> str:
-    if value is None:
-        return "-"
-    return f"**{value:.0f}**" if value == best else f"{value:.0f}"
+    """A mean in whole ms, bold when it is the point's ``best``."""
+    text = table_number(value)
+    return f"**{text}**" if value is not None and value == best else text
 
 
 def _latency_table(points: Sequence[Mapping[str, Any]], setup: str) -> dict[str, Any]:

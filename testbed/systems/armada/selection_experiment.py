@@ -22,7 +22,13 @@ import numpy as np
 
 from testbed.experiments.results import StudyResult
 from testbed.reports.claim import Claim
-from testbed.systems.armada.verdicts import Conclusion, count_of, replicated_claim, verdict
+from testbed.systems.armada.verdicts import (
+    Conclusion,
+    count_of,
+    replicated_claim,
+    table_number,
+    verdict,
+)
 
 #: A pick within this much of the best median is not counted as wrong, besides the
 #: measured spread (see :func:`score_selection`).
@@ -218,7 +224,8 @@ def _tables(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 text = f"_{text}_" if node == score["best"] else text
                 cells.append(f"**{text}**" if node == score["pick"] else text)
             matrix_rows.append([rep, user, *cells, score["best"], str(score["pick"]),
-                                _num(score["regret_ms"]), _num(score["tolerance_ms"])])
+                                table_number(score["regret_ms"], 1),
+                                table_number(score["tolerance_ms"], 1)])
         for user, probe in run["first_probes"].items():
             node_of = {c["task_id"]: c["node_id"] for c in probe["candidates"]}
             probe_rows.append([rep, user, ", ".join(node_of.values()), ", ".join(
@@ -227,7 +234,8 @@ def _tables(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for user, st in run["streaming"].items():
             stream_rows.append([rep, user, str(st["frames"]), str(st["ok"]), ", ".join(
                 f"{t} {n}" for t, n in sorted(st["served"].items(), key=lambda x: -x[1])),
-                _num(st["p50_ms"]), _num(st["p95_ms"]), str(st["switches"])])
+                table_number(st["p50_ms"], 1), table_number(st["p95_ms"], 1),
+                str(st["switches"])])
     processing = ", ".join(
         f"{n} {np.median([r['matrix'][u][n]['processing_median_ms'] for r in runs for u in r['matrix']]):.1f}"
         for n in servers)
@@ -252,10 +260,6 @@ def _tables(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
          "columns": ["replication", "user", "frames", "ok", "served by", "p50 ms", "p95 ms",
                      "switches"], "rows": stream_rows,
          "note": f"Host CPU idle share over each run: {idle or '-'}."}]
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def claims(found: Mapping[str, Any]) -> list[Claim]:

@@ -94,6 +94,12 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
+def table_number(value: float | None, digits: int = 0, scale: float = 1.0) -> str:
+    """A table cell: ``value`` times ``scale`` with ``digits`` decimals; ``-`` when
+    missing."""
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
 def ms(value: float | None) -> str:
     """Milliseconds rounded for a sentence; ``-`` when missing."""
     return "-" if value is None else f"{value:.0f} ms"
