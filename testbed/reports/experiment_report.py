@@ -117,8 +117,12 @@ def _study_line(part: StudyPart) -> str:
     finished = sum(r.get("status") in ("ok", "incomplete") for r in records)
     degraded = sum(bool(r.get("degraded")) for r in records)
     scenario = Path(str(about.get("scenario", ""))).name
+    seeds = about.get("seeds") or {}
+    seeding = (f"study seed {about.get('seed')}" if seeds.get("rule", "hash") == "hash" else
+               f"replication r's seed is {about.get('seed')} + r at every point")
+    seeding += "".join(f", also set as `{p}`" for p in seeds.get("also", []))
     return (f"Scenario `{scenario}`; grid: {axes}; {about.get('replications')} "
-            f"replication(s) per point (study seed {about.get('seed')}), each its own "
+            f"replication(s) per point ({seeding}), each its own "
             f"trace replayed by every policy; executors "
             f"{', '.join(EXECUTOR_TITLES.get(e, e) for e in about.get('executors', []))}; "
             f"{finished} of {len(records)} cells finished, {degraded} degraded; baseline "

@@ -11,7 +11,9 @@ Replication ``r`` of a point gets its own seed, derived from the study seed, the
 values and ``r``, and set as the scenario's ``seed`` (and the workload's, when the
 scenario names one): each replication is an independent trace, replayed by every
 policy and executor of the point (common random numbers inside a replication). A
-scenario's ``repetitions`` stay inside a cell.
+study's ``seeds:`` may instead give replication ``r`` the study seed plus ``r`` at every
+point (``rule: sequence``) and set the seed at more scenario paths (``also``, such as a
+builder's ``build.params.seed``). A scenario's ``repetitions`` stay inside a cell.
 
 Everything is checked before anything runs: the study's own keys, every grid path
 against the scenario, every point's scenario by the scenario loader, and what each point
@@ -41,11 +43,16 @@ from testbed.scenario.model import Scenario, plain_copy
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 STUDY_KEYS = ("study", "description", "scenario", "set", "executors", "policies", "baseline",
-              "order", "replications", "seed", "grid", "analysis")
+              "order", "replications", "seed", "seeds", "grid", "analysis")
 #: How a cell orders its policies (``order:``): as the study lists them, or rotated left
 #: by the point's index plus the replication, so that where policies run one after
 #: another on one deployment none is always first on it.
 ORDERS = ("fixed", "rotate")
+#: How replication seeds are derived (``seeds.rule``): ``hash`` of the study seed, the
+#: point's values and the replication (independent at every point), or ``sequence``,
+#: the study seed plus the replication (the same seeds at every point: replication r
+#: meets the same random draws wherever the grid puts it, as common random numbers).
+SEED_RULES = ("hash", "sequence")
 MAX_REPLICATIONS = 1_000
 #: Replication seeds have 31 bits: systems derive further seeds from a scenario seed by
 #: arithmetic (``seed * 1000 + repetition``), which must stay within 63 bits.
@@ -104,6 +111,11 @@ class Study:
     analysis: tuple[tuple[str, Any], ...] = ()
     #: ``fixed`` or ``rotate`` (:data:`ORDERS`)
     order: str = "fixed"
+    #: ``hash`` or ``sequence`` (:data:`SEED_RULES`)
+    seed_rule: str = "hash"
+    #: scenario paths that take the replication seed besides ``seed`` and
+    #: ``workload.seed`` (``seeds.also``), such as a builder's own ``seed`` parameter
+    seed_paths: tuple[str, ...] = ()
 
     @property
     def grid_paths(self) -> list[str]:
@@ -121,9 +133,12 @@ class Study:
         return out
 
     def replication_seed(self, point: Point, replication: int) -> int:
-        """The seed of ``replication`` at ``point``: a hash of the study seed, the point's
-        values (not its position, so adding a grid value keeps the others' traces) and
-        the replication number."""
+        """The seed of ``replication`` at ``point``: under the ``hash`` rule a hash of
+        the study seed, the point's values (not its position, so adding a grid value
+        keeps the others' traces) and the replication number; under ``sequence`` the
+        study seed plus the replication number."""
+        if self.seed_rule == "sequence":
+            return self.seed + replication
         blob = json.dumps([self.seed, list(point.values), replication], sort_keys=True,
                           default=str)
         return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
@@ -147,6 +162,8 @@ class Study:
         doc["seed"] = seed
         if isinstance(doc.get("workload"), dict) and "seed" in doc["workload"]:
             doc["workload"]["seed"] = seed
+        for path in self.seed_paths:
+            set_path(doc, path, seed)
         doc["policies"] = plain_copy(self.cell_policies(point, replication))
         try:
             scenario = scenario_from_dict(doc, source=self.scenario_source)
@@ -294,6 +311,32 @@ def _fixed(source: str, value: object, doc: Mapping[str, Any]) -> tuple[tuple[st
     return tuple(out)
 
 
+def _seeds(source: str, value: object, doc: Mapping[str, Any],
+           grid: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The ``seeds:`` mapping checked: its rule (:data:`SEED_RULES`) and the paths of
+    ``also`` (scenario paths, none the study or its grid sets otherwise)."""
+    if value is None:
+        return SEED_RULES[0], ()
+    if not isinstance(value, dict) or set(value) - {"rule", "also"}:
+        raise _fail(source, "seeds", "a mapping with rule (hash or sequence) and also (a "
+                    "list of scenario paths that take the replication seed)", value)
+    rule = value.get("rule", SEED_RULES[0])
+    if rule not in SEED_RULES:
+        raise _fail(source, "seeds.rule", f"one of {', '.join(SEED_RULES)}", rule)
+    also = value.get("also", [])
+    if not isinstance(also, list) or not all(isinstance(p, str) for p in also):
+        raise _fail(source, "seeds.also", "a list of dotted scenario paths", also)
+    for i, path in enumerate(also):
+        where = f"seeds.also[{i}]"
+        if path in RESERVED or path in grid or also.index(path) != i:
+            raise _fail(source, where, "a path set by nothing else (not seed, "
+                        "workload.seed, a grid path or a path listed twice)", path)
+        why = check_path(doc, path)
+        if why is not None:
+            raise _fail(source, where, why, "<not in the scenario>")
+    return rule, tuple(also)
+
+
 def _scenario_doc(source: str, ref: object, base: Path) -> tuple[dict[str, Any], str]:
     """The scenario document a study names (built-in name or path from the study's
     folder) and the source its relative topology paths resolve against."""
@@ -402,13 +445,20 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
         raise _fail(source, "order", f"one of {', '.join(ORDERS)}", order)
     replications = _int(source, data, "replications", 1, 1, MAX_REPLICATIONS)
     seed = _int(source, data, "seed", 1, 0, MAX_SEED)
+    axes = _axes(source, data.get("grid"), doc)
+    seed_rule, seed_paths = _seeds(source, data.get("seeds"), doc,
+                                   tuple(p for axis in axes for p in axis.paths))
+    if seed_rule == "sequence" and seed + replications - 1 > SEED_MASK:
+        raise _fail(source, "seed", f"a seed of at most {SEED_MASK - replications + 1} "
+                    f"(rule sequence: the seed plus each of {replications} replications "
+                    f"within {SEED_MASK})", seed)
     study = Study(name=name, description=description, source=source, scenario_doc=doc,
                   scenario_source=scenario_source, system=system.name,
                   executors=tuple(executors), policies=tuple(policies),
                   policy_docs=tuple(doc for _, doc in policy_docs), baseline=baseline,
                   replications=replications, seed=seed,
-                  axes=_axes(source, data.get("grid"), doc), fixed=fixed,
-                  analysis=tuple(sorted(analysis.items())), order=order)
+                  axes=axes, fixed=fixed, analysis=tuple(sorted(analysis.items())),
+                  order=order, seed_rule=seed_rule, seed_paths=seed_paths)
     count = 1
     for axis in study.axes:
         count *= len(axis.steps)
@@ -440,5 +490,7 @@ def describe(study: Study) -> dict[str, Any]:
                 study.policy_docs or study.policies)), "executors": list(study.executors),
             "order": study.order, "replications": study.replications, "seed": study.seed,
             "set": dict(study.fixed), "analysis": dict(study.analysis),
-            "points": [p.as_dict() for p in study.points()]}
+            "points": [p.as_dict() for p in study.points()],
+            **({"seeds": {"rule": study.seed_rule, "also": list(study.seed_paths)}}
+               if (study.seed_rule, study.seed_paths) != (SEED_RULES[0], ()) else {})}
 

@@ -88,6 +88,26 @@ def test_rotate_counterbalances_the_policy_order_and_keeps_the_seeds() -> None:
                for p in fixed.points() for r in range(2))
 
 
+def test_sequence_seeds_are_the_study_seed_plus_the_replication_at_every_point() -> None:
+    study = study_from_dict(base(seeds={"rule": "sequence"},
+                                 grid={"workload.params.rate": [1.0, 2.0]}))
+    assert [[study.scenario(p, r).seed for r in range(2)] for p in study.points()] == \
+        [[5, 6], [5, 6]]
+    assert study.scenario(study.points()[1], 1).workload.seed == 6
+    hashed = study_from_dict(base(grid={"workload.params.rate": [1.0, 2.0]}))
+    assert hashed.scenario(hashed.points()[0], 0).seed not in (5, 6)
+
+
+def test_seeds_also_sets_the_replication_seed_at_more_paths() -> None:
+    study = study_from_dict({"study": "fleet", "scenario": "armada-scalability",
+                             "replications": 2, "seed": 1000,
+                             "seeds": {"rule": "sequence", "also": ["build.params.seed"]}})
+    point = study.points()[0]
+    assert study.scenario(point, 1).seed == 1001
+    fleets = {study.scenario(point, r).raw["build"]["params"]["seed"] for r in (0, 1)}
+    assert fleets == {1000, 1001}
+
+
 def test_paths_address_named_list_entries() -> None:
     doc = {"services": [{"name": "edge", "params": {"workers": 1}}], "duration": 5}
     assert check_path(doc, "services.edge.params.workers") is None
@@ -121,6 +141,11 @@ def test_paths_address_named_list_entries() -> None:
     ({"set": [1]}, "set", "a mapping"),
     ({"analysis": [1]}, "analysis", "a mapping of parameters"),
     ({"order": "shuffled"}, "order", "one of fixed, rotate"),
+    ({"seeds": {"rule": "random"}}, "seeds.rule", "one of hash, sequence"),
+    ({"seeds": {"also": ["seed"]}}, "seeds.also[0]", "set by nothing else"),
+    ({"seeds": {"also": ["services.fog.seed"]}}, "seeds.also[0]", "c1-local"),
+    ({"seeds": {"every": 1}}, "seeds", "a mapping with rule"),
+    ({"seeds": {"rule": "sequence"}, "seed": 2**31 - 1}, "seed", "at most"),
 ])
 def test_bad_studies_name_the_file_and_field(change: dict[str, Any], path: str,
                                              expected: str, tmp_path: Path) -> None:
