@@ -25,14 +25,15 @@ PAPER = "000: Armada, an edge cloud over volunteer nodes"
 
 def _study_experiment(name: str, description: str, **options: tuple[str, ...]) -> Experiment:
     """Experiment ``armada-<x>`` written as data: study files in ``studies/<x>/``, the
-    metric and claim functions of ``<x>_experiment.py``, the report ``<x>.md`` in
-    ``docs/results/armada``; ``options`` as keywords, each setting the fleet builder's
-    parameter of its name in every study."""
-    entry = name.removeprefix("armada-").replace("-", "_")
+    metric and claim functions of ``<x>_experiment.py`` (``-`` as ``_``), the report
+    ``<x>.md`` in ``docs/results/armada``; ``options`` as keywords, each setting the
+    fleet builder's parameter of its name in every study."""
+    short = name.removeprefix("armada-")
+    entry = short.replace("-", "_")
     module = f"testbed.systems.armada.{entry}_experiment"
     return Experiment(name, description, studies=f"testbed.systems.armada:studies/{entry}",
                       metrics=f"{module}:metrics", claims=f"{module}:claims",
-                      paper=PAPER, report_dir=_REPORTS, report_file=f"{entry}.md",
+                      paper=PAPER, report_dir=_REPORTS, report_file=f"{short}.md",
                       title=f"Armada: {description} (`{name}`)",
                       options={k.replace("_", "-"): v for k, v in options.items()},
                       option_paths={k.replace("_", "-"): f"build.params.{k}" for k in options})
@@ -112,9 +113,9 @@ SYSTEM = System(
         _experiment("armada-startup", "deployment start-up (request to first replica "
                     "serving) of process and container replicas on one fleet, and of a "
                     "node's first task image against its cached one"),
-        _experiment("armada-paper-scale", "latency as users (to 1000) and edge nodes (to "
-                    "200) grow on nodes of whole cores, in the simulator (Fig. 9 at paper "
-                    "scale), with herding measured", executors=("sim",)),
+        _study_experiment("armada-paper-scale", "latency as users (to 1000) and edge "
+                          "nodes (to 200) grow on nodes of whole cores, in the simulator "
+                          "(Fig. 9 at paper scale), with herding measured"),
         _experiment("armada-executors", "Armada on nodes of a quarter or half a core, "
                     "emulated and simulated on the same fleets, trace and seeds",
                     sizes=("small", "medium", "full"), executors=("emulation", "sim")),

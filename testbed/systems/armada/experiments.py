@@ -50,8 +50,6 @@ def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:
 
 run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
-run_paper_scale, report_paper_scale = _entries("paper_scale_experiment", "paper_scale",
-                                               lambda _options: "paper-scale.md")
 run_storage, report_storage = _entries(
     "storage_experiment", "storage",
     lambda options: "storage.md" if options.get("cargo_runtime", "process") == "process"
