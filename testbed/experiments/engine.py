@@ -3,8 +3,8 @@
 ``testbed experiment NAME --size S`` runs every study file of the size on the executors
 asked (each study keeps those of its own executors that were asked; a study with none
 left is skipped), each into ``<out>/<study file name>/`` through the study engine
-(:func:`testbed.study.run.run_study`: cells, seeds, Dask, resume). A re-run into the
-same folder therefore runs only the cells that are missing. Then the experiment's
+(:mod:`testbed.study.run`: cells, seeds, Dask, resume), the cells of all studies on one
+cluster. A re-run into the same folder therefore runs only the cells that are missing. Then the experiment's
 metric function reads the studies (:class:`~testbed.experiments.results.StudyResult`)
 into ``<out>/metrics.json``, its claim function judges the claims, and the one report
 layer (:mod:`testbed.reports.experiment_report`) writes the report.
@@ -78,7 +78,13 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
     runs the cells in this process (a system registered at run time, as tests do, is
     unknown to a Dask worker's fresh interpreter); ``rerun_degraded`` runs again the cells
     the fidelity guard marked degraded."""
-    from testbed.study.run import StudyIncomplete, check_socket_room, run_study
+    from testbed.study.run import (
+        StudyIncomplete,
+        check_socket_room,
+        finish_study,
+        prepare_study,
+        run_cells,
+    )
 
     studies = load_studies(exp, size, overrides)  # every one checked before any runs
     if any("emulation" in s.executors and "emulation" in executors for _, s in studies):
@@ -87,23 +93,29 @@ def run_studies(exp: Experiment, size: str, executors: Sequence[str], out: Path,
                                "tc, cgroups): run as root, or --executors sim")
         for path, _ in studies:
             check_socket_room(out / path.stem)
-    results: dict[str, StudyResult] = {}
-    incomplete: list[str] = []
+    prepared = {}
     for path, study in studies:
         chosen = tuple(e for e in study.executors if e in executors)
         if not chosen:
             progress(f"[{path.stem}] skipped: it runs on {', '.join(study.executors)}")
             continue
-        study = dataclasses.replace(study, executors=chosen)
-        folder = out / path.stem
-        progress(f"[{path.stem}] study {study.name} into {folder}")
+        progress(f"[{path.stem}] study {study.name} into {out / path.stem}")
+        prepared[path.stem] = prepare_study(dataclasses.replace(study, executors=chosen),
+                                            out / path.stem, rerun_degraded=rerun_degraded,
+                                            progress=progress)
+    # every study's cells on one cluster: simulator cells of all studies in parallel,
+    # then the emulation cells, one at a time
+    run_cells([spec for p in prepared.values() for spec in p.todo], scheduler=scheduler,
+              serial=serial, progress=progress)
+    results: dict[str, StudyResult] = {}
+    incomplete: list[str] = []
+    for name, ready in prepared.items():
         try:
-            run_study(study, folder, scheduler=scheduler, serial=serial,
-                      rerun_degraded=rerun_degraded, progress=progress)
+            finish_study(ready, progress=progress)
         except StudyIncomplete as exc:
             progress(f"warning: {exc}")
-            incomplete.append(f"{path.stem}: {exc}")
-        results[path.stem] = StudyResult.read(path.stem, study, folder)
+            incomplete.append(f"{name}: {exc}")
+        results[name] = StudyResult.read(name, ready.study, ready.folder)
     return results, incomplete
 
 

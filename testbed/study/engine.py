@@ -13,6 +13,7 @@ an unreachable scheduler is one line of error after ``CONNECT_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -134,8 +135,11 @@ def _phase(client: Any, specs: Sequence[Mapping[str, Any]], tally: Tally,
     futures, by_key = [], {}
     for spec in specs:
         resources = {EMULATION: 1} if spec["executor"] == EMULATION else None
-        future = client.submit(run_cell, dict(spec), key=f"cell-{spec['key']}", pure=False,
-                               resources=resources)
+        # two studies of one experiment may hold the same cell (same scenario, seed and
+        # executor), each in its own folder: the task key names the folder too
+        where = hashlib.sha256(spec["study_folder"].encode()).hexdigest()[:8]
+        future = client.submit(run_cell, dict(spec), key=f"cell-{spec['key']}-{where}",
+                               pure=False, resources=resources)
         futures.append(future)
         by_key[future.key] = spec
     records = []

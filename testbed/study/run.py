@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +89,23 @@ def check_socket_room(folder: Path) -> None:
                            f"use a folder path of at most {MAX_EMULATION_FOLDER} bytes")
 
 
-def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = None,
-              workers: int | None = None, include_degraded: bool = False,
-              serial: bool = False, rerun_degraded: bool = False,
-              progress: Progress = print) -> Path:
-    """Run every cell of ``study`` not finished in the folder, then write the summary
-    and the report; returns the folder. ``rerun_degraded`` first sets aside the cells
-    the fidelity guard marked degraded (:func:`set_aside_degraded`), so they run again. Raises :class:`StudyIncomplete` at the end when
-    a cell failed or lost policies (after everything is written)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A study folder ready to run: its study, every cell's spec and those to run."""
+
+    study: Study
+    folder: Path
+    about: dict[str, Any]
+    specs: list[dict[str, Any]]
+    todo: list[dict[str, Any]]
+
+
+def prepare_study(study: Study, out: Path | None = None, *, rerun_degraded: bool = False,
+                  progress: Progress = print) -> Prepared:
+    """Write ``study.json``, remove what a stopped attempt left, plan the cells and say
+    which have not finished (after setting aside the degraded ones when
+    ``rerun_degraded``: :func:`set_aside_degraded`); checks what emulation cells need."""
     from testbed.runner import RESULTS_ROOT
-    from testbed.study.engine import run_dask, run_serial
 
     folder = Path(out) if out is not None else RESULTS_ROOT / study.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,14 +128,33 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
              f"replication(s) x {len(study.executors)} executor(s) = {len(specs)} cells; "
              f"{len(specs) - len(todo)} finished before, {len(todo)} to run"
              + (f"; removed {len(removed)} leftover(s) of a stopped attempt" if removed else ""))
-    if todo:
-        if serial:
-            run_serial(todo, progress)
-        else:
-            run_dask(todo, progress, scheduler=scheduler, workers=workers)
+    return Prepared(study, folder, about, specs, todo)
+
+
+def run_cells(todo: list[dict[str, Any]], *, scheduler: str | None = None,
+              workers: int | None = None, serial: bool = False,
+              progress: Progress = print) -> None:
+    """Run the cells ``todo`` (of one study or several): in this process when
+    ``serial``, else on one Dask cluster (:func:`testbed.study.engine.run_dask`)."""
+    from testbed.study.engine import run_dask, run_serial
+
+    if not todo:
+        return
+    if serial:
+        run_serial(todo, progress)
+    else:
+        run_dask(todo, progress, scheduler=scheduler, workers=workers)
+
+
+def finish_study(prepared: Prepared, *, include_degraded: bool = False,
+                 progress: Progress = print) -> Path:
+    """Write the summary and the report of a study whose cells ran; returns the folder.
+    Raises :class:`StudyIncomplete` when a cell failed or lost policies (after
+    everything is written)."""
+    study, folder, specs = prepared.study, prepared.folder, prepared.specs
     records = [read_cell(cell_dir(s)) or {**s, "status": "error", "error": "no record"}
                for s in specs]
-    table = _outputs(folder, about, records, include_degraded)
+    table = _outputs(folder, prepared.about, records, include_degraded)
     progress(format_summary(table, study.grid_paths, study.baseline))
     degraded = [r for r in records if r.get("degraded")]
     if degraded:
@@ -146,6 +173,21 @@ def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = 
     if incomplete:
         raise StudyIncomplete(folder, incomplete)
     return folder
+
+
+def run_study(study: Study, out: Path | None = None, *, scheduler: str | None = None,
+              workers: int | None = None, include_degraded: bool = False,
+              serial: bool = False, rerun_degraded: bool = False,
+              progress: Progress = print) -> Path:
+    """Run every cell of ``study`` not finished in the folder, then write the summary
+    and the report; returns the folder (:func:`prepare_study`, :func:`run_cells`,
+    :func:`finish_study`). ``rerun_degraded`` first sets aside the cells the fidelity
+    guard marked degraded, so they run again. Raises :class:`StudyIncomplete` at the
+    end when a cell failed or lost policies (after everything is written)."""
+    prepared = prepare_study(study, out, rerun_degraded=rerun_degraded, progress=progress)
+    run_cells(prepared.todo, scheduler=scheduler, workers=workers, serial=serial,
+              progress=progress)
+    return finish_study(prepared, include_degraded=include_degraded, progress=progress)
 
 
 OUTPUTS_KEY = "outputs.key"

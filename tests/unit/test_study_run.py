@@ -17,7 +17,13 @@ import yaml
 
 from testbed.analysis.stats import RUN_AS_CONFIGURED, STEADY_STATE
 from testbed.study.cells import CELL_FILE, plan_cells
-from testbed.study.run import StudyIncomplete, run_study
+from testbed.study.run import (
+    StudyIncomplete,
+    finish_study,
+    prepare_study,
+    run_cells,
+    run_study,
+)
 from testbed.study.spec import load_study, study_from_dict
 from testbed.study.summary import COLUMNS
 
@@ -175,11 +181,18 @@ def test_one_replication_falls_back_to_named_batch_means(tmp_path: Path) -> None
 
 
 def test_a_local_dask_cluster_gives_the_serial_result(tmp_path: Path) -> None:
+    """Two folders of the same study run on one cluster, as an experiment's studies do:
+    their cells have the same keys, and each folder gets its own."""
     study = study_from_dict(study_doc())
     lines: list[str] = []
-    parallel = run_study(study, tmp_path / "dask", workers=2, progress=lines.append)
+    both = [prepare_study(study, tmp_path / name, progress=lines.append)
+            for name in ("dask", "twin")]
+    run_cells([spec for p in both for spec in p.todo], workers=2, progress=lines.append)
+    parallel, twin = (finish_study(p, progress=lines.append) for p in both)
     assert any(line.startswith("dask: 2 local workers") for line in lines)
-    assert any(line.startswith("cells 4/4 done (0 failed), 0 running") for line in lines)
+    assert any(line.startswith("cells 8/8 done (0 failed), 0 running") for line in lines)
+    pd.testing.assert_frame_equal(pd.read_parquet(parallel / "summary.parquet"),
+                                  pd.read_parquet(twin / "summary.parquet"))
     serial = run_study(study, tmp_path / "serial", serial=True, progress=lambda _l: None)
     pd.testing.assert_frame_equal(pd.read_parquet(parallel / "summary.parquet"),
                                   pd.read_parquet(serial / "summary.parquet"))
