@@ -2,58 +2,67 @@
 simulated with the same seeds, two replications, and the report comparing them.
 
 The emulation is real (root, Mininet hosts, the detector in CPU-quota cgroups); the
-test checks that both executors ran every policy of every replication on the same
-trace, that the comparison is paired within replications, and that the report states
-what it compared.
+experiment runs as a researcher runs it (``testbed experiment``: its study file, the
+study engine, its metric function and the generic report). The test checks that both
+executors ran every policy of every replication on the same trace and fleet, that the
+comparison is paired within replications, and that the report states what it compared.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbed.systems.armada.executors_experiment import (
-    SIZES,
-    by_point,
-    labels,
-    run_executors,
-    sim_minus_emulation,
-    write_executors_report,
-)
+from testbed.cli import main
+from testbed.systems.armada.executors_experiment import by_point, sim_minus_emulation
 
 pytestmark = pytest.mark.emulation
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("executors")
-    run_executors("small", out, progress=lambda _line: None)
-    return out
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(the results folder, the report folder) of the small experiment."""
+    out = Path(tempfile.mkdtemp(prefix="ae", dir="/tmp"))  # room for the cells' sockets
+    report = tmp_path_factory.mktemp("executors-report")
+    try:
+        assert main(["experiment", "armada-executors", "--executors", "emulation,sim",
+                     "--rerun-degraded", "--out", str(out), "--report", str(report)]) == 0
+        yield out, report
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
-def test_both_executors_ran_every_policy_on_the_same_traces(measured: Path) -> None:
-    doc = json.loads((measured / "executors.json").read_text())
-    plan = SIZES["small"]
-    names = labels(plan.policies)
-    assert len(doc["runs"]) == len(plan.points) * plan.replications * 2
+def test_both_executors_ran_every_policy_on_the_same_traces(
+        measured: tuple[Path, Path]) -> None:
+    out, _ = measured
+    doc = json.loads((out / "metrics.json").read_text())
+    names = doc["policies"]
+    assert names == ["armada", "geo-nearest"]
+    assert len(doc["runs"]) == 2 * 2  # one fleet, two replications, two executors
     for run in doc["runs"]:
         assert not run["failed"] and set(run["policies"]) == set(names)
+        assert run["fleet_seed"] == 2000 + run["replication"]
         for found in run["policies"].values():
             assert found["mean_ms"] is not None and found["mean_ms"] > 0
-    for r in range(plan.replications):
-        pair = [json.loads((measured / run["run"] / "metadata.json").read_text())
-                for run in doc["runs"] if run["replication"] == r]
+    metas = [json.loads(p.read_text())
+             for p in (out / "executors" / "cells").glob("*/run/metadata.json")]
+    for r in range(2):
+        pair = [m for m in metas if m["seeds"]["scenario"] == 2000 + r]
         assert {m["executor"] for m in pair} == {"emulation", "sim"}
         assert pair[0]["trace"]["sha256"] == pair[1]["trace"]["sha256"]
     for runs in by_point(doc).values():
         diff = sim_minus_emulation(runs, names[0], "mean_ms")
-        assert diff is not None and diff.n == plan.replications
+        assert diff is not None and diff.n == 2
 
 
-def test_the_report_sets_the_executors_side_by_side(measured: Path, tmp_path: Path) -> None:
-    report = write_executors_report(measured, tmp_path / "executors.md", "test")
-    text = report.read_text()
+def test_the_report_sets_the_executors_side_by_side(measured: tuple[Path, Path]) -> None:
+    _, report = measured
+    text = (report / "executors.md").read_text()
     assert "| policy | metric | emulation | simulator | sim − emulation |" in text
-    assert "Fidelity guard:" in text and "rank the policies" in text
+    assert "Policies by mean latency, emulation:" in text
+    assert "How far apart the executors are" in text

@@ -9,8 +9,8 @@ import pytest
 from testbed.analysis.stats import Interval, side
 from testbed.reports.claims_index import FAILS, HOLDS
 from testbed.systems.armada.executors_experiment import (
-    SIZES,
     agreement,
+    claims,
     sdk_conclusion,
     sim_minus_emulation,
 )
@@ -60,8 +60,29 @@ def test_the_claim_is_judged_per_executor() -> None:
     assert sdk_conclusion(doc, "sim", "armada").verdict == FAILS
 
 
+def test_the_claim_is_one_per_sdk_variant_and_executor_with_its_replications() -> None:
+    doc = _doc({"emulation": {"armada": [20.0, 30.0, 40.0], "geo-nearest": [25, 35, 45],
+                              "random": [40, 50, 60]},
+                "sim": {"armada": [26.0, 36.0, 46.0], "geo-nearest": [25, 35, 45],
+                        "random": [40, 50, 60]}})
+    doc["policies"] = ["armada", "geo-nearest", "random"]
+    judged = claims(doc)
+    assert [(c.key, c.verdict, c.replications) for c in judged] == [
+        ("realistic-emu-armada", HOLDS, 3), ("realistic-sim-armada", FAILS, 3)]
+    assert judged[0].conditions[0].executor == "emulation"
+    assert claims({**doc, "policies": ["armada", "geo-nearest"]}) == []
+
+
 def test_the_fleets_fit_the_host_the_issue_allows() -> None:
-    for size in SIZES.values():
-        for point in size.points:
-            assert 0.25 <= point.cores <= 0.5 and 3 <= point.nodes <= 6
-            assert point.nodes * point.cores <= 1.5
+    from testbed.experiments.engine import load_studies
+    from testbed.registry import experiments
+
+    exp = experiments()["armada-executors"][1]
+    for size in ("small", "medium", "full"):
+        for _path, study in load_studies(exp, size):
+            assert study.executors == ("emulation", "sim")
+            for point in study.points():
+                fleet = study.scenario(point, 0).raw["build"]["params"]
+                (cores,) = fleet["node_cores"]
+                assert 0.25 <= cores <= 0.5 and 3 <= fleet["nodes"] <= 6
+                assert fleet["nodes"] * cores <= 1.5 and fleet["replica_cpu"] == cores

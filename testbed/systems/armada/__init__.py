@@ -116,9 +116,8 @@ SYSTEM = System(
         _study_experiment("armada-paper-scale", "latency as users (to 1000) and edge "
                           "nodes (to 200) grow on nodes of whole cores, in the simulator "
                           "(Fig. 9 at paper scale), with herding measured"),
-        _experiment("armada-executors", "Armada on nodes of a quarter or half a core, "
-                    "emulated and simulated on the same fleets, trace and seeds",
-                    sizes=("small", "medium", "full"), executors=("emulation", "sim")),
+        _study_experiment("armada-executors", "Armada on nodes of a quarter or half a "
+                          "core, emulated and simulated on the same fleets, trace and seeds"),
         _experiment("armada-calibrate", "the real detector's start-up and request times "
                     "against CPU share: the calibration the simulator reads"),
         _experiment("armada-storage", "Cargo selection, consistency and a Cargo failure "

@@ -3,51 +3,46 @@
 The emulated scalability experiment gives nodes a twentieth of a core; this one runs
 fewer nodes of a quarter or half a core (at most 1.5 of this machine's 2 cores over all
 nodes, so users, control plane and link shaper keep the rest), where a detection takes
-about what it takes on a whole core. Every point and replication is one ``armada-fleet``
-scenario run twice, by ``testbed run --executor emulation`` and ``--executor sim``: the
-same fleet, trace, users and seeds, every policy of :data:`POLICIES` streaming from a
-settled replica set in turn. Each replication is an independent fleet (layout, users'
-places, trace and clients' seeds from the replication's seed).
+about what it takes on a whole core. The study file of each size
+(``studies/executors/<size>/executors.yaml``, over ``executors.scenario.yaml``) runs
+every fleet and replication as two cells, one per executor: the same fleet, trace,
+users and seeds, every policy streaming from a settled replica set in turn.
+Replication r is an independent fleet (fleet seed 2000 + r: ``seeds: {rule: sequence,
+also: [build.params.seed]}``).
 
-The report compares, per point and policy, the two executors' mean and p95 latency,
+:func:`metrics` reads every cell; the report compares, per point and policy, the two executors' mean and p95 latency,
 switches per user, scaling decisions during the stream, lost frames and herd share,
 each a mean over replications with its 95 % t-interval, and the simulator's difference
 from the emulation paired within a replication. It says whether the executors rank the
-policies alike, and judges Armada's scalability claim on each executor. The emulation's
-fidelity guard says which runs the host disturbed. Report:
+policies alike, and :func:`claims` judges Armada's scalability claim on each executor.
+The emulation's fidelity guard marks the cells the host disturbed (the report's fidelity
+section). Report:
 ``docs/results/armada/executors.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from testbed.analysis.stats import Interval, pm, replication_interval, side
+from testbed.experiments.results import StudyResult
+from testbed.reports.claim import Claim, Condition
 from testbed.systems.armada.fleet_measure import measure_run
-from testbed.systems.armada.paper_scale_experiment import BASELINES, SDK, SPREAD
-from testbed.systems.armada.paper_scale_experiment import POLICIES as PAPER_POLICIES
+from testbed.systems.armada.paper_scale_experiment import BASELINES, SCALE_CLAIM, SDK, SPREAD
 from testbed.systems.armada.verdicts import (
     Conclusion,
     beats_baselines,
     below_all,
-    record_claims,
 )
 
-Progress = Callable[[str], None]
 EXECUTORS = ("emulation", "sim")
-POLICIES = PAPER_POLICIES
 #: (metric key, what the report calls it, decimals) of every compared metric.
 METRICS = (("mean_ms", "mean latency (ms)", 1), ("p95_ms", "p95 latency (ms)", 1),
            ("switches_per_user", "switches per user", 2),
            ("scaling", "scaling decisions", 1), ("lost", "lost frames", 1),
            ("herd_share", "herd share", 2))
-SEED_BASE = 2000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,104 +53,37 @@ class Point:
     users: int
     cores: float
 
-    @property
-    def key(self) -> str:
-        return f"n{self.nodes}-u{self.users:02d}-c{self.cores:g}"
-
     def describe(self) -> str:
         return f"{self.nodes} nodes of {self.cores:g} cores, {self.users} users"
 
 
-@dataclasses.dataclass(frozen=True)
-class ExecutorsSize:
-    """The fleets, stream length, replications and policies of one size."""
-
-    points: tuple[Point, ...]
-    duration_s: float
-    replications: int
-    policies: tuple[Any, ...]
-
-
-SIZES = {
-    "small": ExecutorsSize((Point(3, 3, 0.25),), duration_s=6.0, replications=2,
-                           policies=("armada", "geo-nearest")),
-    "medium": ExecutorsSize((Point(3, 3, 0.25), Point(6, 9, 0.25)), duration_s=20.0,
-                            replications=3, policies=POLICIES),
-    "full": ExecutorsSize((Point(3, 3, 0.25), Point(3, 9, 0.25), Point(6, 9, 0.25),
-                           Point(3, 9, 0.5)), duration_s=30.0, replications=5,
-                          policies=POLICIES),
-}
-
-
-def labels(policies: Sequence[Any]) -> list[str]:
-    """The policy labels of a size, in order."""
-    return [p if isinstance(p, str) else p.get("label", p["name"]) for p in policies]
-
-
-def fleet_params(point: Point, seed: int, duration_s: float) -> dict[str, Any]:
-    """The ``armada-fleet`` params of one point and replication: one replica of the
-    node's cores per node at most, auto-scaling on (3 users per replica)."""
-    return {"nodes": point.nodes, "users": point.users, "seed": seed,
-            "node_cores": [point.cores], "replica_cpu": point.cores,
-            "users_per_replica": 3, "duration": duration_s}
-
-
-def scenario_of(point: Point, replication: int, plan: ExecutorsSize) -> Any:
-    """The scenario both executors run for one point and replication."""
-    from testbed.scenario import scenario_from_dict
-
-    seed = SEED_BASE + replication
-    return scenario_from_dict(
-        {"name": f"armada-executors-{point.key}", "seed": seed,
-         "policies": list(plan.policies),
-         "build": {"builder": "armada-fleet",
-                   "params": fleet_params(point, seed, plan.duration_s)}},
-        source=f"<armada-executors {point.describe()} r{replication}>")
-
-
-def _fidelity(folder: Path) -> dict[str, Any]:
-    meta = json.loads((folder / "metadata.json").read_text())
-    found = meta.get("fidelity") or {}
-    return {"degraded": bool(found.get("degraded")), "reasons": found.get("reasons", []),
-            "degraded_policies": found.get("degraded_policies", {})}
-
-
-def run_executors(size: str, out: Path, progress: Progress = print,
-                  executors: Sequence[str] = EXECUTORS) -> Path:
-    """Every point and replication of ``size`` on each of ``executors`` into
-    ``out/<point>/r<k>/<executor>``; ``out/executors.json`` gathers what each run gives.
-    A rerun into the same ``out`` keeps the runs that finished; a run with a failed
-    policy keeps the others (its failures are listed)."""
-    from testbed.experiments.sizes import size_plan
-    from testbed.replays import RunIncomplete
-    from testbed.runner import run_scenario
-
-    plan: ExecutorsSize = size_plan(size, SIZES)
-    found: list[dict[str, Any]] = []
-    for point in plan.points:
-        for r in range(plan.replications):
-            for executor in executors:
-                folder = out / point.key / f"r{r}" / executor
-                if not (folder / "metadata.json").exists():
-                    if folder.exists():
-                        shutil.rmtree(folder)
-                    progress(f"{point.describe()}, replication {r}: {executor}")
-                    try:
-                        run_scenario(scenario_of(point, r, plan), out=folder,
-                                     executor=executor, progress=progress, plots=False)
-                    except RunIncomplete as exc:
-                        progress(f"  incomplete: {exc}")
-                meta = json.loads((folder / "metadata.json").read_text())
-                found.append({"point": dataclasses.asdict(point), "replication": r,
-                              "executor": executor, "run": str(folder.relative_to(out)),
-                              "failed": meta.get("failed", []),
-                              "fidelity": _fidelity(folder) if executor == "emulation"
-                              else None,
-                              "policies": measure_run(folder)})
-    (out / "executors.json").write_text(json.dumps(
-        {"size": size, "executors": list(executors), "plan": dataclasses.asdict(plan),
-         "runs": found}, indent=1))
-    return out
+def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
+    """Per finished cell (one fleet, replication and executor): the fleet, the policies
+    whose replay failed, the fidelity guard's mark and what
+    :func:`~testbed.systems.armada.fleet_measure.measure_run` gives per policy; and the
+    report's tables (each fleet's executors side by side, how far apart they are)."""
+    runs: list[dict[str, Any]] = []
+    names: list[str] = []
+    duration = None
+    for result in results.values():
+        names = names or list(result.study.policies)
+        for cell in sorted(result.finished(), key=lambda c: (c.point, c.replication,
+                                                             c.executor)):
+            scenario = result.study.scenario(result.points[cell.point], cell.replication)
+            fleet = scenario.raw["build"]["params"]
+            duration = duration or float(fleet["duration"])
+            runs.append({"point": {"nodes": int(fleet["nodes"]), "users": int(fleet["users"]),
+                                   "cores": float(fleet["node_cores"][0])},
+                         "replication": cell.replication, "executor": cell.executor,
+                         "fleet_seed": int(fleet["seed"]),
+                         "failed": cell.metadata().get("failed", []),
+                         "degraded": cell.degraded, "policies": measure_run(cell.run)})
+    doc: dict[str, Any] = {"size": size, "policies": names, "duration_s": duration,
+                           "runs": runs}
+    doc["tables"] = ([*(_fleet_table(point, found, names) for point, found in
+                        by_point(doc).items()), *_agreement_tables(doc, names)]
+                     if runs else [])
+    return doc
 
 
 # ------------------------------------------------------------------ analysis
@@ -221,13 +149,18 @@ def ranking(runs: Runs, executor: str, names: Sequence[str]) -> list[str]:
                   key=lambda n: means[n].estimate)  # type: ignore[union-attr]
 
 
-def sdk_conclusion(doc: Mapping[str, Any], executor: str, label: str) -> Conclusion:
-    """Does ``label`` keep a lower mean than both baselines at every point on
-    ``executor``? Paired within replications, a point counts when both intervals of the
-    difference lie below zero."""
-    checks = [(point.describe(), below_all([
+def sdk_checks(doc: Mapping[str, Any], executor: str, label: str) -> list[tuple[str, bool]]:
+    """Per fleet whether ``label``'s mean is below both baselines' on ``executor``:
+    paired within replications, both intervals of the difference below zero."""
+    return [(point.describe(), below_all([
         paired(runs, label, "mean_ms", minus=_is(executor), of=_is(executor), other=b)
         for b in BASELINES])) for point, runs in by_point(doc).items()]
+
+
+def sdk_conclusion(doc: Mapping[str, Any], executor: str, label: str) -> Conclusion:
+    """Does ``label`` keep a lower mean than both baselines at every point on
+    ``executor`` (:func:`sdk_checks`)?"""
+    checks = sdk_checks(doc, executor, label)
     fleets = "emulated" if executor == "emulation" else "simulated"
     return beats_baselines(label, checks, f"On the {fleets} fleets ", join="; ")
 
@@ -270,113 +203,88 @@ def agreement(doc: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
             "same_verdict": sum(v[2] == v[3] for v in verdicts)}
 
 
-# ------------------------------------------------------------------ report
+# ------------------------------------------------------------------ tables
 
 
-def _fidelity_line(doc: Mapping[str, Any]) -> str:
-    emulated = [r for r in doc["runs"] if r["executor"] == "emulation"]
-    if not emulated:
-        return "No emulated run."
-    degraded = [r for r in emulated if r["fidelity"] and r["fidelity"]["degraded"]]
-    partly = [r for r in emulated if r["fidelity"] and not r["fidelity"]["degraded"]
-              and r["fidelity"]["degraded_policies"]]
-    return (f"Fidelity guard: {len(degraded)} of {len(emulated)} emulated runs degraded"
-            + (f" ({'; '.join(sorted({x for r in degraded for x in r['fidelity']['reasons']}))})"
-               if degraded else "")
-            + (f", {len(partly)} with degraded policies" if partly else "") + ".")
+def _setup(doc: Mapping[str, Any]) -> str:
+    names = doc["policies"]
+    return ("Every number is a mean over replications (each an independent fleet, trace "
+            "and seeds, run by both executors) ± the half-width of its 95 % t-interval, "
+            "and `sim − emulation` is paired within a replication. Nodes of a quarter or "
+            "half a core, a replica of the node's cores per node at most, auto-scaling on "
+            "(3 users per replica); each policy streams "
+            f"{doc['duration_s']:g} s at 1 fps from a settled replica set. "
+            + (f"`armada-spread` is the SDK choosing at random among candidates that "
+               f"probed within {SPREAD:.0%} of the fastest. " if "armada-spread" in names
+               else "")
+            + "What the simulator leaves out is listed in `docs/simulator.md`.")
 
 
-def _machine_line(out: Path, doc: Mapping[str, Any]) -> str:
-    """When and where the runs were made (the first run's metadata)."""
-    if not doc["runs"]:
-        return ""
-    meta = json.loads((out / doc["runs"][0]["run"] / "metadata.json").read_text())
-    when = time.strftime("%Y-%m-%d", time.gmtime(meta["started"]))
-    shaping = meta.get("shaping_backend")
-    return (f"Measured on {when} ({meta['machine']['cpus']} cores, kernel "
-            f"{meta['machine']['kernel']}"
-            + (f", {shaping} link shaping" if shaping else "") + ").")
+def _fleet_table(point: Point, runs: Runs, names: Sequence[str]) -> dict[str, Any]:
+    """One fleet: every policy's metrics on each executor and their paired difference;
+    the note ranks the policies on each."""
+    rows = [[f"`{label}`", what, pm(over(runs, "emulation", label, metric), digits),
+             pm(over(runs, "sim", label, metric), digits),
+             pm(sim_minus_emulation(runs, label, metric), digits)]
+            for label in names for metric, what, digits in METRICS]
+    emu_rank, sim_rank = ranking(runs, "emulation", names), ranking(runs, "sim", names)
+    reps = len({r["replication"] for r in runs})
+    return {"title": point.describe(), "columns": [
+        "policy", "metric", "emulation", "simulator", "sim − emulation"], "rows": rows,
+        "note": (f"{reps} replication(s). Policies by mean latency, emulation: "
+                 f"{', '.join(emu_rank) or '-'}; simulator: {', '.join(sim_rank) or '-'}.")}
 
 
-def write_executors_report(out: Path, report: Path, command: str) -> Path:
-    """``executors.md``: per fleet and policy the two executors side by side, how far
-    they are apart, and Armada's claim judged on each."""
-    doc = json.loads((out / "executors.json").read_text())
-    plan = doc["plan"]
-    names = labels(plan["policies"])
-    reps = plan["replications"]
-    executors = doc["executors"]
-    lines = ["# Armada on realistic nodes: emulation and simulator side by side", "",
-             (f"Generated by `{command}` (size `{doc['size']}`, {reps} replications per "
-              "fleet, each an independent fleet, trace and seeds run by both executors; "
-              "every number is a mean over replications ± the half-width of its 95 % "
-              "t-interval, and `sim − emulation` is paired within a replication). Nodes "
-              "of a quarter or half a core, a replica of the node's cores per node at "
-              "most, auto-scaling on (3 users per replica); each policy streams "
-              f"{plan['duration_s']:g} s at 1 fps from a settled replica set. "
-              + (f"`armada-spread` is the SDK choosing at random among candidates that "
-                 f"probed within {SPREAD:.0%} of the fastest. "
-                 if "armada-spread" in names else "")
-              + "What the simulator leaves out is listed in `docs/simulator.md`."), "",
-             _machine_line(out, doc), _fidelity_line(doc), ""]
-    groups = by_point(doc)
-    for point, runs in groups.items():
-        lines += [f"## {point.describe()}", "",
-                  "| policy | metric | emulation | simulator | sim − emulation |",
-                  "|---|---|---|---|---|"]
-        for label in names:
-            for metric, what, digits in METRICS:
-                lines.append(
-                    f"| `{label}` | {what} | "
-                    f"{pm(over(runs, 'emulation', label, metric), digits)} | "
-                    f"{pm(over(runs, 'sim', label, metric), digits)} | "
-                    f"{pm(sim_minus_emulation(runs, label, metric), digits)} |")
-        emu_rank, sim_rank = ranking(runs, "emulation", names), ranking(runs, "sim", names)
-        lines += ["", (f"Policies by mean latency, emulation: {', '.join(emu_rank) or '-'}; "
-                      f"simulator: {', '.join(sim_rank) or '-'}."), ""]
-    lines += ["## How far apart the executors are", ""]
-    if set(EXECUTORS) <= set(executors):
-        found = agreement(doc, names)
-        rel = sorted(abs(x) for x in found["relative"])
-        if rel:
-            mean = sum(found["relative"]) / len(found["relative"])
-            lines += [
-                (f"Over {len(rel)} (fleet, policy) pairs the simulator's mean latency is on "
-                 f"average {abs(mean):.0%} {'above' if mean >= 0 else 'below'} the "
-                 f"emulation's (median absolute difference {rel[len(rel) // 2]:.0%}, "
-                 f"largest {rel[-1]:.0%}). The two executors rank the policies in the same "
-                 f"order at {found['same_order']} of {found['points']} fleets and pick the "
-                 f"same best policy at {found['same_best']} of {found['points']}; a ranking "
-                 "by point estimates also orders policies whose intervals overlap. What a "
-                 f"study would conclude is each policy's paired difference from "
-                 f"`{REFERENCE}`: lower, higher or tied by its 95 % interval. The executors "
-                 f"reach the same conclusion for {found['same_verdict']} of "
-                 f"{len(found['verdicts'])} (fleet, policy) pairs:"), "",
-                "| fleet | policy | emulation | simulator |", "|---|---|---|---|"]
-            lines += [f"| {where} | `{label}` | {emu} | {sim} |"
-                      for where, label, emu, sim in found["verdicts"]]
-            lines.append("")
-    else:
-        lines += [f"Only {', '.join(executors)} ran: nothing to compare.", ""]
-    sdk = [label for label in names if label in SDK]
-    judged = [(executor, label, sdk_conclusion(doc, executor, label))
-              for executor in executors for label in sdk
-              if set(BASELINES) <= set(names)]
-    if judged:
-        lines += ["## Conclusion", "",
-                  ("Claim (seed 000, Fig. 9): as users and edge nodes increase, Armada keeps "
-                   "users' average latency lower than geo-proximity and random selection."),
-                  ""]
-        lines += [f"- {executor}, `{label}`: {found.paragraph()}"
-                  for executor, label, found in judged]
-        lines.append("")
-    lines += ["## Reproduce", "", f"`{command}`", ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    if judged:
-        record_claims(report, command, [
-            (f"realistic-{'emu' if executor == 'emulation' else 'sim'}-{label}",
-             (f"on realistic nodes ({executor}) `{label}` has a lower mean than geo-nearest "
-              "and random at every fleet"), found)
-            for executor, label, found in judged])
-    return report
+def _agreement_tables(doc: Mapping[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+    """How far apart the executors are (:func:`agreement`), with the setting's
+    paragraph; none unless both executors ran."""
+    if {r["executor"] for r in doc["runs"]} != set(EXECUTORS):
+        return []
+    found = agreement(doc, names)
+    rel = sorted(abs(x) for x in found["relative"])
+    if not rel:
+        return []
+    mean = sum(found["relative"]) / len(found["relative"])
+    return [{"title": "How far apart the executors are", "columns": [
+        "fleet", "policy", f"emulation: against `{REFERENCE}`",
+        f"simulator: against `{REFERENCE}`"],
+        "rows": [[where, f"`{label}`", emu, sim] for where, label, emu, sim in found["verdicts"]],
+        "note": (
+            f"{_setup(doc)} Over {len(rel)} (fleet, policy) pairs the simulator's mean "
+            f"latency is on average {abs(mean):.0%} {'above' if mean >= 0 else 'below'} the "
+            f"emulation's (median absolute difference {rel[len(rel) // 2]:.0%}, largest "
+            f"{rel[-1]:.0%}). The two executors rank the policies in the same order at "
+            f"{found['same_order']} of {found['points']} fleets and pick the same best "
+            f"policy at {found['same_best']} of {found['points']}; a ranking by point "
+            "estimates also orders policies whose intervals overlap. What a study would "
+            f"conclude is each policy's paired difference from `{REFERENCE}`: lower, higher "
+            "or tied by its 95 % interval. The executors reach the same conclusion for "
+            f"{found['same_verdict']} of {len(found['verdicts'])} (fleet, policy) pairs.")}]
+
+
+# ------------------------------------------------------------------ claims
+
+
+def claims(found: Mapping[str, Any]) -> list[Claim]:
+    """Fig. 9's claim for each SDK variant on each executor (:func:`sdk_conclusion`),
+    judged only when both baselines ran."""
+    names = found["policies"]
+    if not set(BASELINES) <= set(names):
+        return []
+    ran = [e for e in EXECUTORS if any(r["executor"] == e for r in found["runs"])]
+    out = []
+    for executor in ran:
+        for label in (n for n in names if n in SDK):
+            judged = sdk_conclusion(found, executor, label)
+            runs = [r for r in found["runs"] if r["executor"] == executor]
+            reps = [len({r["replication"] for r in group if r["executor"] == executor})
+                    for group in by_point({"runs": runs}).values()]
+            out.append(Claim(
+                f"realistic-{'emu' if executor == 'emulation' else 'sim'}-{label}",
+                f"on realistic nodes ({executor}) `{label}` has a lower mean than "
+                "geo-nearest and random at every fleet", rule=judged.rule, paper=SCALE_CLAIM,
+                why=" ".join(judged.sentences),
+                conditions=tuple(Condition(what, ok, executor)
+                                 for what, ok in sdk_checks(found, executor, label)),
+                replications=min(reps, default=None)))
+    return out

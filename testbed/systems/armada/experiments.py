@@ -40,33 +40,9 @@ def _entries(module: str, name: str,
     return run, report
 
 
-
-
-def _by_task_runtime(name: str) -> Callable[[dict[str, Any]], str]:
-    """``<name>.md`` for process replicas, ``<name>-docker.md`` for containers."""
-    return lambda options: (f"{name}.md" if options.get("task_runtime", "process") == "process"
-                            else f"{name}-docker.md")
-
-
 run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
 run_storage, report_storage = _entries(
     "storage_experiment", "storage",
     lambda options: "storage.md" if options.get("cargo_runtime", "process") == "process"
     else "storage-docker.md")
-
-
-def run_executors(size: str, out: Path, progress: Callable[[str], None],
-                  executors: Sequence[str], **options: Any) -> Path:
-    """``armada-executors``: the one Armada experiment that runs on both executors, each
-    of ``executors``."""
-    module = importlib.import_module("testbed.systems.armada.executors_experiment")
-    return module.run_executors(size, out, progress, executors=executors, **options)
-
-
-def report_executors(out: Path, report_dir: Path, command: str, executors: Sequence[str],
-                     **options: Any) -> list[Path]:
-    """The ``armada-executors`` report (the executors that ran are in its data)."""
-    del executors, options
-    module = importlib.import_module("testbed.systems.armada.executors_experiment")
-    return [module.write_executors_report(out, report_dir / "executors.md", command)]
