@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from testbed.analysis.stats import Interval, side
 from testbed.reports import claims_index
 from testbed.reports.claim import Claim, Condition
-from testbed.systems.armada import PAPER
 
 HOLDS = claims_index.HOLDS
 FAILS = claims_index.FAILS
@@ -103,20 +101,6 @@ def table_number(value: float | None, digits: int = 0, scale: float = 1.0) -> st
 def ms(value: float | None) -> str:
     """Milliseconds rounded for a sentence; ``-`` when missing."""
     return "-" if value is None else f"{value:.0f} ms"
-
-
-#: How the claims index names the paper.
-PAPER_NAME = PAPER
-
-
-def record_claims(report: Path, command: str,
-                  judged: Sequence[tuple[str, str, Conclusion]]) -> Path:
-    """Write ``report``'s claims file for the claims index: ``(key, claim, conclusion)``
-    each, the evidence in the report's ``Conclusion`` section."""
-    from testbed.reports.claims_index import Claim, write_claims
-
-    return write_claims(report, PAPER_NAME, command, [
-        Claim(key, claim, found.verdict, "Conclusion") for key, claim, found in judged])
 
 
 def replicated_claim(key: str, claim: str, rule: str, paper: str,
