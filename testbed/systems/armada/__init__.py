@@ -120,8 +120,9 @@ SYSTEM = System(
                           "core, emulated and simulated on the same fleets, trace and seeds"),
         _experiment("armada-calibrate", "the real detector's start-up and request times "
                     "against CPU share: the calibration the simulator reads"),
-        _experiment("armada-storage", "Cargo selection, consistency and a Cargo failure "
-                    "under face recognition", cargo_runtime=("process", "docker")),
+        _study_experiment("armada-storage", "Cargo selection, consistency and a Cargo "
+                          "failure under face recognition",
+                          cargo_runtime=("process", "docker")),
     ),
     preload=("nodes.armada.user",),
     policy_seed="testbed.systems.armada.model:replay_seed",
@@ -132,6 +133,7 @@ SYSTEM = System(
                    ("frame_deadline_s", "float"))),
         TraceKind("storage", "a frame of a face-recognition task and its Cargo operation",
                   (("op", "string"), ("key", "string"), ("bytes", "int"),
-                   ("replica", "string"))),
+                   ("replica", "string"), ("read_ms", "float"), ("write_ms", "float"),
+                   ("recognised", "int"))),
     ),
 )

@@ -442,10 +442,11 @@ def site_name(i: int) -> str:
     return f"e{i + 1:02d}"
 
 
-def cargo_node(i: int, runtime: str = "process") -> str:
-    """Host of site ``i``'s Cargo (also its Cargo id): the site's node for the process
-    runtime, a node of its own (``c01`` ...) for the docker runtime."""
-    return site_name(i) if runtime == "process" else f"c{i + 1:02d}"
+def cargo_node(i: int) -> str:
+    """Host of site ``i``'s Cargo (also its Cargo id): a node of its own (``c01`` ...) on
+    the site's LAN, so a Cargo can fail (its node crash) while the site's Captain and
+    tasks go on."""
+    return f"c{i + 1:02d}"
 
 
 def site_location(i: int) -> tuple[float, float]:
@@ -457,11 +458,13 @@ def site_location(i: int) -> tuple[float, float]:
 def storage_document(sites: StorageSites) -> dict[str, Any]:
     """The partial scenario document of ``sites`` (no name, no policies).
 
-    With ``cargo_runtime`` ``process`` a site's Cargo runs on the site's node, its store
-    in ``cargo-<node>`` (relative: the run's work folder); with ``docker`` it runs on a
-    node of its own (:func:`cargo_node`, same switch, same location) in a container, its
-    store on the node's Docker volume at :data:`CARGO_STORE`. The Cargo Manager keeps its
-    state in ``cargo-manager``.
+    A site's Cargo runs on a node of its own (:func:`cargo_node`, on the site's switch,
+    at the site's location, a quarter of a Captain's cores: the built-in
+    scenario's nodes ask for 0.6 cores in all): with ``cargo_runtime``
+    ``process`` as a process in the node's namespace, its store in ``cargo-<node>``
+    (relative: the run's work folder); with ``docker`` in a container, its store on the
+    node's Docker volume at :data:`CARGO_STORE`. The Cargo Manager keeps its state in
+    ``cargo-manager``.
     """
     runtime = sites.cargo_runtime
     lat0, lon0 = site_location(0)
@@ -500,14 +503,15 @@ def storage_document(sites: StorageSites) -> dict[str, Any]:
                         "node_id": node, "advertise_host": f"{{ip:{node}}}", "lat": lat,
                         "lon": lon, "cpu": NODE_CORES, "memory_mb": 512,
                         "node_type": "dedicated", "workdir": "captains"}})
-        node = cargo_node(i, runtime)
+        node = cargo_node(i)
         store = f"cargo-{node}"
+        host: dict[str, Any] = {"name": node, "role": "server", "tier": "edge", "lat": lat,
+                                "lon": lon, "cpu": NODE_CORES / 4}
         if runtime == "docker":
             store = CARGO_STORE
-            nodes.append({"name": node, "role": "server", "tier": "edge", "lat": lat,
-                          "lon": lon, "cpu": NODE_CORES / 2, "memory_mb": 512,
-                          "runtime": "docker", "volumes": {"store": CARGO_STORE}})
-            links.append({"a": node, "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
+            host.update(memory_mb=512, runtime="docker", volumes={"store": CARGO_STORE})
+        nodes.append(host)
+        links.append({"a": node, "b": switch, "delay_ms": 0.5, "bw_mbit": 100})
         services.append(
             {"name": f"cargo-{node}", "program": "armada.cargo", "node": node,
              "port": CARGO_PORT,

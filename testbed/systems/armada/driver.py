@@ -17,12 +17,16 @@
 * :class:`StorageDriver` (``armada-storage`` builds): ``prepare`` waits for the Captains
   and Cargos and writes the initial data set; ``replay(policy)`` allocates an
   application's storage with the policy's Cargo selection and consistency, deploys the
-  face task on it, sends the trace's frames one at a time to the task the Beacon gives
-  the user, and returns the storage rows; the task is removed afterwards.
+  face task on it, sends the trace's frames to the task the Beacon gives the user at
+  their arrival instants (one at a time) while the scenario's events hit the nodes,
+  waits for the restoration when a Cargo of the application was lost, reads every
+  acknowledged write back from every replica, and returns the storage rows; the task
+  is removed afterwards (the storage stays).
 
 ``details()`` (``metadata.json`` under ``system``) holds per replay the replica sets,
 scaling decisions, applied events, first picks and switches (frames), or the
-allocation, deployment times and measured replication lag (storage), and the host's
+allocation, deployment times, losses, restorations, read-back and measured
+replication lag (storage), and the host's
 CPU idle share.
 """
 
@@ -173,40 +177,59 @@ class StorageDriver:
 
     def prepare(self, topo: EmulatedTopology, run: str, trace_dir: Path,
                 progress: Progress) -> None:
-        """Captains and Cargos registered; the initial data set and the face frames."""
+        """Captains and Cargos registered; the initial data set, the face frames and
+        the trace's arrival instants."""
         from testbed.emulation.probe import in_netns
-        from testbed.systems.armada.storage_experiment import wait_for_cargos
+        from testbed.systems.armada.builders import DATASETS
+        from testbed.systems.armada.storage_control import wait_for_cargos
         from workloads.armada_face_descriptors import encode_records, initial_records
         from workloads.armada_face_frames import load_face_frames
         from workloads.armada_faces import read_plan
+        from workloads.trace import read_trace
 
         self.run = run
         beacon = beacon_service(self.scenario)
         servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
         cargos = [s.node for s in self.scenario.services if s.program == CARGO]
+        manager = next(s for s in self.scenario.services if s.program == CARGO_MANAGER)
         wait_for_captains(topo, beacon, servers)
-        in_netns(topo.net.hosts[beacon.node].pid, lambda: wait_for_cargos(len(cargos)))
+        ctl = topo.net.hosts[manager.node].pid
+        local_cm = f"http://127.0.0.1:{manager.port}"
+        in_netns(ctl, lambda: wait_for_cargos(local_cm, len(cargos)))
         plan = read_plan(trace_dir)
-        source = topo.workdir / "initial.bin"
+        tasks, _ = read_trace(trace_dir)
+        arrivals = [t.arrival for t in sorted(tasks, key=lambda t: t.task_id)]
+        source = topo.workdir / DATASETS / "initial.bin"  # below the Cargos' data root
+        source.parent.mkdir(parents=True, exist_ok=True)
         source.write_bytes(encode_records(initial_records(plan.seed)))
         frames = list(load_face_frames(plan.images))
-        self.prepared = {"plan": plan, "source": source, "frames": frames, "cargos": cargos,
-                         "ctl": beacon.node}
+        self.prepared = {"plan": plan, "arrivals": arrivals, "source": source,
+                         "frames": frames, "cargos": {c: topo.net.ip(c) for c in cargos},
+                         "ctl": manager.node, "local_cm": local_cm,
+                         "cm": f"http://{topo.net.ip(manager.node)}:{manager.port}",
+                         "beacon": f"http://{topo.net.ip(beacon.node)}:{beacon.port}"}
         progress(f"{len(cargos)} Cargos alive; {len(frames)} face images, initial data set "
                  f"{source.stat().st_size} bytes")
 
     def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
                progress: Progress) -> list[dict[str, Any]]:
-        """One application with ``policy``'s storage, the trace through its task."""
+        """One application with ``policy``'s storage, the trace through its task while
+        the scenario's events hit the nodes; then, if a Cargo of the application was
+        lost, the restoration awaited, and every acknowledged write read back from
+        every ready replica."""
         from testbed.emulation.probe import in_netns
+        from testbed.event_log import APPLIED
         from testbed.host_monitor import HostMonitor
-        from testbed.systems.armada.storage_experiment import (
+        from testbed.systems.armada.storage_control import (
             Stream,
             allocate_and_deploy,
             nearest_task,
+            read_back,
             replication_lag,
+            serving_cargo,
+            storage_view,
             stream_faces,
-            summary,
+            wait_restored,
         )
 
         if policy not in STORAGE_POLICIES:
@@ -215,35 +238,60 @@ class StorageDriver:
         strategy, consistency = STORAGE_POLICIES[policy]
         prep = self.prepared
         ctl, user = topo.net.hosts[prep["ctl"]].pid, topo.net.hosts["u01"].pid
-        cm = f"http://{topo.net.ip(prep['ctl'])}:{_port(self.scenario, CARGO_MANAGER)}"
-        beacon = beacon_service(self.scenario)
-        beacon_url = f"http://{topo.net.ip(beacon.node)}:{beacon.port}"
+        cm, plan = prep["local_cm"], prep["plan"]
         app = f"{policy}-r{repetition}"
         with HostMonitor(interval_s=0.5) as monitor:
             deployed = in_netns(ctl, lambda: allocate_and_deploy(
-                app, strategy, consistency, prep["source"], cm, prep["plan"].seed,
+                app, strategy, consistency, prep["source"], cm, "http://127.0.0.1:"
+                f"{beacon_service(self.scenario).port}", prep["cm"], plan.seed,
                 topo.secret.value))
-            task = in_netns(user, lambda: nearest_task(beacon_url, app))
-            faces = Stream(policy, prep["plan"].mode, repetition, task.get("node_id") or "?")
-            events = topo.schedule_events(time.time(), policy, repetition)
+            task = in_netns(user, lambda: nearest_task(prep["beacon"], app))
+            node = task.get("node_id") or "?"
+            where = topo.scenario.topology.node(node) if node != "?" else None
+            serving = None if where is None else in_netns(
+                ctl, lambda: serving_cargo(cm, app, (where.lat, where.lon)))
+            faces = Stream(policy, plan.mode, repetition, node)
+            began = time.time()
+            events = topo.schedule_events(began, policy, repetition)
             try:
-                in_netns(user, lambda: stream_faces(task["url"], prep["frames"], prep["plan"],
-                                                    faces, self.run))
+                in_netns(user, lambda: stream_faces(task["url"], prep["frames"], plan,
+                                                    prep["arrivals"], faces, self.run,
+                                                    began))
             finally:
                 events.stop()
-            lag = in_netns(ctl, lambda: replication_lag(topo, prep["cargos"], app))
+            mine = {c["cargo_id"] for c in deployed["allocation"]["replicas"]}
+            lost = [line for line in topo.event_records
+                    if (line["policy"], line["repetition"]) == (policy, repetition)
+                    and line["action"] in ("crash", "leave") and line["target"] in mine
+                    and line["outcome"] == APPLIED]
+            after = in_netns(ctl, lambda: wait_restored(cm, app) if lost
+                             else storage_view(cm, app))
+            readback = in_netns(ctl, lambda: read_back(after, app, plan, faces.written))
+            lag = in_netns(ctl, lambda: replication_lag(prep["cargos"], app))
             remove_app(topo, app)
         record = {"policy": policy, "repetition": repetition, "app": app,
                   "strategy": strategy, "consistency": consistency, "deployment": deployed,
-                  "stream": summary(faces), "replication_lag": lag,
-                  "event_errors": events.errors, "host": _host(monitor)}
+                  "task_node": node, "serving_cargo": serving,
+                  "lost": [{"target": line["target"], "action": line["action"],
+                            "at": line["at"], "applied_wall": line["applied_wall"]}
+                           for line in lost],
+                  "restores": after.get("restores", []),
+                  "replicas_after": [{"cargo_id": r["cargo_id"], "state": r["state"]}
+                                     for r in after.get("replicas", [])],
+                  "written": len(faces.written), "readback": readback,
+                  "replication_lag": lag, "event_errors": events.errors,
+                  "host": _host(monitor)}
         self.replays.append(record)
-        progress(f"  {policy} (repetition {repetition}): {record['stream']['ok']}/"
-                 f"{record['stream']['frames']} frames ok on {faces.node}")
+        ok = sum(r["outcome"] == "ok" for r in faces.rows)
+        progress(f"  {policy} (repetition {repetition}): {ok}/{len(faces.rows)} frames ok "
+                 f"on {node}; read back {readback['found']}/{readback['expected']}"
+                 + (f"; restored after losing {', '.join(x['target'] for x in record['lost'])}"
+                    if lost else ""))
         return faces.rows
 
     def details(self) -> dict[str, Any]:
-        """Every replay's allocation, deployment, stream summary and replication lag."""
+        """Every replay's allocation, deployment, losses and restorations, read-back and
+        replication lag."""
         return {"replays": self.replays}
 
 

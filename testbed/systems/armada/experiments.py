@@ -17,11 +17,9 @@ Run = Callable[..., Path]
 Report = Callable[..., list[Path]]
 
 
-def _entries(module: str, name: str,
-             report_file: Callable[[dict[str, Any]], str] | None = None) -> tuple[Run, Report]:
+def _entries(module: str, name: str) -> tuple[Run, Report]:
     """``run`` and ``report`` for ``testbed.systems.armada.<module>``'s ``run_<name>``
-    and ``write_<name>_report``; the report is ``<name>.md`` unless ``report_file``
-    names it from the experiment's options."""
+    and ``write_<name>_report``; the report is ``<name>.md``."""
     path = f"testbed.systems.armada.{module}"
 
     def run(size: str, out: Path, progress: Callable[[str], None],
@@ -33,16 +31,11 @@ def _entries(module: str, name: str,
     def report(out: Path, report_dir: Path, command: str, executors: Sequence[str],
                **options: Any) -> list[Path]:
         del executors
-        file = report_file(options) if report_file is not None else f"{name}.md"
         write = getattr(importlib.import_module(path), f"write_{name}_report")
-        return [write(out, report_dir / file, command)]
+        return [write(out, report_dir / f"{name}.md", command)]
 
     return run, report
 
 
 run_startup, report_startup = _entries("startup_experiment", "startup")
 run_calibrate, report_calibrate = _entries("calibration_run", "calibration")
-run_storage, report_storage = _entries(
-    "storage_experiment", "storage",
-    lambda options: "storage.md" if options.get("cargo_runtime", "process") == "process"
-    else "storage-docker.md")
