@@ -12,8 +12,10 @@ values and ``r``, and set as the scenario's ``seed`` (and the workload's, when t
 scenario names one): each replication is an independent trace, replayed by every
 policy and executor of the point (common random numbers inside a replication). A
 study's ``seeds:`` may instead give replication ``r`` the study seed plus ``r`` at every
-point (``rule: sequence``) and set the seed at more scenario paths (``also``, such as a
-builder's ``build.params.seed``). A scenario's ``repetitions`` stay inside a cell.
+point (``rule: sequence``), hash only some named settings of each point instead of all
+its grid values (``over``: points that differ elsewhere then share their traces), and
+set the seed at more scenario paths (``also``, such as a builder's ``build.params.seed``).
+A scenario's ``repetitions`` stay inside a cell.
 
 Everything is checked before anything runs: the study's own keys, every grid path
 against the scenario, every point's scenario by the scenario loader, and what each point
@@ -116,6 +118,9 @@ class Study:
     #: scenario paths that take the replication seed besides ``seed`` and
     #: ``workload.seed`` (``seeds.also``), such as a builder's own ``seed`` parameter
     seed_paths: tuple[str, ...] = ()
+    #: under the ``hash`` rule, the named scenario paths whose values (instead of the
+    #: point's grid values) the seed hashes (``seeds.over``), as ``(name, path)``
+    seed_over: tuple[tuple[str, str], ...] = ()
 
     @property
     def grid_paths(self) -> list[str]:
@@ -135,12 +140,18 @@ class Study:
     def replication_seed(self, point: Point, replication: int) -> int:
         """The seed of ``replication`` at ``point``: under the ``hash`` rule a hash of
         the study seed, the point's values (not its position, so adding a grid value
-        keeps the others' traces) and the replication number; under ``sequence`` the
-        study seed plus the replication number."""
+        keeps the others' traces) and the replication number, or with ``seeds.over``
+        of ``[seed, {name: value at its path in the point's scenario}, replication]``;
+        under ``sequence`` the study seed plus the replication number."""
         if self.seed_rule == "sequence":
             return self.seed + replication
-        blob = json.dumps([self.seed, list(point.values), replication], sort_keys=True,
-                          default=str)
+        hashed: Any = list(point.values)
+        if self.seed_over:
+            doc = plain_copy(self.scenario_doc)
+            for path, value in point.values:
+                set_path(doc, path, plain_copy(value))
+            hashed = {name: get_path(doc, path) for name, path in self.seed_over}
+        blob = json.dumps([self.seed, hashed, replication], sort_keys=True, default=str)
         return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
 
     def cell_policies(self, point: Point, replication: int) -> list[Any]:
@@ -235,6 +246,16 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> None:
     node[parts[-1] if address is None else address] = value
 
 
+def get_path(doc: Mapping[str, Any], path: str) -> Any:
+    """The value at ``path`` in ``doc`` (``None`` where a segment is missing)."""
+    node: Any = doc
+    for key in path.split("."):
+        node, address = _segment(node, key)
+        if address is None:
+            return None
+    return node
+
+
 def _axes(source: str, grid: object, doc: Mapping[str, Any]) -> tuple[Axis, ...]:
     """Validate ``grid`` against the scenario document."""
     if grid is None:
@@ -311,15 +332,18 @@ def _fixed(source: str, value: object, doc: Mapping[str, Any]) -> tuple[tuple[st
     return tuple(out)
 
 
-def _seeds(source: str, value: object, doc: Mapping[str, Any],
-           grid: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """The ``seeds:`` mapping checked: its rule (:data:`SEED_RULES`) and the paths of
-    ``also`` (scenario paths, none the study or its grid sets otherwise)."""
+def _seeds(source: str, value: object, doc: Mapping[str, Any], grid: tuple[str, ...]
+           ) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The ``seeds:`` mapping checked: its rule (:data:`SEED_RULES`), the paths of
+    ``also`` (scenario paths, none the study or its grid sets otherwise) and ``over``
+    (names of scenario paths whose values the ``hash`` rule hashes: each set by the
+    scenario, ``set:`` or the grid)."""
     if value is None:
-        return SEED_RULES[0], ()
-    if not isinstance(value, dict) or set(value) - {"rule", "also"}:
-        raise _fail(source, "seeds", "a mapping with rule (hash or sequence) and also (a "
-                    "list of scenario paths that take the replication seed)", value)
+        return SEED_RULES[0], (), ()
+    if not isinstance(value, dict) or set(value) - {"rule", "also", "over"}:
+        raise _fail(source, "seeds", "a mapping with rule (hash or sequence), also (a "
+                    "list of scenario paths that take the replication seed) and over (a "
+                    "mapping of names to the scenario paths the hash covers)", value)
     rule = value.get("rule", SEED_RULES[0])
     if rule not in SEED_RULES:
         raise _fail(source, "seeds.rule", f"one of {', '.join(SEED_RULES)}", rule)
@@ -334,7 +358,19 @@ def _seeds(source: str, value: object, doc: Mapping[str, Any],
         why = check_path(doc, path)
         if why is not None:
             raise _fail(source, where, why, "<not in the scenario>")
-    return rule, tuple(also)
+    over = value.get("over", {})
+    if not isinstance(over, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in over.items()):
+        raise _fail(source, "seeds.over", "a mapping of names to dotted scenario paths",
+                    over)
+    if over and rule != "hash":
+        raise _fail(source, "seeds.over", "no over under rule sequence (its seeds do not "
+                    "hash the point)", over)
+    for name, path in over.items():
+        if path in RESERVED or (path not in grid and get_path(doc, path) is None):
+            raise _fail(source, f"seeds.over.{name}", "a path whose value the scenario, "
+                        "set: or the grid gives (not seed or workload.seed)", path)
+    return rule, tuple(also), tuple(sorted(over.items()))
 
 
 def _scenario_doc(source: str, ref: object, base: Path) -> tuple[dict[str, Any], str]:
@@ -446,8 +482,8 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
     replications = _int(source, data, "replications", 1, 1, MAX_REPLICATIONS)
     seed = _int(source, data, "seed", 1, 0, MAX_SEED)
     axes = _axes(source, data.get("grid"), doc)
-    seed_rule, seed_paths = _seeds(source, data.get("seeds"), doc,
-                                   tuple(p for axis in axes for p in axis.paths))
+    seed_rule, seed_paths, seed_over = _seeds(source, data.get("seeds"), doc,
+                                              tuple(p for axis in axes for p in axis.paths))
     if seed_rule == "sequence" and seed + replications - 1 > SEED_MASK:
         raise _fail(source, "seed", f"a seed of at most {SEED_MASK - replications + 1} "
                     f"(rule sequence: the seed plus each of {replications} replications "
@@ -458,7 +494,8 @@ def study_from_dict(data: Any, source: str = "<dict>") -> Study:
                   policy_docs=tuple(doc for _, doc in policy_docs), baseline=baseline,
                   replications=replications, seed=seed,
                   axes=axes, fixed=fixed, analysis=tuple(sorted(analysis.items())),
-                  order=order, seed_rule=seed_rule, seed_paths=seed_paths)
+                  order=order, seed_rule=seed_rule, seed_paths=seed_paths,
+                  seed_over=seed_over)
     count = 1
     for axis in study.axes:
         count *= len(axis.steps)
@@ -491,6 +528,8 @@ def describe(study: Study) -> dict[str, Any]:
             "order": study.order, "replications": study.replications, "seed": study.seed,
             "set": dict(study.fixed), "analysis": dict(study.analysis),
             "points": [p.as_dict() for p in study.points()],
-            **({"seeds": {"rule": study.seed_rule, "also": list(study.seed_paths)}}
-               if (study.seed_rule, study.seed_paths) != (SEED_RULES[0], ()) else {})}
+            **({"seeds": {"rule": study.seed_rule, "also": list(study.seed_paths),
+                          **({"over": dict(study.seed_over)} if study.seed_over else {})}}
+               if (study.seed_rule, study.seed_paths, study.seed_over)
+               != (SEED_RULES[0], (), ()) else {})}
 

@@ -108,6 +108,24 @@ def test_seeds_also_sets_the_replication_seed_at_more_paths() -> None:
     assert fleets == {1000, 1001}
 
 
+def test_seeds_over_hash_named_settings_so_other_axes_share_traces() -> None:
+    import hashlib
+    import json
+
+    grid = {"workload.params.rate": [1.0, 2.0], "services.edge.params.workers": [2, 4]}
+    study = study_from_dict(base(grid=grid, seeds={"over": {"rate": "workload.params.rate",
+                                                            "time": "duration"}}))
+    seeds = {(p.as_dict()["workload.params.rate"], p.as_dict()["services.edge.params.workers"]):
+             study.scenario(p, 1).seed for p in study.points()}
+    assert seeds[(1.0, 2)] == seeds[(1.0, 4)] != seeds[(2.0, 2)] == seeds[(2.0, 4)]
+    duration = study.scenario_doc["duration"]  # as the file writes it: 120 is not 120.0
+    blob = json.dumps([5, {"rate": 1.0, "time": duration}, 1], sort_keys=True)
+    assert seeds[(1.0, 2)] == int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4],
+                                              "big") & (2**31 - 1)
+    plain = study_from_dict(base(grid=grid))
+    assert len({plain.scenario(p, 1).seed for p in plain.points()}) == 4
+
+
 def test_paths_address_named_list_entries() -> None:
     doc = {"services": [{"name": "edge", "params": {"workers": 1}}], "duration": 5}
     assert check_path(doc, "services.edge.params.workers") is None
@@ -145,6 +163,12 @@ def test_paths_address_named_list_entries() -> None:
     ({"seeds": {"also": ["seed"]}}, "seeds.also[0]", "set by nothing else"),
     ({"seeds": {"also": ["services.fog.seed"]}}, "seeds.also[0]", "c1-local"),
     ({"seeds": {"every": 1}}, "seeds", "a mapping with rule"),
+    ({"seeds": {"over": {"w": "services.edge.params.nothing"}}}, "seeds.over.w",
+     "a path whose value"),
+    ({"seeds": {"over": {"s": "seed"}}}, "seeds.over.s", "a path whose value"),
+    ({"seeds": {"over": ["duration"]}}, "seeds.over", "a mapping of names"),
+    ({"seeds": {"rule": "sequence", "over": {"d": "duration"}}}, "seeds.over",
+     "no over under rule sequence"),
     ({"seeds": {"rule": "sequence"}, "seed": 2**31 - 1}, "seed", "at most"),
 ])
 def test_bad_studies_name_the_file_and_field(change: dict[str, Any], path: str,
