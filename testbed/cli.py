@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def listing() -> dict[str, list[dict[str, str]]]:
-    """What ``testbed list`` shows: scenarios, experiments, policies and generators,
-    each with its system and a one-line description."""
+    """What ``testbed list`` shows: scenarios, experiments, system calibrations,
+    policies and generators, each with its system and a one-line description."""
     from testbed.experiments import files as exp_files
-    from testbed.registry import experiments, generators, systems
+    from testbed.registry import calibrations, experiments, generators, systems
     from testbed.scenario.loader import builtin_scenarios, load_scenario
 
     def first_line(text: str) -> str:
@@ -38,6 +38,10 @@ def listing() -> dict[str, list[dict[str, str]]]:
                          "executors": list(exp_files.executors(exp)),
                          "studies": exp_files.listed_studies(exp, ROOT)}
                         for name, (system, exp) in sorted(experiments().items())],
+        "calibrations": [{"name": name, "system": system.name,
+                          "description": first_line(cal.description),
+                          "sizes": list(cal.sizes)}
+                         for name, (system, cal) in sorted(calibrations().items())],
         "policies": [{"name": name, "system": system.name, "description": first_line(text)}
                      for system in systems().values()
                      for name, text in sorted(system.policies.items())],
@@ -144,6 +148,12 @@ def _need_root(command: str, why: str) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.name is not None:
+        return _system_calibration(args)
+    if args.size is not None or args.out is not None or args.report is not None:
+        raise TestbedError("--size, --out and --report belong to a system's calibration "
+                           "(testbed calibrate NAME); the link calibration takes --backend, "
+                           "--probes and --json")
     _need_root("calibrate", "it builds network namespaces and shapes links")
     from mininet.log import setLogLevel
 
@@ -152,6 +162,33 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     setLogLevel("error")
     results = calibrate(backend=args.backend, probes=args.probes)
     print(json.dumps(as_json_cases(results), indent=2) if args.json else format_table(results))
+    return 0
+
+
+def _system_calibration(args: argparse.Namespace) -> int:
+    """``testbed calibrate NAME``: a system's calibration at ``--size`` and its report."""
+    import shlex
+
+    from testbed.registry import calibrations, resolve
+    from testbed.runner import RESULTS_ROOT
+
+    known = calibrations()
+    if args.name not in known:
+        raise TestbedError(f"calibrate: expected the link calibration (no name) or one of "
+                           f"{', '.join(sorted(known)) or 'no system calibration'}, "
+                           f"found {args.name!r}")
+    _, cal = known[args.name]
+    size = args.size or cal.sizes[0]
+    if size not in cal.sizes:
+        raise TestbedError(f"--size: {cal.name} has {', '.join(cal.sizes)}, found {size!r}")
+    _need_root(f"calibrate {cal.name}", "it measures processes in CPU-quota cgroups")
+    out = Path(args.out) if args.out else RESULTS_ROOT / f"{cal.name}-{size}"
+    report_dir = Path(args.report or cal.report_dir)
+    folder = resolve(cal.run)(size, out, _print_flush)
+    command = f"testbed calibrate {cal.name} " + shlex.join(
+        ["--size", size, "--report", str(report_dir)])
+    report = resolve(cal.report)(folder, report_dir / cal.report_file, command)
+    print(f"results: {folder}\nreport: {report}")
     return 0
 
 
@@ -360,7 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
     stu.add_argument("--rerun-degraded", action="store_true", help=RERUN_HELP)
     stu.set_defaults(fn=_cmd_study)
 
-    cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth")
+    cal = sub.add_parser("calibrate", help="configured vs achieved delay and bandwidth, "
+                         "or a system's calibration by name")
+    cal.add_argument("name", nargs="?", default=None,
+                     help="a system's calibration (testbed list); none: the link shaping")
+    cal.add_argument("--size", default=None, help="a system calibration's size")
+    cal.add_argument("--out", default=None, help="a system calibration's results folder")
+    cal.add_argument("--report", default=None, help="folder for a system calibration's "
+                     "report (default: its system's)")
     cal.add_argument("--backend", default="auto",
                      choices=("auto", "netem", "userspace", "shaper-c", "delayer-py"),
                      help="auto: every shaping engine present; userspace: its data paths")

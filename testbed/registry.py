@@ -24,6 +24,8 @@ What a system registers:
   saying why that executor cannot run the scenario, called before anything is written
   (an executor that covers only some of the system's scenarios, or sizes);
 - ``experiments``: the paper experiments ``testbed experiment NAME`` runs and reports;
+- ``calibrations``: measurements of this machine its simulator reads (a program's times
+  under CPU quotas), which ``testbed calibrate NAME`` runs and reports;
 - ``policy_seed``: ``function(scenario, repetition) -> int``, the seed its policies get
   in a repetition (recorded in every run's metadata), if they take one;
 - ``policy_params``: ``function(name, params) -> params``, which checks the parameters
@@ -141,6 +143,22 @@ class Experiment:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A measurement of this machine a system's simulator reads (not an experiment: no
+    policies, no claims): ``testbed calibrate NAME --size S`` runs ``run(size, out,
+    progress)`` (``"module:function"``, returns the folder it filled) and writes its
+    report with ``report(out, report_path, command)`` into ``report_dir/report_file``."""
+
+    name: str
+    description: str
+    run: str
+    report: str
+    report_file: str
+    sizes: tuple[str, ...] = ("small", "full")
+    report_dir: str = "docs/results"
+
+
+@dataclass(frozen=True)
 class TraceKind:
     """A kind of trace row a system writes beside the core ``task`` rows.
 
@@ -170,6 +188,7 @@ class System:
     simulate: str | None = None
     run_check: str | None = None
     experiments: tuple[Experiment, ...] = ()
+    calibrations: tuple[Calibration, ...] = ()
     preload: tuple[str, ...] = ()
     policy_seed: str | None = None
     policy_params: str | None = None
@@ -291,6 +310,12 @@ def experiments() -> dict[str, tuple[System, Experiment]]:
     """Every registered experiment by name, with its system."""
     return {exp.name: (system, exp) for system in systems().values()
             for exp in system.experiments}
+
+
+def calibrations() -> dict[str, tuple[System, Calibration]]:
+    """Every registered system calibration by name, with its system."""
+    return {cal.name: (system, cal) for system in systems().values()
+            for cal in system.calibrations}
 
 
 _GENERATORS: dict[str, Any] = {}  # by import path

@@ -1,4 +1,4 @@
-"""``armada-calibrate`` at its small size: the real detector under CPU quotas.
+"""``testbed calibrate armada-detector`` at its small size: the real detector under CPU quotas.
 
 Two shares are measured on real processes in real cgroups; the file must be what the
 simulator reads, the quota must show (less CPU, slower frames), the small probe must

@@ -11,15 +11,13 @@ comparison is paired within replications, and that the report states what it com
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
 from testbed.systems.armada.executors_experiment import by_point, sim_minus_emulation
+from tests.emulation import experiment_run
 
 pytestmark = pytest.mark.emulation
 
@@ -27,14 +25,10 @@ pytestmark = pytest.mark.emulation
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """(the results folder, the report folder) of the small experiment."""
-    out = Path(tempfile.mkdtemp(prefix="ae", dir="/tmp"))  # room for the cells' sockets
     report = tmp_path_factory.mktemp("executors-report")
-    try:
-        assert main(["experiment", "armada-executors", "--executors", "emulation,sim",
-                     "--rerun-degraded", "--out", str(out), "--report", str(report)]) == 0
+    with experiment_run("armada-executors", report,
+                        ["--executors", "emulation,sim", "--rerun-degraded"]) as out:
         yield out, report
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_both_executors_ran_every_policy_on_the_same_traces(

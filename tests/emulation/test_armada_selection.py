@@ -12,15 +12,13 @@ engine, its metric and claim functions and the generic report.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from testbed.analysis.traces import read_traces
-from testbed.cli import main
+from tests.emulation import experiment_run
 from workloads.trace import read_trace
 
 pytestmark = pytest.mark.emulation
@@ -30,16 +28,11 @@ pytestmark = pytest.mark.emulation
 def selection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, Path, Path]]:
     """``testbed experiment armada-selection`` at its small size: (its one replication's
     metrics, the cell's run folder, the report folder)."""
-    out = Path(tempfile.mkdtemp(prefix="as", dir="/tmp"))  # room for the cells' sockets
     report = tmp_path_factory.mktemp("selection-report")
-    try:
-        assert main(["experiment", "armada-selection", "--out", str(out),
-                     "--report", str(report)]) == 0
+    with experiment_run("armada-selection", report) as out:
         (run,) = json.loads((out / "metrics.json").read_text())["runs"]
         (cell,) = (out / "selection" / "cells").iterdir()
         yield run, cell / "run", report
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_sdk_picks_the_best_node_for_every_user(selection: tuple[dict, Path, Path]) -> None:

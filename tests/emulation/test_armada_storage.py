@@ -15,8 +15,6 @@ replication factor is restored. The containerised Cargo's crash and volume are t
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,8 @@ from typing import Any
 import pytest
 
 from testbed.analysis.traces import read_traces
-from testbed.cli import main
 from testbed.systems.armada.builders import cargo_node
+from tests.emulation import experiment_run
 
 pytestmark = pytest.mark.emulation
 FRAMES = 24  # the small study files'
@@ -34,14 +32,9 @@ FRAMES = 24  # the small study files'
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """(the results folder, the report folder) of the small experiment."""
-    out = Path(tempfile.mkdtemp(prefix="as", dir="/tmp"))  # room for the cells' sockets
     report = tmp_path_factory.mktemp("storage-report")
-    try:
-        assert main(["experiment", "armada-storage", "--out", str(out),
-                     "--report", str(report)]) == 0
+    with experiment_run("armada-storage", report) as out:
         yield out, report
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def _metrics(out: Path) -> dict[str, Any]:
@@ -89,7 +82,7 @@ def test_traces_carry_the_cargo_operations(measured: tuple[Path, Path]) -> None:
 
 
 def test_the_report_judges_both_claims(measured: tuple[Path, Path]) -> None:
-    out, report = measured
+    _, report = measured
     text = (report / "storage.md").read_text()
     assert "Cargo selection and consistency, per workload and policy" in text
     assert "A Cargo crashed mid-workload" in text and "Staleness of eventual reads" in text

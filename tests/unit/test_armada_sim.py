@@ -264,8 +264,23 @@ def test_armada_policy_entries_take_near_equal_only_for_the_sdk() -> None:
         check_policy_params("armada-light", {"near_equal": 1.5})
     with pytest.raises(ValueError, match="params.x: expected near_equal"):
         check_policy_params("armada", {"x": 1})
-    with pytest.raises(ValueError, match="params.near_equal: expected no parameters"):
+    with pytest.raises(ValueError, match="params.near_equal: expected task_runtime, "
+                       "task_images .policy geo-nearest"):
         check_policy_params("geo-nearest", {"near_equal": 0.1})
+
+
+def test_every_policy_entry_may_set_its_deployment() -> None:
+    from testbed.systems.armada.model import check_policy_params, deployment_of
+
+    got = check_policy_params("geo-nearest", {"task_runtime": "docker",
+                                              "task_images": "fresh"})
+    assert got == {"task_runtime": "docker", "task_images": "fresh"}
+    mixed = check_policy_params("armada", {"near_equal": 0.1, "task_runtime": "process"})
+    assert deployment_of(mixed) == {"task_runtime": "process"}
+    assert deployment_of({"near_equal": 0.1}) == {}
+    with pytest.raises(ValueError, match="params.task_images: expected one of cached, "
+                       "fresh, found 'warm'"):
+        check_policy_params("armada", {"task_images": "warm"})
 
 
 def test_a_labelled_sdk_entry_replays_with_its_parameters() -> None:

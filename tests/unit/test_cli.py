@@ -28,7 +28,11 @@ def _err(capsys: pytest.CaptureFixture) -> str:
 def test_list_json_names_every_kind_with_its_system(capsys: pytest.CaptureFixture) -> None:
     assert main(["list", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
-    assert set(found) == {"scenarios", "experiments", "policies", "generators"}
+    assert set(found) == {"scenarios", "experiments", "calibrations", "policies",
+                          "generators"}
+    (detector,) = [c for c in found["calibrations"] if c["name"] == "armada-detector"]
+    assert detector["system"] == "armada" and detector["sizes"] == ["small", "full"]
+    assert "armada-detector" not in {e["name"] for e in found["experiments"]}
     for exp in found["experiments"]:
         for size, files in exp["studies"].items():
             assert size in exp["sizes"] and files
@@ -43,8 +47,24 @@ def test_list_json_names_every_kind_with_its_system(capsys: pytest.CaptureFixtur
 def test_list_text_has_a_section_per_kind(capsys: pytest.CaptureFixture) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for section in ("scenarios:", "experiments:", "policies:", "generators:"):
+    for section in ("scenarios:", "experiments:", "calibrations:", "policies:",
+                    "generators:"):
         assert section in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["calibrate", "armada-detectr"], ("calibrate: expected the link calibration (no "
+                                        "name) or one of armada-detector, found "
+                                        "'armada-detectr'")),
+    (["calibrate", "armada-detector", "--size", "medium"],
+     "--size: armada-detector has small, full, found 'medium'"),
+    (["calibrate", "--size", "small"],
+     "--size, --out and --report belong to a system's calibration"),
+])
+def test_a_calibration_is_named_or_refused_in_one_line(argv: list[str], says: str,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == 2
+    assert _err(capsys).startswith(f"testbed: {says}")
 
 
 def test_a_policies_typo_is_reported_against_the_option(capsys: pytest.CaptureFixture) -> None:

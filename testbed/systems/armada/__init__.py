@@ -5,17 +5,17 @@ Manager, Cargo, the tasks), the client SDK under ``nodes/armada/sdk/``, the in-h
 (``nodes/armada/user.py``), and in this package: the scenario builders
 (:mod:`~testbed.systems.armada.builders`), the emulation driver of ``testbed run``
 (:mod:`~testbed.systems.armada.driver`), the streaming core it shares with the fleet
-experiments (:mod:`~testbed.systems.armada.fleet`) and the seven paper experiments
-(``*_experiment.py``, entry points in :mod:`~testbed.systems.armada.experiments`).
+experiments (:mod:`~testbed.systems.armada.fleet`) and the experiments, each study files
+under ``studies/`` with the metric and claim functions of its ``*_experiment.py``.
 Fleets built by ``armada-fleet`` also run in the simulator
-(:mod:`testbed.systems.armada.sim_replay`, on :mod:`testbed.systems.armada.sim`, with replica times from
-the calibration :mod:`~testbed.systems.armada.calibration_run` measures). This module
-imports nothing but the registry's dataclasses.
+(:mod:`testbed.systems.armada.sim_replay`, on :mod:`testbed.systems.armada.sim`), with
+replica times from the calibration ``testbed calibrate armada-detector`` measures
+(:mod:`~testbed.systems.armada.calibration_run`). This module imports nothing but the
+registry's dataclasses.
 """
 
-from testbed.registry import Experiment, Program, System, TraceKind
+from testbed.registry import Calibration, Experiment, Program, System, TraceKind
 
-_EXP = "testbed.systems.armada.experiments"
 _REPORTS = "docs/results/armada"
 _CONFIGS = "nodes.armada.configs:"  # the programs' parameters, importable without aiohttp
 _TASK_RUNTIMES = ("process", "docker")  # how Captains run replicas (--task-runtime)
@@ -23,33 +23,22 @@ _TASK_RUNTIMES = ("process", "docker")  # how Captains run replicas (--task-runt
 PAPER = "000: Armada, an edge cloud over volunteer nodes"
 
 
-def _study_experiment(name: str, description: str, **options: tuple[str, ...]) -> Experiment:
+def _study_experiment(name: str, description: str, judged: bool = True,
+                      **options: tuple[str, ...]) -> Experiment:
     """Experiment ``armada-<x>`` written as data: study files in ``studies/<x>/``, the
-    metric and claim functions of ``<x>_experiment.py`` (``-`` as ``_``), the report
-    ``<x>.md`` in ``docs/results/armada``; ``options`` as keywords, each setting the
-    fleet builder's parameter of its name in every study."""
+    metric and (when ``judged``) claim functions of ``<x>_experiment.py`` (``-`` as
+    ``_``), the report ``<x>.md`` in ``docs/results/armada``; ``options`` as keywords,
+    each setting the fleet builder's parameter of its name in every study."""
     short = name.removeprefix("armada-")
     entry = short.replace("-", "_")
     module = f"testbed.systems.armada.{entry}_experiment"
     return Experiment(name, description, studies=f"testbed.systems.armada:studies/{entry}",
-                      metrics=f"{module}:metrics", claims=f"{module}:claims",
+                      metrics=f"{module}:metrics",
+                      claims=f"{module}:claims" if judged else "",
                       paper=PAPER, report_dir=_REPORTS, report_file=f"{short}.md",
                       title=f"Armada: {description} (`{name}`)",
                       options={k.replace("_", "-"): v for k, v in options.items()},
                       option_paths={k.replace("_", "-"): f"build.params.{k}" for k in options})
-
-
-def _experiment(name: str, description: str, sizes: tuple[str, ...] = ("small", "full"),
-                executors: tuple[str, ...] = ("emulation",),
-                **options: tuple[str, ...]) -> Experiment:
-    """Experiment ``armada-<x>``: entry points ``run_<x>`` / ``report_<x>`` of ``_EXP``
-    (``-`` as ``_``), on ``executors``, reports in ``docs/results/armada``; ``options``
-    as keywords."""
-    entry = name.removeprefix("armada-").replace("-", "_")
-    return Experiment(name, description, run=f"{_EXP}:run_{entry}",
-                      report=f"{_EXP}:report_{entry}", sizes=sizes, executors=executors,
-                      report_dir=_REPORTS,
-                      options={k.replace("_", "-"): v for k, v in options.items()})
 
 
 SYSTEM = System(
@@ -110,19 +99,26 @@ SYSTEM = System(
                           "stream", task_runtime=_TASK_RUNTIMES),
         _study_experiment("armada-load", "background load on the serving node: how fast "
                           "the SDK moves the user", task_runtime=_TASK_RUNTIMES),
-        _experiment("armada-startup", "deployment start-up (request to first replica "
-                    "serving) of process and container replicas on one fleet, and of a "
-                    "node's first task image against its cached one"),
+        _study_experiment("armada-startup", "deployment start-up (request to first "
+                          "replica serving) of process and container replicas on one "
+                          "fleet, and of a node's first task image against its cached one",
+                          judged=False),
         _study_experiment("armada-paper-scale", "latency as users (to 1000) and edge "
                           "nodes (to 200) grow on nodes of whole cores, in the simulator "
                           "(Fig. 9 at paper scale), with herding measured"),
         _study_experiment("armada-executors", "Armada on nodes of a quarter or half a "
                           "core, emulated and simulated on the same fleets, trace and seeds"),
-        _experiment("armada-calibrate", "the real detector's start-up and request times "
-                    "against CPU share: the calibration the simulator reads"),
         _study_experiment("armada-storage", "Cargo selection, consistency and a Cargo "
                           "failure under face recognition",
                           cargo_runtime=("process", "docker")),
+    ),
+    calibrations=(
+        Calibration("armada-detector", "the real detector's start-up and request times "
+                    "against CPU share: the calibration the simulator reads",
+                    run="testbed.systems.armada.calibration_run:run_calibration",
+                    report="testbed.systems.armada.calibration_run:"
+                           "write_calibration_report",
+                    report_file="calibration.md", report_dir=_REPORTS),
     ),
     preload=("nodes.armada.user",),
     policy_seed="testbed.systems.armada.model:replay_seed",

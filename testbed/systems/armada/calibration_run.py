@@ -1,4 +1,4 @@
-"""``testbed experiment armada-calibrate``: the real detector's times against CPU share.
+"""``testbed calibrate armada-detector``: the real detector's times against CPU share.
 
 For each CPU share of the size, one detection replica (``nodes.armada.detect_task``,
 the program a Captain starts, one worker and one OpenCV thread as in the fleets) runs

@@ -13,7 +13,11 @@
   the trace's frames by every user through ``policy``'s client (:func:`~testbed.systems.
   armada.fleet.stream`) while the scenario's ``events`` hit the nodes, and returns the
   frame rows. Every replay starts from the same state: a settled replica set, or, when
-  the scenario has events (which move replicas), a fresh deployment.
+  the scenario has events (which move replicas), a fresh deployment. A policy entry
+  that sets its deployment (``task_runtime``, ``task_images``: how the Captains run
+  the replicas, whether the nodes' task images go first) replays on a deployment of
+  its own, made once every task of the previous one stopped; the deployment's record
+  then holds what each Captain reports of its replica (image, image build).
 * :class:`StorageDriver` (``armada-storage`` builds): ``prepare`` waits for the Captains
   and Cargos and writes the initial data set; ``replay(policy)`` allocates an
   application's storage with the policy's Cargo selection and consistency, deploys the
@@ -62,6 +66,7 @@ from testbed.systems.armada.fleet import (
     stream_record,
     write_small_probe,
 )
+from testbed.systems.armada.model import deployment_of
 
 Progress = Callable[[str], None]
 CARGO_MANAGER = "armada.cargo_manager"
@@ -107,9 +112,20 @@ class FrameDriver:
             self.matrix = measure_matrix(topo, run, replicas, samples, self.frames_dir)
             progress(f"latency matrix measured ({samples} frames per user and node)")
 
-    def _deploy(self, topo: EmulatedTopology, progress: Progress) -> None:
+    def _deploy(self, topo: EmulatedTopology, progress: Progress,
+                settings: Mapping[str, str] | None = None) -> None:
+        """Deploy the detector (a fleet near its seeded sites, else one replica per
+        Captain); ``settings`` (a policy entry's :data:`~testbed.systems.armada.model.
+        DEPLOY_PARAMS`) choose the Captains' runtime and remove the nodes' task images
+        first, and add what each Captain reports of its replica (``tasks``)."""
+        from testbed.systems.armada.task_images import forget_task_images, replica_tasks
+
+        settings = dict(settings or {})
+        runtime = settings.get("task_runtime")
+        if settings.get("task_images") == "fresh":
+            forget_task_images(topo)
         if self.fleet is not None:
-            deployed = deploy_fleet(topo, self.fleet)
+            deployed = deploy_fleet(topo, self.fleet, runtime)
             self.before = deployed["settled"]
             progress(f"{APP}: first replica serving {deployed['startup_s']:.1f} s after the "
                      f"deployment request; settled at {len(self.before)} replicas")
@@ -117,7 +133,8 @@ class FrameDriver:
             beacon = beacon_service(self.scenario)
             token = topo.secret.value
             servers = [s.node for s in self.scenario.services if s.program == CAPTAIN]
-            status, asked = deploy_everywhere(topo, beacon, token, servers)
+            status, asked = deploy_everywhere(topo, beacon, token, servers,
+                                              runtime or "process")
             self.before = replica_view(status)
             serving = [{"task_id": r["task_id"], "node_id": r["node_id"], "url": r["url"]}
                        for r in sorted(status["replicas"],
@@ -131,20 +148,30 @@ class FrameDriver:
                         "containment": check_containment(topo, serving)}
             progress(f"{APP}: one replica on each of {', '.join(servers)} serving "
                      f"{deployed['all_running_s']:.1f} s after the deployment request")
+        if settings:
+            deployed.update(settings=settings, tasks=replica_tasks(
+                topo, deployed["replicas"] if self.fleet is not None else self.before))
         self.deployments.append(deployed)
 
     def replay(self, topo: EmulatedTopology, policy: str, repetition: int,
                progress: Progress) -> list[dict[str, Any]]:
         """Every user streams the trace through ``policy``'s client; the frame rows."""
         from testbed.host_monitor import HostMonitor
+        from testbed.systems.armada.task_images import wait_clean
 
         k = len(self.streams)
-        if k > 0 and (self.scenario.events or (self.fleet is not None and self.fleet.actions)):
+        plan = StreamPlan.of_scenario(self.scenario, policy)
+        settings = deployment_of(plan.params)
+        if settings:  # a deployment of its own, from a fleet where no task is left
+            remove_app(topo, APP)
+            wait_clean(topo)
+            self._deploy(topo, progress, settings)
+        elif k > 0 and (self.scenario.events
+                        or (self.fleet is not None and self.fleet.actions)):
             remove_app(topo, APP)
             self._deploy(topo, progress)
         elif k > 0 and self.fleet is not None:
             self.before = replica_view(settle(topo))
-        plan = StreamPlan.of_scenario(self.scenario, policy)
         with HostMonitor(interval_s=0.5) as monitor:
             done = stream(topo, plan, k, self.run, self.frames_dir, self.trace_dir, repetition)
         record = stream_record(topo, plan, done, self.before)

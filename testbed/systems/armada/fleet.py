@@ -225,8 +225,9 @@ def user_positions(scenario: Scenario) -> dict[str, tuple[float, float]]:
     return {n.name: (float(n.lat or 0.0), float(n.lon or 0.0)) for n in scenario.clients()}
 
 
-def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
-    """Step 1 of the module docstring; returns what it measured."""
+def deploy_fleet(topo: Any, fleet: Fleet, runtime: str | None = None) -> dict[str, Any]:
+    """Step 1 of the module docstring, the replicas run by the Captains' ``runtime``
+    (default: the fleet's ``task_runtime``); returns what it measured."""
     from nodes.armada.sdk.client import app_status, deploy
     from testbed.emulation.probe import in_netns
 
@@ -238,7 +239,8 @@ def deploy_fleet(topo: Any, fleet: Fleet) -> dict[str, Any]:
     local = f"http://127.0.0.1:{beacon.port}"
     wait_for_captains(topo, beacon, servers)
     lay = fleet_layout(fleet)
-    spec = {"name": APP, **replica_program(fleet.task_runtime), "args": {"workers": 1},
+    spec = {"name": APP, **replica_program(runtime or fleet.task_runtime),
+            "args": {"workers": 1},
             "cpu": fleet.cpu_per_replica, "memory_mb": REPLICA_MEMORY_MB,
             "need_storage": False, "min_replicas": MIN_REPLICAS + fleet.cloud,
             "locations": [{"lat": lay["sites"][i][0], "lon": lay["sites"][i][1]}

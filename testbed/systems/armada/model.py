@@ -33,6 +33,10 @@ POLICIES = ("armada", "armada-light", "geo-nearest", "random", "edge-to-cloud", 
 SDK_POLICIES = ("armada", "armada-light")
 #: What an SDK policy entry may set (``nodes.armada.sdk.choice.Selection``'s knobs).
 SDK_PARAMS = ("near_equal",)
+#: What any policy entry may set about its replay's deployment (not the client's): how
+#: the Captains run the replicas, and whether the nodes' task images are removed first.
+DEPLOY_PARAMS: dict[str, tuple[str, ...]] = {"task_runtime": ("process", "docker"),
+                                             "task_images": ("cached", "fresh")}
 
 
 def replay_seed(scenario: Scenario, repetition: int) -> int:
@@ -54,13 +58,31 @@ def probe_kind(policy: str) -> str:
 def check_policy_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """The scenario loader's check of an Armada policy entry's ``params`` (the system's
     ``policy_params`` hook): the SDK policies take ``near_equal`` (a fraction in [0, 1):
-    spread users among candidates that probed within it of the fastest), the others
-    nothing. Raises ``ValueError("params.<field>: expected ..., found ...")``."""
+    spread users among candidates that probed within it of the fastest); every policy
+    may set its replay's deployment (:data:`DEPLOY_PARAMS`: ``task_runtime`` process or
+    docker, ``task_images`` cached or fresh), which makes each of its replays start from
+    a deployment of its own. Raises ``ValueError("params.<field>: expected ...,
+    found ...")``."""
+    checked: dict[str, Any] = {}
     for key, value in params.items():
+        if key in DEPLOY_PARAMS:
+            if value not in DEPLOY_PARAMS[key]:
+                raise ValueError(f"params.{key}: expected one of "
+                                 f"{', '.join(DEPLOY_PARAMS[key])}, found {value!r}")
+            checked[key] = str(value)
+            continue
         if name not in SDK_POLICIES or key not in SDK_PARAMS:
-            allowed = ", ".join(SDK_PARAMS) if name in SDK_POLICIES else "no parameters"
+            allowed = ", ".join((*SDK_PARAMS, *DEPLOY_PARAMS) if name in SDK_POLICIES
+                                else DEPLOY_PARAMS)
             raise ValueError(f"params.{key}: expected {allowed} (policy {name}), found an "
                              "unknown key")
         if not is_number(value, finite=True) or not 0 <= value < 1:
             raise ValueError(f"params.{key}: expected a number in [0, 1), found {value!r}")
-    return {k: float(v) for k, v in params.items()}
+        checked[key] = float(value)
+    return checked
+
+
+def deployment_of(params: Mapping[str, Any]) -> dict[str, str]:
+    """The deployment settings among a policy entry's checked ``params`` (empty when it
+    sets none)."""
+    return {k: str(v) for k, v in params.items() if k in DEPLOY_PARAMS}

@@ -3,7 +3,7 @@
 A replica in the simulator is a single-worker FIFO server whose service times come from
 measurements of the real detector (``nodes.armada.detect_task``) run under a CPU limit
 of the same kind the emulated nodes get (a node cgroup's CFS quota):
-``testbed experiment armada-calibrate`` (:mod:`testbed.systems.armada.calibration_run`)
+``testbed calibrate armada-detector`` (:mod:`testbed.systems.armada.calibration_run`)
 measures, for each of several CPU shares (cores), the start-up time of a replica (spawn
 to its first healthy answer), the detection time of every frame of the fleet's frame set
 and of the small probe of ``armada-light``, and writes them as samples. A file measured on this machine kind
@@ -161,7 +161,7 @@ def load_calibration(path: Path | str | None = None) -> Calibration:
         text = where.read_text(encoding="utf-8")
     except OSError as exc:
         raise TestbedError(f"{where}: cannot read the Armada calibration ({exc.strerror or exc}"
-                           "); `testbed experiment armada-calibrate` writes one") from None
+                           "); `testbed calibrate armada-detector` writes one") from None
     try:
         doc = json.loads(text)
     except ValueError as exc:

@@ -52,7 +52,7 @@ def stream_numbers(rows: pd.DataFrame) -> dict[str, Any]:
         return ok[column].dropna().to_numpy(dtype=float)
 
     reads, writes = of("read_ms"), of("write_ms")
-    return {"frames": int(len(rows)), "ok": int(len(ok)), "failed": int(len(rows) - len(ok)),
+    return {"frames": len(rows), "ok": len(ok), "failed": int(len(rows) - len(ok)),
             "read_mean": float(reads.mean()) if reads.size else None,
             "read_p95": float(np.percentile(reads, 95)) if reads.size else None,
             "write_mean": float(writes.mean()) if writes.size else None,
