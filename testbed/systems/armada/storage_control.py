@@ -141,7 +141,6 @@ class Stream:
     node: str
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     written: dict[int, int] = dataclasses.field(default_factory=dict)  # identity -> task id
-    done: int = 0
 
 
 def stream_faces(task_url: str, frames: Sequence[bytes], plan: Any,
@@ -173,7 +172,6 @@ def stream_faces(task_url: str, frames: Sequence[bytes], plan: Any,
                                      began, answer, error))
         if answer is not None and "write" in answer["performed"]:
             stream.written[identity] = k
-        stream.done = k + 1
     session.close()
     return stream
 
