@@ -30,8 +30,7 @@
 ``details()`` (``metadata.json`` under ``system``) holds per replay the replica sets,
 scaling decisions, applied events, first picks and switches (frames), or the
 allocation, deployment times, losses, restorations, read-back and measured
-replication lag (storage), and the host's
-CPU idle share.
+replication lag (storage), and the host's CPU idle share.
 """
 
 from __future__ import annotations
@@ -234,7 +233,8 @@ class StorageDriver:
                          "frames": frames, "cargos": {c: topo.net.ip(c) for c in cargos},
                          "ctl": manager.node, "local_cm": local_cm,
                          "cm": f"http://{topo.net.ip(manager.node)}:{manager.port}",
-                         "beacon": f"http://{topo.net.ip(beacon.node)}:{beacon.port}"}
+                         "beacon": f"http://{topo.net.ip(beacon.node)}:{beacon.port}",
+                         "local_beacon": f"http://127.0.0.1:{beacon.port}"}
         progress(f"{len(cargos)} Cargos alive; {len(frames)} face images, initial data set "
                  f"{source.stat().st_size} bytes")
 
@@ -269,9 +269,8 @@ class StorageDriver:
         app = f"{policy}-r{repetition}"
         with HostMonitor(interval_s=0.5) as monitor:
             deployed = in_netns(ctl, lambda: allocate_and_deploy(
-                app, strategy, consistency, prep["source"], cm, "http://127.0.0.1:"
-                f"{beacon_service(self.scenario).port}", prep["cm"], plan.seed,
-                topo.secret.value))
+                app, strategy, consistency, prep["source"], cm, prep["local_beacon"],
+                prep["cm"], plan.seed, topo.secret.value))
             task = in_netns(user, lambda: nearest_task(prep["beacon"], app))
             node = task.get("node_id") or "?"
             where = topo.scenario.topology.node(node) if node != "?" else None
@@ -320,10 +319,6 @@ class StorageDriver:
         """Every replay's allocation, deployment, losses and restorations, read-back and
         replication lag."""
         return {"replays": self.replays}
-
-
-def _port(scenario: Scenario, program: str) -> int:
-    return next(s.port for s in scenario.services if s.program == program)
 
 
 def make_driver(scenario: Scenario) -> FrameDriver | StorageDriver:
