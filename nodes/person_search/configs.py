@@ -13,16 +13,23 @@ from nodes.config import option
 #: The response model's two readings of concurrent analyses (the model's
 #: ``SHARING_MODES``; a unit test keeps the two equal).
 SHARING_MODES = ("paper", "processor-sharing")
+#: The readings of Eq. 7-8 in the durations (the model's ``ACCOUNTINGS``; the same unit
+#: test keeps them equal).
+ACCOUNTINGS = ("plain", "compensated")
 
 
 @dataclass(frozen=True)
 class CoordinatorParams:
-    """``python -m nodes.person_search.coordinator``: the edge servers it may contact;
-    everything else comes per run (``POST /runs``)."""
+    """``python -m nodes.person_search.coordinator``: the edge servers it may contact and
+    the accounting of a run that names none; everything else comes per run (``POST
+    /runs``)."""
 
     server: tuple[str, ...] = option(repeat=True, metavar="URL",
                                      help="an edge server's base URL, http://host:port "
                                           "(repeatable; a run may use only these)")
+    accounting: str = option("plain", choices=ACCOUNTINGS,
+                             help="Eq. 7-8 in the durations of a run whose body names no "
+                                  "accounting: plain (left out) or compensated (Tc l_i)")
 
 
 @dataclass(frozen=True)

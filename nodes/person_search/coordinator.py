@@ -178,8 +178,9 @@ class RunSpec:
     request_timeout_s: float
 
     @classmethod
-    def from_body(cls, body: dict[str, Any]) -> RunSpec:
-        """Check what the field table cannot; raise 400 naming the field."""
+    def from_body(cls, body: dict[str, Any], accounting: str = "plain") -> RunSpec:
+        """Check what the field table cannot; raise 400 naming the field. ``accounting``
+        is the coordinator's own, for a body that names none."""
         servers = []
         for s, value in enumerate(body["servers"]):
             url = base_url(value)
@@ -221,7 +222,7 @@ class RunSpec:
                    starts=list(body["starts"]), policy=body["policy"],
                    policy_params=options, policy_seed=body["policy_seed"], tc=tc,
                    time_scale=float(body["time_scale"]),
-                   accounting=body.get("accounting", "plain"),
+                   accounting=body.get("accounting", accounting),
                    request_timeout_s=float(body.get("request_timeout_s", 60.0)))
 
 
@@ -436,8 +437,9 @@ class Coordinator:
     """The HTTP side: one run at a time, a shared client session, the edge servers it
     may contact."""
 
-    def __init__(self, servers: Iterable[str] = ()) -> None:
+    def __init__(self, servers: Iterable[str] = (), accounting: str = "plain") -> None:
         self.allowed = frozenset(filter(None, (base_url(s) for s in servers)))
+        self.accounting = accounting
         self.busy = False
         self.runs = 0
         self._session: aiohttp.ClientSession | None = None
@@ -463,7 +465,7 @@ class Coordinator:
     async def handle_run(self, request: web.Request) -> web.Response:
         """``POST /runs``: run every search to its end and answer with the timings."""
         body = await read_large_json_object(request, RUN_FIELDS, RUN_BODY_BYTES)
-        spec = RunSpec.from_body(body)
+        spec = RunSpec.from_body(body, self.accounting)
         for s, url in enumerate(spec.servers):
             if url not in self.allowed:
                 known = ", ".join(sorted(self.allowed)) or "none (no --server given)"
@@ -493,10 +495,11 @@ class Coordinator:
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 
 
-def make_app(servers: Iterable[str] = ()) -> web.Application:
+def make_app(servers: Iterable[str] = (), accounting: str = "plain") -> web.Application:
     """Build the coordinator application (its state is ``app[COORDINATOR_KEY]``); it
-    runs searches on ``servers`` (base URLs) only."""
-    coordinator = Coordinator(servers)
+    runs searches on ``servers`` (base URLs) only, under ``accounting`` unless a run
+    names another."""
+    coordinator = Coordinator(servers, accounting)
     routes = [
         Route("POST", "/runs", coordinator.handle_run, "run every search to its end",
               doc.op(200, doc.RUN, (400, 409, 502))),
@@ -514,8 +517,8 @@ def make_app(servers: Iterable[str] = ()) -> web.Application:
 
 
 def app_from_params(params: CoordinatorParams, address: Address) -> web.Application:
-    """The coordinator of a command line: its edge servers."""
-    return make_app(params.server)
+    """The coordinator of a command line: its edge servers and default accounting."""
+    return make_app(params.server, params.accounting)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -96,6 +96,13 @@ STARTS = ("server", "continuous")
 #: How an analysis's duration accounts Eq. 7-8: ``plain`` (as the response model gives
 #: it) or ``compensated`` (times ``compensation_factor(T_i, T_L)``, the paper's 1-D reading)
 ACCOUNTINGS = ("plain", "compensated")
+#: What a scenario's policy entry may set besides the policy's own parameters, for any
+#: policy, and the value both executors run with. ``start`` (:data:`STARTS`) and
+#: ``sequential`` (whether a batch of simultaneous choices sees the earlier choices of
+#: the batch, module note of :mod:`testbed.systems.person_search.sim`) change the run;
+#: ``isolated`` also records each search run alone on idle servers. The coordinator runs
+#: only the defaults: the other values are readings the simulator measures.
+RUN_OPTIONS: dict[str, Any] = {"start": "server", "sequential": True, "isolated": False}
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
@@ -155,15 +162,25 @@ def reading(policy: str, accounting: str = "plain",
     which no candidate-set rule touches. Printed beside every reported number, so a
     reader knows what produced it.
     """
-    given = dict(params or {})
+    given, options = split_run_options(params or {})
     head = f"{accounting} accounting"
+    runs = [text for key, text in (("start", "first mu_L at the continuous mu_0"),
+                                   ("sequential", "a batch's choices see the load before it"))
+            if options.get(key, RUN_OPTIONS[key]) != RUN_OPTIONS[key]]
     if policy != "priority":
-        return f"{head}, T_R items only"
+        return ", ".join([head, "T_R items only", *runs])
     chosen = PriorityParams(**{**given, "tc": given.get("tc", DEFAULT_PRIORITY.tc)})
     eq1 = "Eq. 1 with Tc l_i" if chosen.compensation == "response-time" else "Eq. 1 with Tc"
     tuned = [f"{name} = {given[name]:g}" for name in ("alpha", "sigma_d", "w", "t_s")
              if given.get(name) is not None and given[name] != getattr(DEFAULT_PRIORITY, name)]
-    return ", ".join([head, eq1, *tuned, f"candidates {chosen.candidates}"])
+    return ", ".join([head, eq1, *tuned, f"candidates {chosen.candidates}", *runs])
+
+
+def split_run_options(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A policy entry's ``params`` split into the policy's own and the run options
+    (:data:`RUN_OPTIONS`) among them."""
+    own = {k: v for k, v in params.items() if k not in RUN_OPTIONS}
+    return own, {k: v for k, v in params.items() if k in RUN_OPTIONS}
 
 
 def slot_span(items: Items) -> float:

@@ -23,10 +23,13 @@ import numpy as np
 from nodes.person_search.model import (
     CANDIDATE_RULES,
     COMPENSATIONS,
+    RUN_OPTIONS,
+    STARTS,
     PriorityParams,
     effective_candidates,
     priority_matrix,
     select,
+    split_run_options,
     unit_priority,
 )
 from testbed.checks import is_number
@@ -246,20 +249,30 @@ def check_policy_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     ``priority`` takes :data:`PRIORITY_OPTIONS` (the candidate-set rule ``candidates``
     among them); ``random`` and ``load-balance`` take none. Both executors pass the
     parameters to :func:`make_search_policy` (the simulator directly, the emulation
-    through the coordinator's ``policy_params``).
+    through the coordinator's ``policy_params``). Every policy also takes the run
+    options :data:`~nodes.person_search.model.RUN_OPTIONS` (``start`` one of
+    :data:`~nodes.person_search.model.STARTS`, ``sequential`` and ``isolated`` true or
+    false), which the executors apply to the run, not to the policy.
     """
+    own, options = split_run_options(params)
+    for key, value in options.items():
+        allowed = STARTS if key == "start" else (True, False)
+        if value not in allowed or (key != "start" and not isinstance(value, bool)):
+            raise ValueError(f"params.{key}: expected one of "
+                             f"{', '.join(str(a).lower() for a in allowed)}, found {value!r}")
     if name != "priority":
-        if params:
-            raise ValueError(f"params.{next(iter(params))}: expected no parameters (policy "
-                             f"{name} takes none), found a parameter")
-        return {}
-    for key, value in params.items():
+        if own:
+            raise ValueError(f"params.{next(iter(own))}: expected no parameters (policy "
+                             f"{name} takes none) other than the run options "
+                             f"{', '.join(RUN_OPTIONS)}, found a parameter")
+        return dict(params)
+    for key, value in own.items():
         if key not in PRIORITY_OPTIONS:
             raise ValueError(f"params.{key}: expected one of the priority parameters "
                              f"({', '.join(PRIORITY_OPTIONS)}), found an unknown key")
         _check_option(key, value)
     try:
-        PriorityParams(**params)
+        PriorityParams(**own)
     except ValueError as exc:  # a value out of range: "field: expected ..., found ..."
         raise ValueError(f"params.{exc}") from None
     return dict(params)

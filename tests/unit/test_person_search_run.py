@@ -51,7 +51,9 @@ def test_builder_is_a_pure_function_of_its_params() -> None:
     ({"servers": 0}, "servers"), ({"servers": 2.5}, "servers"), ({"targets": True}, "targets"),
     ({"movement": "zigzag"}, "movement"), ({"time_scale": 0.5}, "time_scale"),
     ({"tc": 0}, "tc"), ({"sharing": "fifo"}, "sharing"), ({"edge_delay_ms": 3}, "edge_delay_ms"),
-    ({"nodes": 3}, "nodes"),
+    ({"nodes": 3}, "nodes"), ({"layout": "ring"}, "layout"),
+    ({"layout": "grid", "servers": 10}, "servers"), ({"boundary": "wrap"}, "boundary"),
+    ({"accounting": "literal"}, "accounting"),
 ])
 def test_bad_builder_params_are_reported_at_their_field(params: dict, field: str) -> None:
     with pytest.raises(ValueError, match=rf"^params\.{field}: expected .*, found"):
@@ -174,3 +176,72 @@ def test_sim_rows_are_the_simulator_runs_on_the_materialised_world(tmp_path: Pat
     assert list(random[random.repetition == 0]["step"]) != \
         list(random[random.repetition == 1]["step"])
 
+
+
+# --- the readings a scenario chooses: layout, boundary, accounting, run options -------------
+
+
+def test_layout_boundary_and_accounting_reach_the_world_and_the_coordinator() -> None:
+    doc = person_search_line({"servers": 9, "layout": "grid", "boundary": "reflect",
+                              "accounting": "compensated"})
+    assert doc["workload"]["params"]["layout"] == "grid"
+    assert doc["workload"]["params"]["boundary"] == "reflect"
+    assert "3 x 3 grid" in doc["description"]
+    dep = deployment(scenario_from_dict({**doc, "name": "ps"}))
+    assert dep.accounting == "compensated"
+    assert deployment(load_scenario("person-search")).accounting == "plain"
+
+
+def _sim(tmp_path: Path, params: dict[str, Any], policies: list[Any]) -> list[dict[str, Any]]:
+    scen = scenario_from_dict(built({"servers": 4, "targets": 12, "seed": 5, **params},
+                                    policies=policies), source="<test>")
+    out = run_scenario(scen, out=tmp_path / "run", executor="sim", progress=lambda _l: None)
+    return json.loads((out / "metadata.json").read_text())["driver"]["replays"]
+
+
+def test_the_simulator_runs_the_scenarios_accounting_and_each_entrys_run_options(
+        tmp_path: Path) -> None:
+    replays = _sim(tmp_path, {"accounting": "compensated"}, [
+        "priority", {"name": "priority", "label": "mu0", "params": {"start": "continuous"}},
+        {"name": "load-balance", "label": "batch", "params": {"sequential": False}},
+        {"name": "priority", "label": "alone", "params": {"isolated": True}}])
+    by = {r["policy"]: r for r in replays}
+    world = read_ground_truth(tmp_path / "run" / "trace")
+    for label, name, options in (("priority", "priority", {}),
+                                 ("mu0", "priority", {"start": "continuous"}),
+                                 ("batch", "load-balance", {"sequential": False})):
+        run = simulate(world, name, 5, accounting="compensated", **options)
+        assert by[label]["total_response_s"] == run.total_response
+        assert by[label]["accounting"] == "compensated"
+    assert "first mu_L at the continuous mu_0" in by["mu0"]["reading"]
+    assert "before it" in by["batch"]["reading"]
+    assert by["alone"]["total_response_s"] == by["priority"]["total_response_s"]
+    assert 1.0 <= by["alone"]["alone_mean_analyses"] <= by["alone"]["mean_analyses"] + 5
+    assert "alone_mean_analyses" not in by["priority"]
+    assert {"mean_past", "mean_factor", "end_share", "mean_analyses_rest"} <= set(by["priority"])
+    assert by["priority"]["mean_factor"] >= 1.0
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"sequential": 1}, "params.sequential: expected one of true, false, found <1>"),
+    ({"start": "mu0"}, "params.start: expected one of server, continuous, found"),
+    ({"isolated": "yes"}, "params.isolated: expected one of true, false"),
+])
+def test_bad_run_options_are_reported_at_their_entry(params: dict, expected: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(built({"servers": 3}, policies=[
+            {"name": "random", "label": "r", "params": params}]), source="x.yaml")
+    assert expected in str(err.value)
+
+
+def test_the_emulation_refuses_a_run_option_the_coordinator_does_not_run() -> None:
+    from testbed.systems.person_search.driver import make_driver
+
+    ok = scenario_from_dict(built({"servers": 3}, policies=[
+        {"name": "priority", "label": "p", "params": {"start": "server", "isolated": False}}]))
+    make_driver(ok)  # the defaults are what the coordinator runs
+    bad = scenario_from_dict(built({"servers": 3}, policies=[
+        {"name": "priority", "label": "mu0", "params": {"start": "continuous"}}]))
+    with pytest.raises(TestbedError, match=r"policy mu0: params\.start: expected server "
+                                           r"in emulation"):
+        make_driver(bad)

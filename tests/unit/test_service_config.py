@@ -372,6 +372,7 @@ def test_choices_agree_with_their_owners() -> None:
     assert set(armada_configs.FACE_OPS) == set(MODES)
     owner = sys.modules[AnalysisServer.__module__]
     assert set(person_search_configs.SHARING_MODES) == set(owner.SHARING_MODES)
+    assert person_search_configs.ACCOUNTINGS == owner.ACCOUNTINGS
 
 
 @pytest.mark.parametrize("name", sorted(set(PROGRAMS) - {"cpu_load"}))

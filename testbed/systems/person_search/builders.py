@@ -1,4 +1,4 @@
-"""The ``person-search`` scenario builder: a coordinator and N edge data servers on a line.
+"""The ``person-search`` scenario builder: a coordinator and N edge data servers.
 
 A scenario file names it with parameters::
 
@@ -9,12 +9,16 @@ search coordinator (``person_search.coordinator``) behind a WAN switch, and ``N`
 nodes (``e001`` ...), each running an edge data server (``person_search.edge_server``,
 ``server_index`` 0 .. N-1) behind its own link to the switch, its one-way delay drawn
 uniformly from ``edge_delay_ms`` with ``seed``. The workload is the ``person-search``
-generator over the same ``N`` servers on a line (one search per target, all at time
-0), seeded by the scenario's seed: ``seed`` unless the file or ``--seed`` gives another,
-which then draws another world and other policy streams over the same links. The
-servers' ``Tc`` and the workload's ``tc_s`` are the same number, and the servers take
-the scenario's ``time_scale`` (their registered context), so the simulator and the
-emulation run the same model.
+generator over the same ``N`` servers (one search per target, all at time 0), placed
+as ``layout`` says (``line``, or ``grid``: ``sqrt(N) x sqrt(N)``, N a perfect square;
+the network stays a star either way) with targets that stop at the region's ends or
+turn back there (``boundary``: ``clip`` or ``reflect``), seeded by the scenario's seed:
+``seed`` unless the file or ``--seed`` gives another, which then draws another world
+and other policy streams over the same links. The servers' ``Tc`` and the workload's
+``tc_s`` are the same number, the servers take the scenario's ``time_scale`` (their
+registered context), and ``accounting`` (Eq. 7-8 in the durations: ``plain`` or
+``compensated``) is the coordinator's, so the simulator and the emulation run the same
+model.
 
 Pure: a function of its parameters (no I/O, numpy only for the seeded delays). A bad
 parameter raises ``ValueError("params.<field>: expected ..., found ...")``, which the
@@ -29,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from nodes.person_search.model import SHARING_MODES
+from nodes.person_search.model import ACCOUNTINGS, SHARING_MODES
 from nodes.person_search.policies import SEARCH_POLICIES
 from testbed.checks import is_int, is_number
-from workloads.person_search import MAX_SLOTS, MAX_TARGETS, MOVEMENTS
+from workloads.person_search import BOUNDARIES, LAYOUTS, MAX_SLOTS, MAX_TARGETS, MOVEMENTS
 
 COORDINATOR_PORT = 9000
 EDGE_PORT = 9100
@@ -46,10 +50,13 @@ DEFAULTS: dict[str, Any] = {
     "servers": 10,
     "targets": 100,
     "movement": "normal",
+    "layout": "line",
+    "boundary": "clip",
     "slots": 5,
     "tc": 10.0,
     "time_scale": 200.0,
     "sharing": "paper",
+    "accounting": "plain",
     "seed": 0,
     "cloud_delay_ms": 10.0,
     "edge_delay_ms": [1.0, 5.0],
@@ -99,10 +106,13 @@ _CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "servers": lambda v, f: _integer(v, f, 1, MAX_SERVERS),
     "targets": lambda v, f: _integer(v, f, 1, MAX_TARGETS),
     "movement": lambda v, f: _choice(v, f, MOVEMENTS),
+    "layout": lambda v, f: _choice(v, f, LAYOUTS),
+    "boundary": lambda v, f: _choice(v, f, BOUNDARIES),
     "slots": lambda v, f: _integer(v, f, 1, MAX_SLOTS),
     "tc": lambda v, f: _number(v, f, 0.0, open_low=True),
     "time_scale": lambda v, f: _number(v, f, 1.0),
     "sharing": lambda v, f: _choice(v, f, SHARING_MODES),
+    "accounting": lambda v, f: _choice(v, f, ACCOUNTINGS),
     "seed": lambda v, f: _integer(v, f, 0, 2**63 - 1),
     "cloud_delay_ms": lambda v, f: _number(v, f, 0.0, high=MAX_DELAY_MS),
     "edge_delay_ms": _delay_range,
@@ -118,7 +128,11 @@ def line_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"params.{unknown[0]}: expected one of the builder's parameters "
                          f"({', '.join(_CHECKS)}), found an unknown one")
-    return {k: check(params.get(k, DEFAULTS[k]), k) for k, check in _CHECKS.items()}
+    checked = {k: check(params.get(k, DEFAULTS[k]), k) for k, check in _CHECKS.items()}
+    if checked["layout"] == "grid" and math.isqrt(checked["servers"]) ** 2 != checked["servers"]:
+        raise ValueError(f"params.servers: expected a perfect square for the grid layout, "
+                         f"found {checked['servers']!r}")
+    return checked
 
 
 def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,7 +147,8 @@ def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
     services: list[dict[str, Any]] = [
         {"name": "coordinator", "program": "person_search.coordinator", "node": "cloud",
          "port": COORDINATOR_PORT, "params": {"server": [
-             f"http://{{ip:{edge_name(s)}}}:{EDGE_PORT}" for s in range(n)]}}]
+             f"http://{{ip:{edge_name(s)}}}:{EDGE_PORT}" for s in range(n)],
+             "accounting": p["accounting"]}}]
     for s in range(n):
         name = edge_name(s)
         nodes.append({"name": name, "role": "server", "tier": "edge"})
@@ -143,16 +158,18 @@ def person_search_line(params: Mapping[str, Any]) -> dict[str, Any]:
         services.append({"name": f"data-{name}", "program": "person_search.edge_server",
                          "node": name, "port": EDGE_PORT,
                          "params": {"server_index": s, "tc": p["tc"], "sharing": p["sharing"]}})
+    where = "on a line" if p["layout"] == "line" else f"on a {math.isqrt(n)} x {math.isqrt(n)} grid"
     return {
-        "description": f"person search over {n} edge servers on a line, "
+        "description": f"person search over {n} edge servers {where}, "
                        f"{p['targets']} searches ({p['movement']} movement)",
         "seed": seed,
         "topology": {"nodes": nodes, "links": links},
         "services": services,
         "workload": {"generator": "person-search",
                      "params": {"servers": n, "movement": p["movement"],
-                                "targets": p["targets"], "layout": "line",
-                                "slots": p["slots"], "tc_s": p["tc"]}},
+                                "targets": p["targets"], "layout": p["layout"],
+                                "boundary": p["boundary"], "slots": p["slots"],
+                                "tc_s": p["tc"]}},
         "policies": list(SEARCH_POLICIES),
         "duration": 1.0,
         "time_scale": p["time_scale"],

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.person_search.configs import EdgeServerParams
+from nodes.person_search.configs import CoordinatorParams, EdgeServerParams
 from testbed.errors import TestbedError
 from testbed.scenario.model import Scenario, Service
 
@@ -27,6 +27,9 @@ COORDINATOR = "person_search.coordinator"
 EDGE_SERVER = "person_search.edge_server"
 #: What an edge server runs with for a parameter its service leaves out
 EDGE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EdgeServerParams)}
+#: The accounting of a coordinator whose service leaves it out
+DEFAULT_ACCOUNTING = next(f.default for f in dataclasses.fields(CoordinatorParams)
+                          if f.name == "accounting")
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class Deployment:
 
     ``coordinator`` is the coordinator's service; ``edges[s]`` edge server ``s``'s
     service (its ``server_index`` is ``s``); ``tc`` (model seconds), ``sharing`` and
-    ``time_scale`` (the scenario's) are the servers' common response model.
+    ``time_scale`` (the scenario's) are the servers' common response model and
+    ``accounting`` the coordinator's reading of Eq. 7-8 in the durations.
     """
 
     coordinator: Service
@@ -43,6 +47,7 @@ class Deployment:
     tc: float
     sharing: str
     time_scale: float
+    accounting: str = DEFAULT_ACCOUNTING
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -81,4 +86,6 @@ def deployment(scenario: Scenario) -> Deployment:
     sharing = str(_common(scenario, edges, "sharing"))
     tc = float(_common(scenario, edges, "tc"))
     return Deployment(coordinator=coordinators[0], edges=tuple(edges), tc=tc,
-                      sharing=sharing, time_scale=scenario.time_scale)
+                      sharing=sharing, time_scale=scenario.time_scale,
+                      accounting=str(coordinators[0].params.get("accounting",
+                                                                DEFAULT_ACCOUNTING)))

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.errors import EmulationError
+from nodes.person_search.model import RUN_OPTIONS, split_run_options
+from testbed.errors import EmulationError, TestbedError
 from testbed.scenario.model import Scenario
 from testbed.systems.person_search.deployment import Deployment, deployment
-from testbed.systems.person_search.sim import SCENARIO_ACCOUNTING as ACCOUNTING
 from testbed.systems.person_search.sim import replay_reading, scenario_policy_seed
 from workloads.person_search import SearchWorld, read_ground_truth
 
@@ -157,13 +157,13 @@ def run_body(urls: Sequence[str], world: SearchWorld, policy: str,
     """The coordinator's ``POST /runs`` body for every search of ``world`` under the
     registered ``policy`` with a scenario entry's ``params`` (sent as ``policy_params``
     when there are any: the priority policy's candidate-set rule, ``w``, ...), the
-    servers' ``Tc`` and time scale, and the scenarios' accounting
-    (:data:`testbed.systems.person_search.sim.SCENARIO_ACCOUNTING`)."""
+    servers' ``Tc`` and time scale, and the coordinator's accounting."""
+    params = split_run_options(params)[0]
     body: dict[str, Any] = {
         "servers": list(urls), "layout": world.layout.kind, "slots": world.slots,
         "starts": [int(s) for s in world.holder[:, 0]], "policy": policy,
         "policy_seed": policy_seed, "tc": dep.tc, "time_scale": dep.time_scale,
-        "accounting": ACCOUNTING}
+        "accounting": dep.accounting}
     if params:
         body["policy_params"] = dict(params)
     return body
@@ -173,9 +173,18 @@ class SearchDriver:
     """The emulation driver of one person-search scenario (see the module docstring)."""
 
     def __init__(self, scenario: Scenario) -> None:
-        """Check the scenario's deployment now, before anything is brought up."""
+        """Check the scenario's deployment and policy entries now, before anything is
+        brought up: the coordinator runs only the default run options."""
         self.scenario = scenario
         self.deployment: Deployment = deployment(scenario)
+        for label in scenario.policies:
+            options = split_run_options(scenario.policy_entry(label).params)[1]
+            for key, value in options.items():
+                if value != RUN_OPTIONS[key]:
+                    raise TestbedError(
+                        f"{scenario.name}: policy {label}: params.{key}: expected "
+                        f"{str(RUN_OPTIONS[key]).lower()} in emulation (the coordinator runs "
+                        f"no other; the simulator does), found {value!r}")
         self.world: SearchWorld | None = None
         self.run = ""
         self.urls: list[str] = []
@@ -227,7 +236,7 @@ class SearchDriver:
         found = all(int(r["found_item"]) == world.required_item(int(r["search"]))
                     for r in answer["requests"])
         self.replays.append({
-            **replay_reading(policy, entry.name, entry.params, ACCOUNTING),
+            **replay_reading(policy, entry.name, entry.params, dep.accounting),
             "repetition": repetition, "policy_seed": pseed,
             "targets": len(answer["requests"]), "total_response_s": total,
             "total_analyses": len(answer["analyses"]),
@@ -246,7 +255,7 @@ class SearchDriver:
         """Every replay's summary, the servers' model and the host over all replays."""
         dep = self.deployment
         return {"replays": self.replays, "servers": len(dep.edges), "tc": dep.tc,
-                "sharing": dep.sharing, "time_scale": dep.time_scale, "accounting": ACCOUNTING,
+                "sharing": dep.sharing, "time_scale": dep.time_scale, "accounting": dep.accounting,
                 "targets": self.world.targets if self.world is not None else None,
                 "host": combined_host([r["host"] for r in self.replays])}
 

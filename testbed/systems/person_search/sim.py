@@ -10,8 +10,8 @@ breaks a run's analyses down (before ``T_R`` or at it, with or without the targe
 :class:`~nodes.person_search.model.AnalysisServer`, the policies of
 :mod:`nodes.person_search.policies`) are the person-search system's pure
 layer; the world and its ground truth come from :mod:`workloads.person_search`. The
-paper's experiments on top of it (Fig. 3, Fig. 4, the grid) are
-:mod:`testbed.systems.person_search.experiment_sim`.
+paper's experiments on top of it (Fig. 3, Fig. 4, the grid) are study files run through
+:func:`run_sim` (:mod:`testbed.systems.person_search.simulation_experiment`).
 
 The model, and the choices the paper leaves open:
 
@@ -89,6 +89,7 @@ from nodes.person_search.model import (
     Search,
     compensation_factor,
     reading,
+    split_run_options,
 )
 from nodes.person_search.policies import make_search_policy
 from testbed.errors import TestbedError
@@ -108,9 +109,6 @@ if TYPE_CHECKING:
 SERVER_PREFIX = "edge-"
 DEFAULT_CLIENT = "coordinator"
 _POLICY_DOMAIN = 0x5EA4C4  # mixed into the policy seed's entropy (see policy_seed_for)
-#: The reading of Eq. 7-8 a scenario's runs use on both executors (``run_sim`` and the
-#: emulation driver): durations as the response model gives them
-SCENARIO_ACCOUNTING = "plain"
 
 
 def policy_seed_for(seed: int, repetition: int = 0) -> int:
@@ -395,17 +393,22 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     An entry is a registered policy with its label and parameters (the priority policy's
     :class:`PriorityParams` fields, e.g. the candidate-set rule ``candidates``, checked
     by the loader through :func:`~nodes.person_search.policies.
-    check_policy_params`); the trace rows and summaries name it by its label, and each
-    summary records its reading of the paper (:func:`replay_reading`).
+    check_policy_params`) and the run options
+    :data:`~nodes.person_search.model.RUN_OPTIONS` (``start``, ``sequential``, and
+    ``isolated``, which adds ``alone_mean_analyses``: each search run alone on idle
+    servers, :func:`isolated_analyses`); the trace rows and summaries name it by its
+    label, and each summary records its reading of the paper (:func:`replay_reading`),
+    the run's :func:`run_stats` and :func:`end_groups`.
 
     The world is the materialised trace's ground truth (``trace_dir``, written by the
     generator's side files and checked against the trace); the servers' ``Tc`` and
-    sharing are the scenario's edge servers' (:func:`~testbed.systems.person_search.
-    deployment.deployment`). Repetition ``r`` seeds the policies with
-    ``policy_seed_for(workload seed, r)``, as the emulation driver does. Returns the
-    trace rows (one per search, :func:`request_rows`, named after the scenario's nodes)
-    and, under ``driver`` (where the emulation's driver details go in ``metadata.json``),
-    one summary per replay. ``workdir`` is unused (nothing runs outside this process).
+    sharing and the coordinator's accounting are the scenario's
+    (:func:`~testbed.systems.person_search.deployment.deployment`). Repetition ``r``
+    seeds the policies with ``policy_seed_for(workload seed, r)``, as the emulation
+    driver does. Returns the trace rows (one per search, :func:`request_rows`, named
+    after the scenario's nodes) and, under ``driver`` (where the emulation's driver
+    details go in ``metadata.json``), one summary per replay. ``workdir`` is unused
+    (nothing runs outside this process).
     """
     del workdir
     dep = deployment(scenario)
@@ -418,11 +421,19 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
 
     def replay(label: str, repetition: int) -> list[dict[str, Any]]:
         entry = scenario.policy_entry(label)
+        own, options = split_run_options(entry.params)
+        isolated = bool(options.pop("isolated", False))
         pseed = scenario_policy_seed(scenario, repetition)
         result = simulate(world, entry.name, seed, tc=dep.tc, sharing=dep.sharing,
-                          policy_seed=pseed, **entry.params)
-        replays.append({"repetition": repetition, "policy_seed": pseed, **result.summary(),
-                        **replay_reading(label, entry.name, entry.params, SCENARIO_ACCOUNTING)})
+                          accounting=dep.accounting, policy_seed=pseed, **options, **own)
+        summary = {"repetition": repetition, "policy_seed": pseed, **result.summary(),
+                   **run_stats(result, world), **end_groups(result, world),
+                   **replay_reading(label, entry.name, entry.params, dep.accounting)}
+        if isolated:
+            tc = {"tc": dep.tc} if entry.name == "priority" else {}
+            alone = isolated_analyses(world, entry.name, seed, policy_seed=pseed, **tc, **own)
+            summary["alone_mean_analyses"] = float(alone.mean())
+        replays.append(summary)
         progress(f"  {label} #{repetition}: total {result.total_response:.0f} model s, "
                  f"{result.mean_analyses:.1f} analyses per search "
                  f"({result.wall_s:.2f} s wall)")
@@ -432,7 +443,7 @@ def run_sim(scenario: Scenario, run: str, trace_dir: Path, workdir: Path,
     rows, failed = replay_each(scenario.repetitions, scenario.policies, replay, progress)
     return {"rows": rows, "failed": failed,
             "driver": {"replays": replays, "tc": dep.tc, "sharing": dep.sharing,
-                       "accounting": SCENARIO_ACCOUNTING}}
+                       "accounting": dep.accounting}}
 
 
 def replay_reading(label: str, name: str, params: Mapping[str, Any],
@@ -559,6 +570,21 @@ def run_stats(run: SearchRun, world: SearchWorld) -> dict[str, Any]:
             else 1.0,
             "mean_concurrency": float((run.a_queue + 1).mean()) if run.a_queue.size else 0.0,
             "total_analyses": run.total_analyses, "makespan_s": run.makespan}
+
+
+def end_groups(run: SearchRun, world: SearchWorld) -> dict[str, Any]:
+    """The searches split by where their target is at ``T_R``: on the last server along x
+    (where a straight mover that reaches the end of the region stops) or elsewhere.
+
+    ``end_share`` is the share of the first group; ``mean_analyses_end`` and
+    ``mean_analyses_rest`` each group's mean analyses per search (None when empty).
+    """
+    side = world.layout.side
+    last = world.holder[:, world.slots] % side == side - 1
+    rest = ~last
+    return {"end_share": float(last.mean()),
+            "mean_analyses_end": float(run.analyses[last].mean()) if last.any() else None,
+            "mean_analyses_rest": float(run.analyses[rest].mean()) if rest.any() else None}
 
 
 def isolated_analyses(world: SearchWorld, policy_name: str, seed: int = 0, *,
