@@ -45,9 +45,11 @@ class Condition:
 
 def _named(passed: list[Condition]) -> str:
     """The passed conditions as a verdict names them: grouped by executor when any
-    has one (``simulation: load 0.2, load 0.4; emulation: load 0.9``)."""
+    has one (``simulation: load 0.2, load 0.4; emulation: load 0.9``); conditions whose
+    names hold a comma (``compensated, unanalysed``) are separated by semicolons."""
     if not any(c.executor for c in passed):
-        return ", ".join(c.what for c in passed)
+        sep = "; " if any(", " in c.what for c in passed) else ", "
+        return sep.join(c.what for c in passed)
     grouped: dict[str, list[str]] = {}
     for c in passed:
         grouped.setdefault(c.executor, []).append(c.what)

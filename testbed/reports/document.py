@@ -90,6 +90,6 @@ def page(blocks: Sequence[Block]) -> str:
             if block.title:
                 body.append(f"<p><strong>{html.escape(block.title)}</strong></p>")
             body.append(html_page.table(block.columns, block.rows))
-            if block.note:
-                body.append(f"<p>{inline_html(block.note)}</p>")
+            body += [f"<p>{inline_html(para)}</p>" for para in block.note.split("\n\n")
+                     if para.strip()]
     return html_page.document(title, body)

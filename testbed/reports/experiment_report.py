@@ -2,7 +2,8 @@
 
 An experiment written as data hands this module what it ran (each study's settings,
 table and cell records), its metrics (a JSON mapping; its ``tables`` entry holds the
-measurement tables the metric function chose to show) and its judged claims; the module
+measurement tables the metric function chose to show, its optional ``setup`` the
+paragraphs saying what was run) and its judged claims; the module
 writes ``<report>.md``, ``<report>.html`` (the same blocks as a page) and
 ``<report>.claims.json`` (for ``testbed claims-index``). Nothing here knows an
 experiment: the words that are not the experiment's own data are the same for all, and
@@ -120,6 +121,10 @@ def _study_line(part: StudyPart) -> str:
     seeds = about.get("seeds") or {}
     seeding = (f"study seed {about.get('seed')}" if seeds.get("rule", "hash") == "hash" else
                f"replication r's seed is {about.get('seed')} + r at every point")
+    if seeds.get("over"):
+        seeding += (", replication seeds hashed over "
+                    + ", ".join(f"`{path}`" for path in seeds["over"].values())
+                    + " only (points that differ elsewhere share their traces)")
     seeding += "".join(f", also set as `{p}`" for p in seeds.get("also", []))
     return (f"Scenario `{scenario}`; grid: {axes}; {about.get('replications')} "
             f"replication(s) per point ({seeding}), each its own "
@@ -215,6 +220,10 @@ def blocks(report: ReportInput) -> list[Block]:
                   "independent replications unless the method column says otherwise "
                   "(`docs/statistics.md`)."),
     ]
+    setup = [str(p) for p in report.metrics.get("setup") or []]
+    if setup:
+        out.append(Heading("Set-up"))
+        out += [Paragraph(p) for p in setup]
     if report.claims:
         out.append(Heading("Verdicts"))
         out.append(Table("", ("claim", "verdict", "replications"), tuple(

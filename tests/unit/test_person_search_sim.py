@@ -14,12 +14,6 @@ import pytest
 
 from nodes.person_search.model import PriorityParams
 from testbed.analysis.traces import rows_to_frame
-from testbed.systems.person_search.experiment_sim import (
-    FIG3_POLICIES,
-    POLICY_LABELS,
-    fig3_table,
-    fig4_table,
-)
 from testbed.systems.person_search.sim import (
     analysis_rows,
     policy_seed_for,
@@ -29,6 +23,7 @@ from testbed.systems.person_search.sim import (
 from workloads.person_search import Layout, SearchWorld, build_world
 
 TC = 10.0
+FIG3_POLICIES = ("priority", "random", "load-balance")
 
 
 def static_world(servers: int, where: list[int], slots: int = 5) -> SearchWorld:
@@ -238,46 +233,3 @@ def test_rows_follow_the_trace_schema() -> None:
     assert len(analyses) == run.total_analyses
     assert analyses["latency_s"].sum() == pytest.approx(run.total_response)
     assert analyses["queue_at_arrival"].tolist() == run.a_queue.tolist()
-
-
-# --- experiment helpers ----------------------------------------------------------------------------
-
-
-def test_fig3_table_small() -> None:
-    rows = fig3_table(servers=(5, 8), movements=("normal",), targets=20, seed=4)
-    assert [(r["servers"], r["policy"]) for r in rows] == \
-        [(n, p) for n in (5, 8) for p in POLICY_LABELS]
-    by = {(r["servers"], r["policy"]): r for r in rows}
-    for n in (5, 8):
-        assert by[n, "random"]["reduction_vs_random"] == 0.0
-        prio = by[n, "priority"]
-        assert prio["reduction_vs_random"] == pytest.approx(
-            1 - prio["total_response_s"] / by[n, "random"]["total_response_s"])
-        world_run = simulate({"servers": n, "targets": 20}, "priority", 4)
-        assert prio["total_response_s"] == world_run.total_response
-        after = simulate({"servers": n, "targets": 20}, "priority", 4,
-                         candidates="after-discovery")
-        assert by[n, "priority-after-discovery"]["total_response_s"] == after.total_response
-        assert (prio["candidates"], by[n, "priority-after-discovery"]["candidates"],
-                by[n, "random"]["candidates"]) == ("unanalysed", "after-discovery", None)
-    # priority options reach only the priority policy
-    rows = fig3_table(servers=(5,), movements=("straight",), targets=10, seed=4, w=0.3)
-    assert len(rows) == len(POLICY_LABELS)
-    assert fig3_table(servers=(5,), movements=("normal",), policies=("priority",),
-                      targets=5)[0]["reduction_vs_random"] is None
-
-
-def test_fig4_table_small() -> None:
-    rows = fig4_table(ws=(0.001, 0.3), servers=(6,), movements=("normal", "straight"),
-                      targets=15, seed=2)
-    labels = ("priority", "priority-after-discovery")
-    assert [(r["movement"], r["policy"], r["w"]) for r in rows] == \
-        [(m, p, w) for m in ("normal", "straight") for p in labels for w in (0.001, 0.3)]
-    assert [r["normalised"] for r in rows if r["w"] == 0.001] == [1.0] * 4
-    straight = simulate({"servers": 6, "targets": 15, "movement": "straight"}, "priority", 2,
-                        w=0.3, candidates="after-discovery")
-    assert rows[-1]["total_response_s"] == straight.total_response
-    with pytest.raises(ValueError, match="reference"):
-        fig4_table(ws=(0.1, 0.3), servers=(6,), targets=5)
-    with pytest.raises(ValueError, match="sets w"):
-        fig4_table(ws=(0.001,), servers=(6,), targets=5, w=0.1)

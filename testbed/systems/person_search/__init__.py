@@ -7,10 +7,12 @@ The system's parts, by layer: the services ``nodes/person_search/`` (edge data s
 coordinator); the generator ``workloads/person_search.py`` (world, trace, ground truth);
 here, the pure model (:mod:`.model`: Eq. 1, Algorithm 1, the response model), the
 policies (:mod:`.policies`), what a scenario deploys (:mod:`.deployment`), the scenario
-builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the experiments
-(:mod:`.experiment`, :mod:`.experiment_sim`, :mod:`.experiment_emulation`) and their
-reports (:mod:`.paper_reports`, :mod:`.sim_report`, over many world seeds with
-:mod:`.replicated`); the simulator is :mod:`testbed.systems.person_search.sim`. The policies'
+builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the simulator's
+experiment as study files (``studies/simulation/``, read back by :mod:`.simulation_rows`
+into the tables of :mod:`.simulation_tables`, judged by :mod:`.claim_checks`:
+:mod:`.simulation_experiment`), the emulated experiment (:mod:`.experiment`,
+:mod:`.experiment_emulation`, :mod:`.paper_reports`) and the per-world-seed statistics
+both use (:mod:`.replicated`); the simulator is :mod:`testbed.systems.person_search.sim`. The policies'
 scenario parameters (the priority policy's candidate-set rule among them) are checked by
 :func:`.policies.check_policy_params`.
 
@@ -45,11 +47,20 @@ SYSTEM = System(
     simulate="testbed.systems.person_search.sim:run_sim",
     experiments=(
         Experiment("person-search",
-                   "the simulator's Fig. 3, Fig. 4 and 2-D grid (sim), and the same searches "
-                   "over real HTTP beside their simulated twins (emulation)",
+                   "the simulator's Fig. 3, Fig. 4, 2-D grid and straight movers, each claim "
+                   "judged under both readings of Eq. 7-8 and both candidate-set rules",
+                   studies="testbed.systems.person_search:studies/simulation",
+                   metrics="testbed.systems.person_search.simulation_experiment:metrics",
+                   claims="testbed.systems.person_search.simulation_experiment:claims",
+                   paper="001: context-based person search on edge servers (priority Eq. 1)",
+                   report_dir="docs/results/person-search", report_file="simulation.md",
+                   title="Context-based person search: the simulator's experiments "
+                         "(`person-search`)"),
+        Experiment("person-search-emulation",
+                   "the same searches over real HTTP beside their simulated twins",
                    run="testbed.systems.person_search.experiment:run",
                    report="testbed.systems.person_search.experiment:report",
-                   sizes=("small", "full"), executors=("sim", "emulation"),
+                   sizes=("small", "full"), executors=("emulation",),
                    report_dir="docs/results/person-search"),
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),

@@ -6,7 +6,8 @@ where two policies or settings are compared) and is judged under every reading t
 report keeps: the accounting of Eq. 7-8 times the candidate-set rule. The verdict is
 *holds* when every reading passes, *fails* when none does, else *holds only for* the
 readings that pass; the paragraph saying why is built from the same numbers.
-:func:`judge` takes the report's indexed ``simulation.json`` (``sim_report._Data``).
+:func:`judge` takes the studies' rows indexed by point
+(:class:`~testbed.systems.person_search.simulation_tables.SimData`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""``testbed experiment person-search``: the simulator's experiments and the emulated one.
+"""``testbed experiment person-search-emulation``: the emulated searches beside their twins.
 
-:func:`run` computes, per executor of ``--executors``, the results folder of one part
-(``<out>/sim``: :func:`~testbed.systems.person_search.experiment_sim.run_simulation`;
-``<out>/emulation``: :func:`~testbed.systems.person_search.experiment_emulation.
-run_emulation`); :func:`report` writes the matching reports (``simulation.md``,
-``emulation.md``) into the report folder. Both parts take the same ``--size`` names
-(:func:`testbed.experiments.sizes.size_plan`).
+:func:`run` computes the results folder (``<out>/emulation``:
+:func:`~testbed.systems.person_search.experiment_emulation.run_emulation`) and
+:func:`report` writes ``emulation.md`` into the report folder. The simulator's
+experiment is study files (:mod:`testbed.systems.person_search.simulation_experiment`).
 """
 
 from __future__ import annotations
@@ -15,41 +13,28 @@ from pathlib import Path
 
 from testbed.errors import TestbedError
 
-PARTS = ("sim", "emulation")
+PARTS = ("emulation",)
 
 
 def _check(executors: tuple[str, ...]) -> None:
-    unknown = [e for e in executors if e not in PARTS]
-    if unknown or not executors:
-        raise TestbedError(f"--executors: expected sim, emulation or both, found "
-                           f"{','.join(executors)!r}")
+    if tuple(executors) != PARTS:
+        raise TestbedError(f"--executors: expected emulation, found {','.join(executors)!r}")
 
 
 def run(size: str, out: Path, progress: Callable[[str], None] = print,
         executors: tuple[str, ...] = PARTS) -> Path:
-    """Run each part of ``executors`` at ``size`` into ``out/<executor>``; returns ``out``."""
+    """Run the emulated part at ``size`` into ``out/emulation``; returns ``out``."""
     from testbed.systems.person_search.experiment_emulation import run_emulation
-    from testbed.systems.person_search.experiment_sim import run_simulation
 
     _check(executors)
-    for executor in executors:
-        if executor == "sim":
-            run_simulation(out / "sim", size, progress=progress)
-        else:
-            run_emulation(size, out / "emulation", progress)
+    run_emulation(size, out / "emulation", progress)
     return out
 
 
 def report(out: Path, report_dir: Path, command: str,
            executors: tuple[str, ...] = PARTS) -> list[Path]:
-    """The report of each part of ``executors`` run into ``out``, written to ``report_dir``."""
-    from testbed.systems.person_search.paper_reports import (
-        write_emulation_report,
-        write_simulation_report,
-    )
+    """The report of the part run into ``out``, written to ``report_dir``."""
+    from testbed.systems.person_search.paper_reports import write_emulation_report
 
     _check(executors)
-    return [write_simulation_report(out / "sim", report_dir / "simulation.md", command)
-            if executor == "sim" else
-            write_emulation_report(out / "emulation", report_dir / "emulation.md", command)
-            for executor in executors]
+    return [write_emulation_report(out / "emulation", report_dir / "emulation.md", command)]

@@ -17,6 +17,7 @@ wall time went, into ``<out>/person_search.json`` for
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 from collections.abc import Callable, Mapping
@@ -24,15 +25,37 @@ from pathlib import Path
 from typing import Any
 
 from testbed.experiments.sizes import size_plan
-from testbed.systems.person_search.experiment_sim import (
-    MOVEMENTS,
-    POLICY_LABELS,
-    policy_spec,
-    world_seed,
-)
 
 Progress = Callable[[str], None]
 RESULT_NAME = "person_search.json"
+MOVEMENTS = ("normal", "straight")
+#: The compared policies by label: the registered policy and its own options (the
+#: simulator's studies name the same entries, ``studies/search.scenario.yaml``)
+POLICY_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
+    "priority": ("priority", {"candidates": "unanalysed"}),
+    "priority-after-discovery": ("priority", {"candidates": "after-discovery"}),
+    "random": ("random", {}),
+    "load-balance": ("load-balance", {}),
+}
+POLICY_LABELS = tuple(POLICY_SPECS)
+#: World seeds are 31-bit, like a study's replication seeds (``testbed/study/spec.py``)
+SEED_MASK = 2**31 - 1
+
+
+def policy_spec(label: str) -> tuple[str, dict[str, Any]]:
+    """The registered policy and own options of ``label``."""
+    name, options = POLICY_SPECS.get(label, (label, {}))
+    return name, dict(options)
+
+
+def world_seed(base: int, layout: str, movement: str, servers: int, replication: int) -> int:
+    """The seed of replication ``replication``'s world at one point: the first four
+    bytes of the sha256 of ``[base, {layout, movement, servers}, replication]`` (as
+    JSON), 31 bits; the seed the simulator's studies give the same point and replication
+    (``seeds: {over: {layout, movement, servers}}``)."""
+    point = {"layout": layout, "movement": movement, "servers": int(servers)}
+    blob = json.dumps([int(base), point, int(replication)], sort_keys=True)
+    return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +73,8 @@ class SearchSize:
     policies: tuple[str, ...] = POLICY_LABELS
     seed: int = 0
     #: independent worlds per (N, movement) point, seeded as the simulator's report
-    #: seeds its replications (:func:`~testbed.systems.person_search.experiment_sim.
-    #: world_seed` of ``seed``), so replication r here is replication r's world there
+    #: seeds its replications (:func:`world_seed` of ``seed``), so replication r here is
+    #: replication r's world there
     world_seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -77,7 +100,7 @@ def point_name(servers: int, movement: str) -> str:
 
 def policy_entry(label: str) -> str | dict[str, Any]:
     """The scenario's policy entry of a compared ``label``
-    (:data:`~testbed.systems.person_search.experiment_sim.POLICY_SPECS`): the bare name,
+    (:data:`POLICY_SPECS`): the bare name,
     or ``{name, label, params}`` (the priority policy with its candidate-set rule)."""
     name, params = policy_spec(label)
     if name == label and not params:

@@ -1,9 +1,6 @@
-"""The person-search reports: the simulator's experiments and the emulated comparison.
+"""The emulated person-search comparison's report.
 
-:func:`write_simulation_report` (:mod:`testbed.systems.person_search.sim_report`) turns
-the ``simulation.json`` of :func:`~testbed.systems.person_search.experiment_sim.
-run_simulation` into ``simulation.md`` (Fig. 3, Fig. 4, the grid, the straight movers,
-each over many world seeds with intervals); :func:`write_emulation_report` turns the
+:func:`write_emulation_report` turns the
 ``person_search.json`` of :func:`~testbed.systems.person_search.experiment_emulation.
 run_emulation` into ``emulation.md`` (emulated totals beside their simulated twins, and
 why they differ), with the reading of the paper each number was produced under (Eq. 7-8
@@ -28,9 +25,8 @@ from testbed.systems.person_search.builders import DEFAULTS as BUILDER_DEFAULTS
 from testbed.systems.person_search.claim_checks import section, write_judged
 from testbed.systems.person_search.emulation_claims import judge_emulated
 from testbed.systems.person_search.experiment_emulation import RESULT_NAME as EMULATION_RESULT
-from testbed.systems.person_search.sim_report import write_simulation_report
 
-__all__ = ["reductions", "row_reading", "write_emulation_report", "write_simulation_report"]
+__all__ = ["reductions", "row_reading", "write_emulation_report"]
 
 CLOUD_DELAY_MS = float(BUILDER_DEFAULTS["cloud_delay_ms"])
 EDGE_DELAY_MS = tuple(float(v) for v in BUILDER_DEFAULTS["edge_delay_ms"])

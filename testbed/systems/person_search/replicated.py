@@ -1,7 +1,7 @@
 """Rows of many world seeds, indexed by point: means and 95 % t-intervals across the seeds.
 
-``simulation.json`` (:func:`~testbed.systems.person_search.experiment_sim.run_simulation`)
-holds one row per point and replication (world seed). :class:`Table` indexes a table's
+The simulator's studies (:mod:`~testbed.systems.person_search.simulation_rows`) and the
+emulated comparison give one row per point and replication (world seed). :class:`Table` indexes a table's
 rows by the fields that name a point; a :class:`Point` gives, for any field, the mean
 over its world seeds and the Student-t interval across them
 (:func:`testbed.analysis.stats.replication_interval`). A statistic that combines several points

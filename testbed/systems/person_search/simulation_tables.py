@@ -1,44 +1,33 @@
-"""The person-search simulation report: Fig. 3, Fig. 4, the grid and the straight movers.
+"""The person-search simulation's measurement tables and set-up, from the studies' rows.
 
-:func:`write_simulation_report` turns the ``simulation.json`` of
-:func:`~testbed.systems.person_search.experiment_sim.run_simulation` into
-``simulation.md`` with PNG plots next to it, the paper's numbers beside ours. Every
-number is computed from that file: the mean over the world seeds of its point with the
-half-width of its 95 % t-interval across them, and the number of world seeds behind it
-(:mod:`testbed.systems.person_search.replicated`); a statistic that combines points is
-computed per world seed first. Every table names its reading of Eq. 7-8 (the
-accounting) and of the candidate set (the policy label: ``priority`` is rule
-``unanalysed``, ``priority-after-discovery`` rule ``after-discovery``). Conclusions are
-sentences chosen by the numbers, never fixed text. matplotlib (Agg) is imported only to
-draw.
+:func:`tables` turns the rows :mod:`~testbed.systems.person_search.simulation_rows`
+reads back from the simulator's studies (Fig. 3, Fig. 4, the grid, the straight movers)
+into the report's tables, each ``{title, columns, rows, note}``, the paper's numbers
+beside ours; :func:`setup` says what was simulated and which of the paper's gaps were
+closed how. Every number is computed from the rows: the mean over the world seeds of its
+point with the half-width of its 95 % t-interval across them, and the number of world
+seeds behind it (:mod:`testbed.systems.person_search.replicated`); a statistic that
+combines points is computed per world seed first. Every table names its reading of Eq.
+7-8 (the accounting) and of the candidate set (the policy label: ``priority`` is rule
+``unanalysed``, ``priority-after-discovery`` rule ``after-discovery``). The notes under
+the tables are sentences chosen by the numbers, never fixed conclusions.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nodes.person_search.model import ACCOUNTINGS
 from testbed.analysis.stats import Interval
-from testbed.experiments.emulated import save_figure
-from testbed.systems.person_search.claim_checks import BASELINES, judge, section, write_judged
-from testbed.systems.person_search.experiment_sim import (
-    MOVEMENTS,
-    PRIORITY_LABELS,
-    REFERENCE_W,
-    RESULT_NAME,
-)
+from testbed.systems.person_search.claim_checks import BASELINES
 from testbed.systems.person_search.replicated import (
     Table,
     across,
-    half,
     mega,
     pct,
     pm,
@@ -47,7 +36,10 @@ from testbed.systems.person_search.replicated import (
     seeds,
 )
 
-GRID_PLOT_FLOOR = -150.0
+MOVEMENTS = ("normal", "straight")
+PRIORITY_LABELS = ("priority", "priority-after-discovery")
+#: The w Fig. 4 normalises to (the paper's smallest, and Fig. 3's)
+REFERENCE_W = 0.001
 PRIORITY, AFTER = PRIORITY_LABELS
 #: Two sensitivities differ by more than this many points: "moves the reduction a lot"
 LARGE_POINTS = 0.10
@@ -63,8 +55,9 @@ VARIANT_TEXT = {
 # ------------------------------------------------------------------ the data
 
 
-class _Data:
-    """``simulation.json`` indexed by point, one row per world seed in every point."""
+class SimData:
+    """The studies' rows (``{params, seed, fig3, fig4, grid, variants, alone,
+    sensitivity}``) indexed by point, one row per world seed in every point."""
 
     def __init__(self, doc: Mapping[str, Any]) -> None:
         self.doc = doc
@@ -140,124 +133,42 @@ def _said_pct(interval: Interval) -> str:
     return said(interval, pct(interval))
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]],
+           note: str = "") -> dict[str, Any]:
+    """A measurement table as the generic report takes it."""
+    return {"title": title, "columns": [str(h) for h in header],
+            "rows": [[str(c) for c in row] for row in rows], "note": note}
 
 
-def _readings() -> list[tuple[str, str]]:
+def readings() -> list[tuple[str, str]]:
     """Every (accounting, priority label) pair, in report order."""
     return [(acc, label) for acc in ACCOUNTINGS for label in PRIORITY_LABELS]
 
 
-def _reading_name(data: _Data, acc: str, label: str) -> str:
+def reading_name(data: SimData, acc: str, label: str) -> str:
     return f"{acc}, {data.rules[label]}"
 
 
-def _beside_the_paper(data: _Data, figure: str, rows: Sequence[Sequence[Any]]) -> list[str]:
-    """The section setting the paper's numbers (``figure``'s text) beside ours: ``rows``
-    of a comparison, the paper's value, ours under each accounting and candidate rule."""
+def _beside_the_paper(data: SimData, figure: str, rows: Sequence[Sequence[Any]],
+                      why: str = "") -> dict[str, Any]:
+    """The table setting the paper's numbers (``figure``'s text) beside ours: ``rows``
+    of a comparison, the paper's value, ours under each accounting and candidate rule;
+    ``why`` goes under it."""
     head = ["", f"paper ({figure}, text)",
-            *(f"ours: {_reading_name(data, a, p)} ({data.seeds()})" for a, p in _readings())]
-    return ["### The paper's numbers beside ours", "",
-            ("Columns: our reading of Eq. 7-8 (accounting) and candidate-set rule; each "
-             "cell is the mean over the world seeds ± the half-width of its 95 % "
-             "t-interval."), "", *_table(head, rows), ""]
+            *(f"ours: {reading_name(data, a, p)} ({data.seeds()})" for a, p in readings())]
+    note = ("Columns: our reading of Eq. 7-8 (accounting) and candidate-set rule; each "
+            "cell is the mean over the world seeds ± the half-width of its 95 % t-interval.")
+    return _table(f"{figure}: the paper's numbers beside ours", head, rows,
+                  note + (f"\n\n{why}" if why else ""))
 
 
-# ------------------------------------------------------------------ plots
+def setup(data: SimData) -> list[str]:
+    """What was simulated and how the paper's gaps were closed, as paragraphs."""
+    return [line.removeprefix("* ") for line in _setup(data)
+            if line and not line.startswith("#")]
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _err(interval: Interval, scale: float = 1.0) -> float:
-    h = half(interval)
-    return 0.0 if h is None else h * scale
-
-
-def _plot_fig3(data: _Data, png: Path) -> Path:
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), squeeze=False)
-    width = 0.8 / len(data.labels)
-    xs = np.arange(len(data.servers))
-    for i, acc in enumerate(ACCOUNTINGS):
-        for j, mv in enumerate(MOVEMENTS):
-            ax = axes[i][j]
-            for k, policy in enumerate(data.labels):
-                cis = [data.total(acc, mv, n, policy) for n in data.servers]
-                ax.bar(xs + (k - (len(data.labels) - 1) / 2) * width,
-                       [c.estimate / 1e6 for c in cis], width,
-                       yerr=[_err(c, 1e-6) for c in cis], capsize=2, label=policy)
-            ax.set_xticks(xs, [f"N = {n}" for n in data.servers])
-            ax.set_ylabel("total response time (10^6 s)")
-            ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
-            ax.set_title(f"{mv} movement, {acc} accounting ({data.seeds()}, 95 % CI)",
-                         fontsize=9)
-            ax.legend(fontsize=7, loc="upper center", ncol=2)
-    return save_figure(fig, png)
-
-
-def _plot_fig4(data: _Data, png: Path) -> Path:
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), squeeze=False)
-    for i, acc in enumerate(ACCOUNTINGS):
-        for j, mv in enumerate(MOVEMENTS):
-            ax = axes[i][j]
-            for n, (label, style) in itertools.product(data.servers,
-                                                       ((PRIORITY, "o-"), (AFTER, "s--"))):
-                cis = data.curve(acc, mv, n, label)
-                ax.errorbar(data.ws, [c.estimate for c in cis], yerr=[_err(c) for c in cis],
-                            fmt=style, capsize=2, label=f"N = {n}, {data.rules[label]}")
-            ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set_xscale("log")
-            ax.set_xlabel("w")
-            ax.set_ylabel(f"total / total at w = {REFERENCE_W:g}")
-            ax.set_title(f"{mv} movement, {acc} accounting ({data.seeds()}, 95 % CI)",
-                         fontsize=9)
-            ax.legend(fontsize=6)
-    return save_figure(fig, png)
-
-
-def _plot_grid(data: _Data, png: Path) -> Path:
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), squeeze=False)
-    ns = [s * s for s in data.sides]
-    for j, mv in enumerate(MOVEMENTS):
-        ax = axes[0][j]
-        for label in data.readings:
-            cis = [data.grid[mv, n, label].ci("reduction_vs_random", PRIORITY) for n in ns]
-            ax.errorbar(ns, [100.0 * c.estimate for c in cis],
-                        yerr=[_err(c, 100.0) for c in cis], fmt="o-", capsize=2,
-                        label=f"priority, {label}")
-        for label, style in (("grid", "k--"), ("line", "k:")):
-            ys = [100.0 * data.grid[mv, n, label].mean("reduction_vs_random", "load-balance")
-                  for n in ns]
-            ax.plot(ns, ys, style, label=f"load-balance, {label}")
-        ax.axhline(0.0, color="grey", lw=0.8)
-        low, high = ax.get_ylim()
-        title = f"{mv} movement ({data.seeds()}, 95 % CI)"
-        if low < GRID_PLOT_FLOOR:
-            ax.set_ylim(GRID_PLOT_FLOOR, high)
-            title += f"; below {GRID_PLOT_FLOOR:.0f} %: see the table"
-        ax.set_xticks(ns)
-        ax.set_xlabel("N (grid side^2)")
-        ax.set_ylabel("reduction vs random (%)")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=6)
-    return save_figure(fig, png)
-
-
-# ------------------------------------------------------------------ set-up
-
-
-def _setup(data: _Data) -> list[str]:
+def _setup(data: SimData) -> list[str]:
     p = data.params
     prio = p["priority"]
     world = p["world"]
@@ -319,7 +230,7 @@ def _setup(data: _Data) -> list[str]:
 # ------------------------------------------------------------------ Fig. 3
 
 
-def _fig3_tables(data: _Data) -> list[str]:
+def _fig3_tables(data: SimData) -> list[dict[str, Any]]:
     totals, reductions = [], []
     for acc, mv, n in itertools.product(ACCOUNTINGS, MOVEMENTS, data.servers):
         totals.append([acc, mv, n, *(mega(data.total(acc, mv, n, p)) for p in data.labels),
@@ -328,26 +239,29 @@ def _fig3_tables(data: _Data) -> list[str]:
                                          for p in data.labels if p != "random"),
                            " / ".join(pm(data.fig3[acc, mv, n, p].ci("mean_analyses"))
                                       for p in data.labels), data.seeds()])
+    title = (f"Fig. 3: total response time of {data.params['targets']} searches "
+             f"(w = {data.params['priority']['w']:g}; {data.seeds()} per point)")
     return [
-        (f"Total response time in 10^6 model seconds. Policy `{PRIORITY}` ranks with "
-         f"candidate-set rule `unanalysed`, `{AFTER}` with `after-discovery`; the accounting "
-         "column is the reading of Eq. 7-8."), "",
-        *_table(["accounting", "movement", "N", *data.labels, "world seeds"], totals), "",
-        ("Reduction = 1 - total / total of random on the same world, per world seed; a "
-         "negative reduction is a longer total than random's. Analyses: mean analyses per "
-         "search, " + " / ".join(data.labels) + "."), "",
-        *_table(["accounting", "movement", "N",
-                 *(f"{p} vs random" for p in data.labels if p != "random"),
-                 "analyses", "world seeds"], reductions), ""]
+        _table(title, ["accounting", "movement", "N", *data.labels, "world seeds"], totals,
+               f"Total response time in 10^6 model seconds. Policy `{PRIORITY}` ranks with "
+               f"candidate-set rule `unanalysed`, `{AFTER}` with `after-discovery`; the "
+               "accounting column is the reading of Eq. 7-8."),
+        _table("Fig. 3: reductions vs random and analyses per search",
+               ["accounting", "movement", "N",
+                *(f"{p} vs random" for p in data.labels if p != "random"),
+                "analyses", "world seeds"], reductions,
+               "Reduction = 1 - total / total of random on the same world, per world seed; a "
+               "negative reduction is a longer total than random's. Analyses: mean analyses "
+               "per search, " + " / ".join(data.labels) + ".")]
 
 
-def _fig3_paper_rows(data: _Data) -> list[list[str]]:
+def _fig3_paper_rows(data: SimData) -> list[list[str]]:
     big, small = max(data.servers), min(data.servers)
     tag = "" if big == 100 else f" (largest N here: {big})"
     mid = [n for n in data.servers if n != small]
 
     def row(name: str, paper: str, fn: Callable[[str, str], str]) -> list[str]:
-        return [name, paper, *(fn(a, p) for a, p in _readings())]
+        return [name, paper, *(fn(a, p) for a, p in readings())]
 
     def gap(acc: str, label: str, n: int) -> str:
         return points(data.per_seed(lambda r: data.fig3_at(acc, "normal", n, label, r)
@@ -392,16 +306,19 @@ def _fig3_paper_rows(data: _Data) -> list[list[str]]:
     ]
 
 
-def _fig3_section(data: _Data, png: Path) -> list[str]:
-    lines = [(f"## Fig. 3: total response time of {data.params['targets']} searches "
-              f"(w = {data.params['priority']['w']:g}; {data.seeds()} per point)"), "",
-             *_fig3_tables(data), f"![Fig. 3 under both accountings]({png.name})", ""]
-    lines += _beside_the_paper(data, "Fig. 3", _fig3_paper_rows(data))
-    lines += _fig3_why(data)
-    return lines
+def _fig3(data: SimData) -> list[dict[str, Any]]:
+    """Fig. 3's tables, the paper's numbers beside ours, and where and why ours differ."""
+    alone = _alone_table(data, "plain")
+    loss = " ".join(_loss_text(data, "plain"))
+    if loss:
+        alone["note"] = f"{loss}\n\n{alone['note']}" if alone["note"] else loss
+    variants = _variants(data)
+    variants["note"] += "\n\n" + " ".join(_accountings_text(data))
+    return [*_fig3_tables(data), _beside_the_paper(data, "Fig. 3", _fig3_paper_rows(data)),
+            alone, variants]
 
 
-def _loss_text(data: _Data, acc: str) -> list[str]:
+def _loss_text(data: SimData, acc: str) -> list[str]:
     """Why the priority policy can take longer than random (plain accounting)."""
     small = min(data.servers)
     losses = [(mv, n) for mv in MOVEMENTS for n in data.servers
@@ -449,10 +366,10 @@ def _loss_text(data: _Data, acc: str) -> list[str]:
          f"once. {_contention(data, acc)} Random's analyses grow with N "
          f"({listing('random')} at N = {', '.join(map(str, data.servers))}) while the "
          f"priority policy's stay near {listing(PRIORITY)} ({data.seeds()}), which is why "
-         "the priority policy's advantage grows with N."), ""]
+         "the priority policy's advantage grows with N.")]
 
 
-def _alone_table(data: _Data, acc: str) -> list[str]:
+def _alone_table(data: SimData, acc: str) -> dict[str, Any]:
     rows = []
     for mv, n in itertools.product(MOVEMENTS, data.servers):
         cells: list[Any] = [mv, n]
@@ -465,11 +382,13 @@ def _alone_table(data: _Data, acc: str) -> list[str]:
     head = ["movement", "N"]
     for label in PRIORITY_LABELS:
         head += [f"{label}, alone", f"{label}, all at once", "of which before T_R"]
-    return [f"Analyses per search, {acc} accounting:", "",
-            *_table([*head, "random", "world seeds"], rows), ""]
+    return _table(f"Fig. 3: analyses per search alone and all at once, {acc} accounting",
+                  [*head, "random", "world seeds"], rows,
+                  "Alone: every search run by itself on idle servers; all at once: the "
+                  "Fig. 3 run.")
 
 
-def _contention(data: _Data, acc: str) -> str:
+def _contention(data: SimData, acc: str) -> str:
     """The largest difference contention made to the priority policy's analyses."""
     conds = list(itertools.product(MOVEMENTS, data.servers))
 
@@ -480,10 +399,10 @@ def _contention(data: _Data, acc: str) -> str:
     worst = max(conds, key=lambda c: added(*c).estimate)
     return (f"Over all conditions contention adds at most "
             f"{said(added(*worst), pm(added(*worst)))} analyses per search ({worst[0]} "
-            f"N = {worst[1]}, table below).")
+            f"N = {worst[1]}, table above).")
 
 
-def _accountings_text(data: _Data) -> list[str]:
+def _accountings_text(data: SimData) -> list[str]:
     big = max(data.servers)
     comp, plain = "compensated", "plain"
     pr = data.fig3[comp, "normal", big, PRIORITY]
@@ -514,19 +433,10 @@ def _accountings_text(data: _Data) -> list[str]:
          f"not depend on the accounting "
          f"({pct(data.reduction(plain, 'normal', big, 'load-balance'))} plain, "
          f"{pct(data.reduction(comp, 'normal', big, 'load-balance'))} compensated, "
-         f"{data.seeds()}; the paper: 6 %): its factor is the same for every analysis."),
-        ""]
+         f"{data.seeds()}; the paper: 6 %): its factor is the same for every analysis.")]
 
 
-def _fig3_why(data: _Data) -> list[str]:
-    lines = ["### Where and why ours differ", "", *_loss_text(data, "plain")]
-    lines += _alone_table(data, "plain")
-    lines += _accountings_text(data)
-    lines += _variants(data)
-    return lines
-
-
-def _closer(data: _Data) -> str:
+def _closer(data: SimData) -> str:
     """Which accounting comes closer to the paper's numbers, comparison by comparison
     (rule unanalysed, means over the world seeds)."""
     big = max(data.servers)
@@ -557,13 +467,12 @@ def _closer(data: _Data) -> str:
     return text + "."
 
 
-def _variants(data: _Data) -> list[str]:
+def _variants(data: SimData) -> dict[str, Any]:
     labels = ["as run", *VARIANT_TEXT]
-    lines = ["**Other closings of the gaps.** The priority policy (rule unanalysed) with "
-             "one choice made differently (" + "; ".join(f"`{k}`: {v}" for k, v in
-                                                         VARIANT_TEXT.items())
+    intro = ("The priority policy (rule unanalysed) with one choice made differently ("
+             + "; ".join(f"`{k}`: {v}" for k, v in VARIANT_TEXT.items())
              + "). Reduction vs the random run of the same world and accounting, per world "
-             f"seed; `as run` is the Fig. 3 policy `{PRIORITY}`.", ""]
+             f"seed; `as run` is the Fig. 3 policy `{PRIORITY}`.")
 
     def point(acc: str, mv: str, n: int, label: str) -> Any:
         if label == "as run":
@@ -580,7 +489,6 @@ def _variants(data: _Data) -> list[str]:
             cells.append(f"{pct(p.ci('reduction_vs_random'))} "
                          f"({pm(p.ci('mean_analyses'))})")
         rows.append([*cells, data.seeds()])
-    lines += _table(["accounting", "movement", "N", *labels, "world seeds"], rows)
     conds = list(itertools.product(ACCOUNTINGS, MOVEMENTS, data.servers))
 
     def change(label: str, c: tuple[str, str, int]) -> Interval:
@@ -602,7 +510,7 @@ def _variants(data: _Data) -> list[str]:
     base = data.fig3["plain", "normal", big, PRIORITY]
     after = data.fig3["plain", "normal", big, AFTER]
     both = data.variants["compensated", "normal", big, "response-time"]
-    lines += ["", (f"Cells: reduction (analyses per search), {data.seeds()} each. Leaving "
+    found = (f"Cells: reduction (analyses per search), {data.seeds()} each. Leaving "
                    f"the items at or before T_L out of the candidates cuts the analyses per "
                    f"search at plain normal N = {big} from {pm(base.ci('mean_analyses'))} to "
                    f"{pm(after.ci('mean_analyses'))} (those before T_R from "
@@ -610,15 +518,16 @@ def _variants(data: _Data) -> list[str]:
                    f"{data.seeds()}). Against the `as run` column, " + "; ".join(parts)
                    + f" ({data.seeds()} each). With both readings of Eq. 7-8 at once "
                    f"(compensated accounting and l_i in Eq. 1) the reduction at normal N = "
-                   f"{big} is {_said_pct(both.ci('reduction_vs_random'))}."),
-              ""]
-    return lines
+                   f"{big} is {_said_pct(both.ci('reduction_vs_random'))}.")
+    return _table("Fig. 3: other closings of the paper's gaps",
+                  ["accounting", "movement", "N", *labels, "world seeds"], rows,
+                  f"{intro}\n\n{found}")
 
 
 # ------------------------------------------------------------------ Fig. 4
 
 
-def _fig4_table(data: _Data) -> list[str]:
+def _fig4_table(data: SimData) -> dict[str, Any]:
     rows = []
     for acc, mv, n, label in itertools.product(ACCOUNTINGS, MOVEMENTS, data.servers,
                                                PRIORITY_LABELS):
@@ -626,16 +535,23 @@ def _fig4_table(data: _Data) -> list[str]:
         rows.append([acc, mv, n, data.rules[label], *(pm(c, 2) for c in curve),
                      _x(data.variation(acc, mv, n, label)), data.peak(acc, mv, n, label),
                      data.seeds()])
-    return _table(["accounting", "movement", "N", "candidates",
+    return _table(f"Fig. 4: the priority policy against w (normalised to w = "
+                  f"{REFERENCE_W:g}; {data.seeds()} per point)",
+                  ["accounting", "movement", "N", "candidates",
                    *(f"w = {w:g}" for w in data.ws), "variation", "peak (seeds)",
-                   "world seeds"], rows)
+                   "world seeds"], rows,
+                  f"Each cell is the total response time at that w divided by the total at "
+                  f"w = {REFERENCE_W:g} on the same world and under the same candidate-set "
+                  "rule, per world seed. Variation = largest / smallest total over w, per "
+                  "world seed; peak = the w with the largest total in most world seeds (how "
+                  "many).")
 
 
-def _fig4_paper_rows(data: _Data) -> list[list[str]]:
+def _fig4_paper_rows(data: SimData) -> list[list[str]]:
     conds = list(itertools.product(MOVEMENTS, data.servers))
 
     def row(name: str, paper: str, fn: Callable[[str, str], str]) -> list[str]:
-        return [name, paper, *(fn(a, p) for a, p in _readings())]
+        return [name, paper, *(fn(a, p) for a, p in readings())]
 
     def variation(mv: str) -> Callable[[str, str], str]:
         return lambda a, p: ", ".join(f"{n}: {_x(data.variation(a, mv, n, p))}"
@@ -660,20 +576,17 @@ def _fig4_paper_rows(data: _Data) -> list[list[str]]:
     ]
 
 
-def _fig4_section(data: _Data, png: Path) -> list[str]:
-    lines = [(f"## Fig. 4: the priority policy against w (normalised to w = "
-              f"{REFERENCE_W:g}; {data.seeds()} per point)"), "",
-             (f"Each cell is the total response time at that w divided by the total at w = "
-              f"{REFERENCE_W:g} on the same world and under the same candidate-set rule, "
-              "per world seed. Variation = largest / smallest total over w, per world "
-              "seed; peak = the w with the largest total in most world seeds (how many)."),
-             "", *_fig4_table(data), "", f"![Fig. 4 under both accountings]({png.name})", ""]
-    lines += _beside_the_paper(data, "Fig. 4", _fig4_paper_rows(data))
-    lines += _fig4_why(data)
-    return lines
+def _fig4(data: SimData) -> list[dict[str, Any]]:
+    """Fig. 4's table, the paper's numbers beside ours and why, and the straight movers
+    at the largest N."""
+    big = max(data.servers)
+    slots = int(data.params["world"]["slots"])
+    return [_fig4_table(data),
+            _beside_the_paper(data, "Fig. 4", _fig4_paper_rows(data), _fig4_why(data)),
+            _fig4_straight(data, big, slots)]
 
 
-def _fig4_why(data: _Data) -> list[str]:
+def _fig4_why(data: SimData) -> str:
     big = max(data.servers)
     lo, hi = data.ws[0], data.ws[-1]
     a = data.fig4["plain", "normal", big, PRIORITY, lo]
@@ -687,8 +600,8 @@ def _fig4_why(data: _Data) -> list[str]:
     near = max(1.0 - min(x.estimate for x in data.curve("compensated", *c)) for c in conds)
     mean_factor = [data.fig4["compensated", "normal", big, PRIORITY, w].ci("mean_factor")
                    for w in (lo, hi)]
-    lines = [
-        ("**Why.** V_i is 1 at T_R and falls to 0 at T_1, while E_i on mu_L's own server "
+    return (
+        "**Why.** V_i is 1 at T_R and falls to 0 at T_1, while E_i on mu_L's own server "
          f"is {e_near:.2f} one slot from T_L and {e_far:.2f} {slots} slots away (on a "
          "line); a larger w therefore sends the policy to T_R items near the last "
          f"discovery point instead of walking through the older slots. At normal N = {big} "
@@ -704,12 +617,10 @@ def _fig4_why(data: _Data) -> list[str]:
          f"factor per analysis rises from {pm(mean_factor[0], 2)} at w = {lo:g} to "
          f"{pm(mean_factor[1], 2)} at w = {hi:g} ({data.seeds()}), which outweighs the "
          f"fewer analyses, and the mean total at w = {lo:g} is within {near:.1%} of the "
-         "shortest mean in every condition, as in the paper.")]
-    lines += _fig4_straight(data, big, slots)
-    return lines
+         "shortest mean in every condition, as in the paper.")
 
 
-def _fig4_straight(data: _Data, big: int, slots: int) -> list[str]:
+def _fig4_straight(data: SimData, big: int, slots: int) -> dict[str, Any]:
     rows = []
     for acc, label, w in itertools.product(ACCOUNTINGS, PRIORITY_LABELS, data.ws):
         r = data.fig4[acc, "straight", big, label, w]
@@ -721,13 +632,13 @@ def _fig4_straight(data: _Data, big: int, slots: int) -> list[str]:
     most_tr = data.ws[int(np.argmax([r.mean("mean_tr_misses") for r in comp]))]
     peak = data.ws[int(np.argmax([r.mean("normalised") for r in comp]))]
     at = comp[data.ws.index(peak)]
-    return [
-        "", (f"Straight movement at N = {big}, per search: analyses, analyses before T_R "
-             "without the target, analyses at T_R without the target, and the mean Eq. 7 "
-             "factor per analysis."), "",
-        *_table(["accounting", "candidates", "w", "normalised", "analyses", "past misses",
-                 "T_R misses", "mean factor", "world seeds"], rows), "",
-        (f"The paper explains its straight peak at w = 0.3 by the past items without the "
+    return _table(
+        f"Fig. 4: straight movement at N = {big}, per search",
+        ["accounting", "candidates", "w", "normalised", "analyses", "past misses",
+         "T_R misses", "mean factor", "world seeds"], rows,
+        "Analyses, analyses before T_R without the target, analyses at T_R without the "
+        "target, and the mean Eq. 7 factor per analysis.\n\n"
+        + (f"The paper explains its straight peak at w = 0.3 by the past items without the "
          f"target, selected most there. Under compensated accounting (rule unanalysed) our "
          f"mean curve peaks at w = {peak:g}; past misses per search are highest at w = "
          f"{most_past:g} and T_R misses at w = {most_tr:g}"
@@ -743,13 +654,13 @@ def _fig4_straight(data: _Data, big: int, slots: int) -> list[str]:
          "chosen near mu_L before any discovery miss, each at the factor "
          f"{2 * slots - 1} when T_L is still 0. Between the peak and the largest w the "
          f"analyses per search fall from {pm(at.ci('mean_analyses'))} to "
-         f"{pm(comp[-1].ci('mean_analyses'))}, and the total with them."), ""]
+         f"{pm(comp[-1].ci('mean_analyses'))}, and the total with them."))
 
 
 # ------------------------------------------------------------------ the grid
 
 
-def _grid_table(data: _Data) -> list[str]:
+def _grid_table(data: SimData) -> dict[str, Any]:
     rows = []
     for mv, side in itertools.product(MOVEMENTS, data.sides):
         n = side * side
@@ -761,30 +672,24 @@ def _grid_table(data: _Data) -> list[str]:
                            if p != "random"),
                          " / ".join(pm(g.ci("mean_analyses", p)) for p in data.labels),
                          pm(g.ci("end_share"), 2), data.seeds()])
-    return _table(["movement", "N", "reading", *(f"{p} (10^6 s)" for p in data.labels),
+    intro = ("The paper's simulator is 1-D and stands for the 2-D growth of the search "
+             "area with Eq. 7-8. Here the world is also generated on a side x side grid "
+             "(`layout: grid`: 2-D normal movement with sigma 1 per axis, straight = one "
+             "server along +x per step, E_i the product of the x and y densities), and "
+             "compared with the line of the same N: plain, compensated accounting, l_i "
+             "inside Eq. 1 (`line-response-time`), and the priority policies with w = 0.3 "
+             "(`-w0.3`). Random and load-balance take no priority options, so the "
+             "readings of one layout and accounting share their runs. End share: targets "
+             "whose T_R server is in the last column along x. Totals in 10^6 model "
+             f"seconds; {data.seeds()} per row.")
+    return _table("2-D grid against the 1-D line with l_i compensation",
+                  ["movement", "N", "reading", *(f"{p} (10^6 s)" for p in data.labels),
                    *(f"{p} vs random" for p in data.labels if p != "random"),
-                   "analyses " + " / ".join(data.labels), "end share", "world seeds"], rows)
+                   "analyses " + " / ".join(data.labels), "end share", "world seeds"], rows,
+                  "\n\n".join([intro, *_grid_why(data)]))
 
 
-def _grid_section(data: _Data, png: Path) -> list[str]:
-    lines = ["## 2-D grid against the 1-D line with l_i compensation", "",
-             ("The paper's simulator is 1-D and stands for the 2-D growth of the search "
-              "area with Eq. 7-8. Here the world is also generated on a side x side grid "
-              "(`layout: grid`: 2-D normal movement with sigma 1 per axis, straight = one "
-              "server along +x per step, E_i the product of the x and y densities), and "
-              "compared with the line of the same N: plain, compensated accounting, l_i "
-              "inside Eq. 1 (`line-response-time`), and the priority policies with w = 0.3 "
-              "(`-w0.3`). Random and load-balance take no priority options, so the "
-              "readings of one layout and accounting share their runs. End share: targets "
-              "whose T_R server is in the last column along x. Totals in 10^6 model "
-              f"seconds; {data.seeds()} per row."), "",
-             *_grid_table(data), "", f"![reduction vs random, grid and line]({png.name})",
-             ""]
-    lines += _grid_why(data)
-    return lines
-
-
-def _grid_why(data: _Data) -> list[str]:
+def _grid_why(data: SimData) -> list[str]:
     n = max(data.sides) ** 2
     g, line = data.grid["normal", n, "grid"], data.grid["normal", n, "line"]
     comp = data.grid["normal", n, "line-compensated"]
@@ -812,12 +717,12 @@ def _grid_why(data: _Data) -> list[str]:
 
     return [
         ("The seed gives no numbers for a 2-D layout; the comparison is with its 1-D "
-         f"model and the l_i compensation. Every number below: {data.seeds()}."), "",
-        (f"* **Random ignores where the servers are.** At normal N = {n} it needs "
+         f"model and the l_i compensation. Every number here: {data.seeds()}."),
+        (f"**Random ignores where the servers are.** At normal N = {n} it needs "
          f"{ana(g, 'random')} analyses per search on the grid and {ana(line, 'random')} on "
          f"the line, and its totals are {mega(g.ci('total_response_s', 'random'))} and "
          f"{mega(line.ci('total_response_s', 'random'))} x 10^6 s."),
-        (f"* **The priority policy pays for the second dimension.** Its analyses per search "
+        (f"**The priority policy pays for the second dimension.** Its analyses per search "
          f"(rule unanalysed) go from {ana(line, PRIORITY)} on the line to "
          f"{ana(g, PRIORITY)} on the grid ({ana(line, AFTER)} and {ana(g, AFTER)} under "
          f"rule after-discovery), and its reduction vs random from "
@@ -830,7 +735,7 @@ def _grid_why(data: _Data) -> list[str]:
          + ": on the grid the mean reduction "
          + ("also grows with N" if grows else "does not grow with N everywhere")
          + f", and it is below the line's at {below} of {len(ns)} N."),
-        (f"* **The l_i compensation moves the other way.** On the line it multiplies "
+        (f"**The l_i compensation moves the other way.** On the line it multiplies "
          f"random's total by {pm(ratio(comp, line, 'random'), 2)} and the priority "
          f"policy's by {pm(ratio(comp, line, PRIORITY), 2)}, raising the reduction to "
          f"{pct(red('normal', n, 'line-compensated'))}. On the grid the growth of the area "
@@ -838,12 +743,12 @@ def _grid_why(data: _Data) -> list[str]:
          "policies, Eq. 7-8 on a line do not stand for the 2-D layout: the compensated "
          f"line gives {pct(red('normal', n, 'line-compensated'))} where the grid gives "
          f"{pct(red('normal', n, 'grid'))}."),
-        (f"* **With w = 0.3** (which on the line sends the policy to T_R items sooner, "
+        (f"**With w = 0.3** (which on the line sends the policy to T_R items sooner, "
          f"Fig. 4) the priority policy reduces the grid's total by "
          f"{pct(red('normal', n, 'grid-w0.3'))} at normal N = {n} ({ana(gw, PRIORITY)} "
          f"analyses per search, against {ana(g, PRIORITY)} at w = "
          f"{data.params['priority']['w']:g})."),
-        (f"* **Straight movement on a small grid piles up at the edge.** "
+        (f"**Straight movement on a small grid piles up at the edge.** "
          f"{pct(gs.ci('end_share'), 0)} of the straight movers end in the last column on "
          f"the {max(data.sides)}x{max(data.sides)} grid ({slots} steps on a side of "
          f"{max(data.sides)}), {pct(ls.ci('end_share'), 0)} on the line of {n}: the edge "
@@ -853,13 +758,13 @@ def _grid_why(data: _Data) -> list[str]:
          + ("" if not above_straight else
             " (unlike normal movement, the grid's mean priority reduction is above the "
             f"line's at N = {', '.join(map(str, above_straight))})")
-         + "."), ""]
+         + ".")]
 
 
 # ------------------------------------------------------------------ straight movers
 
 
-def _sens_reduction(data: _Data, sens: str, acc: str, n: int, label: str, r: int) -> float:
+def _sens_reduction(data: SimData, sens: str, acc: str, n: int, label: str, r: int) -> float:
     """One world seed's reduction of ``label`` vs random with sensitivity ``sens`` (random
     from the same sensitivity when it was rerun, else Fig. 3's run on the same world)."""
     key = (sens, acc, "straight", n, "random")
@@ -869,7 +774,7 @@ def _sens_reduction(data: _Data, sens: str, acc: str, n: int, label: str, r: int
     return 1.0 - mine["total_response_s"] / random["total_response_s"]
 
 
-def _sens_change(data: _Data, sens: str, acc: str, n: int, label: str) -> Interval:
+def _sens_change(data: SimData, sens: str, acc: str, n: int, label: str) -> Interval:
     """What sensitivity ``sens`` changes in the reduction, per world seed."""
     return data.per_seed(lambda r: _sens_reduction(data, sens, acc, n, label, r)
                          - data.fig3_at(acc, "straight", n, label, r)["reduction_vs_random"])
@@ -884,13 +789,13 @@ def _magnitude(interval: Interval) -> Interval:
     return Interval(-interval.estimate, low, high, interval.n, interval.method)
 
 
-def _amplification(data: _Data, acc: str, mv: str, n: int, label: str) -> Interval:
+def _amplification(data: SimData, acc: str, mv: str, n: int, label: str) -> Interval:
     """``P / R``: the points a 1 % change of the priority total moves the reduction."""
     return data.per_seed(lambda r: data.fig3_at(acc, mv, n, label, r)["total_response_s"]
                          / data.fig3_at(acc, mv, n, "random", r)["total_response_s"])
 
 
-def _straight_table(data: _Data, names: Sequence[str]) -> list[str]:
+def _straight_table(data: SimData, names: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
     rows = []
     for acc, label, n in itertools.product(ACCOUNTINGS, PRIORITY_LABELS, data.servers):
         cells: list[Any] = [acc, data.rules[label], n,
@@ -899,12 +804,12 @@ def _straight_table(data: _Data, names: Sequence[str]) -> list[str]:
                             pct(data.reduction(acc, "straight", n, label))]
         cells += [points(_sens_change(data, s, acc, n, label)) for s in names]
         rows.append([*cells, data.seeds()])
-    return _table(["accounting", "candidates", "N", "end share (clip)",
-                   "P / R", "reduction (as in Fig. 3)",
-                   *(f"change with {s}" for s in names), "world seeds"], rows)
+    return (["accounting", "candidates", "N", "end share (clip)", "P / R",
+             "reduction (as in Fig. 3)", *(f"change with {s}" for s in names),
+             "world seeds"], rows)
 
 
-def _groups_text(data: _Data, acc: str, label: str, n: int) -> str:
+def _groups_text(data: SimData, acc: str, label: str, n: int) -> str:
     """How the straight searches that end on the last server differ from the others."""
     p = data.fig3[acc, "straight", n, label]
     refl = data.sens["reflect", acc, "straight", n, label]
@@ -919,23 +824,22 @@ def _groups_text(data: _Data, acc: str, label: str, n: int) -> str:
             f"{pm(p.ci('mean_analyses'))} ({data.seeds()}).")
 
 
-def _straight_section(data: _Data) -> list[str]:
+def _straight(data: SimData) -> dict[str, Any]:
     sens = data.params["sensitivities"]
     names = [s["label"] for s in sens]
     big = max(data.servers)
     changes = {(s, acc, label, n): _sens_change(data, s, acc, n, label)
-               for s in names for acc, label in _readings() for n in data.servers}
+               for s in names for acc, label in readings() for n in data.servers}
     worst = max(changes, key=lambda k: abs(changes[k].estimate))
     s, acc, label, n = worst
     at_big = max((k for k in changes if k[3] == big), key=lambda k: abs(changes[k].estimate))
     amp = {(a, lb, mv, m): _amplification(data, a, mv, m, lb)
-           for a, lb in _readings() for mv in MOVEMENTS for m in data.servers}
+           for a, lb in readings() for mv in MOVEMENTS for m in data.servers}
     amp_max = max(amp, key=lambda k: amp[k].estimate)
     amp_min = min(amp, key=lambda k: amp[k].estimate)
     large = [k for k in changes if abs(changes[k].estimate) > LARGE_POINTS]
     large_ns = sorted({k[3] for k in large})
-    lines = [
-        "## Straight movement at small N: what the paper leaves open", "",
+    notes = [
         ("Two choices the paper does not make for its straight movers change their "
          "numbers: what a target does at the end of the line, and where a search's first "
          "mu_L is. " + "; ".join(f"`{x['label']}`: {x['text']}" for x in sens)
@@ -943,8 +847,7 @@ def _straight_section(data: _Data) -> list[str]:
          "change of the reduction vs random taken per world seed. P / R is the priority "
          "policy's total over random's (1 - reduction): a 1 % change of the priority "
          "policy's total moves its reduction by P / R percentage points, so where P / R is "
-         "large every small difference between two implementations shows large."), "",
-        *_straight_table(data, names), "",
+         "large every small difference between two implementations shows large."),
         (f"**The largest change** is {said(changes[worst], points(changes[worst]))} under "
          f"{acc} accounting and rule {data.rules[label]} at straight N = {n}, with "
          f"`{s}`; at N = {big} no sensitivity moves the reduction by more than "
@@ -956,51 +859,23 @@ def _straight_section(data: _Data) -> list[str]:
          + f"P / R ranges from {pm(amp[amp_min], 2)} ({amp_min[2]} N = {amp_min[3]}, "
          f"{amp_min[0]}, rule {data.rules[amp_min[1]]}) to {pm(amp[amp_max], 2)} "
          f"({amp_max[2]} N = {amp_max[3]}, {amp_max[0]}, rule {data.rules[amp_max[1]]}; "
-         f"{data.seeds()})."), "",
-        _groups_text(data, acc, label, n), "",
+         f"{data.seeds()})."),
+        _groups_text(data, acc, label, n),
         (f"So the straight N = {n} numbers rest on choices the paper does not state more "
          f"than any other: an implementation that makes one of them the other way differs "
          f"from ours there by up to {pm(_magnitude(changes[worst]), 1, 100.0)} points "
          f"({data.seeds()}; the change named above), and where P / R is "
          "large any other small difference is magnified as well. Both choices here are "
          "the testbed's documented defaults (`boundary: clip` in the workload, mu_L at "
-         "the T_0 server in `model.py`), not fitted to the paper."), ""]
-    return lines
+         "the T_0 server in `model.py`), not fitted to the paper.")]
+    head, rows = _straight_table(data, names)
+    return _table("Straight movement at small N: what the paper leaves open", head, rows,
+                  "\n\n".join(notes))
 
 
 # ------------------------------------------------------------------ the report
 
 
-def write_simulation_report(out: Path, report: Path, command: str) -> Path:
-    """The Markdown report of a :func:`run_simulation` folder ``out``, PNGs next to it."""
-    doc = json.loads((out / RESULT_NAME).read_text())
-    data = _Data(doc)
-    folder = report.parent
-    fig3_png = _plot_fig3(data, folder / "simulation-fig3.png")
-    fig4_png = _plot_fig4(data, folder / "simulation-fig4.png")
-    grid_png = _plot_grid(data, folder / "simulation-grid.png")
-    p = data.params
-    judged = judge(data, _readings(), lambda a, label: _reading_name(data, a, label))
-    lines = [
-        "# Context-based person search: the simulator's experiments", "",
-        (f"Generated by `{command}` on {time.strftime('%Y-%m-%d', time.gmtime())} (size "
-         f"`{doc['size']}`: {p['targets']} targets, N in {', '.join(map(str, p['servers']))}"
-         f", grid sides {', '.join(map(str, p['grid_sides']))}, {data.seeds()} per point "
-         f"from base seed {doc['seed']}; {doc['wall_s']:.0f} s of computing). "
-         "Discrete-event simulation of the paper's model (`testbed/systems/person_search/sim.py`, "
-         "Algorithm 1 in `nodes/person_search/model.py`, the policies in "
-         "`nodes/person_search/policies.py`, the worlds from the `person-search` "
-         f"workload); the numbers are in `{RESULT_NAME}` of the results folder. Policies: "
-         f"`{PRIORITY}` (Eq. 1, candidate-set rule unanalysed), `{AFTER}` (Eq. 1, rule "
-         "after-discovery), `random` (a random T_R item) and `load-balance` (the T_R item "
-         "on the least loaded server), all one item at a time until the required item is "
-         "found. Every number is a mean over world seeds with its 95 % t-interval and says "
-         "how many seeds stand behind it; every table names its reading of Eq. 7-8 "
-         "(accounting) and its candidate-set rule."),
-        "", *_setup(data), *section(judged, data.seeds()), *_fig3_section(data, fig3_png), *_fig4_section(data, fig4_png),
-        *_grid_section(data, grid_png), *_straight_section(data),
-        "## Reproduce", "", f"`{command}`", ""]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
-    write_judged(report, command, judged)
-    return report
+def tables(data: SimData) -> list[dict[str, Any]]:
+    """Every measurement table of the report, in report order."""
+    return [*_fig3(data), *_fig4(data), _grid_table(data), _straight(data)]
