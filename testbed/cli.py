@@ -213,14 +213,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                                f"{' and '.join(runs_on)}, found {args.executors!r}")
     if len(runs_on) > 1:
         options += ["--executors", ",".join(executors)]
-    if exp.is_data:
-        return _data_experiment(args, exp, executors, options)
-    for flag, given in (("scheduler", args.scheduler is not None), ("serial", args.serial),
-                        ("rerun-degraded", args.rerun_degraded)):
-        if given:
-            raise TestbedError(f"--{flag}: {exp.name} is not written as study files yet, so "
-                               "it runs its own way on this machine only")
-    return _driver_experiment(args, exp, executors, options)
+    return _data_experiment(args, exp, executors, options)
 
 
 def _chosen_options(args: argparse.Namespace, exp: Any, options: list[str]) -> dict[str, str]:
@@ -282,27 +275,6 @@ def _data_experiment(args: argparse.Namespace, exp: Any, executors: tuple[str, .
         raise ExperimentIncomplete(f"{len(run.incomplete)} study(ies) with unfinished cells "
                                    f"({'; '.join(run.incomplete)}); the report covers the "
                                    "rest, and the same command runs what is missing")
-    return 0
-
-
-def _driver_experiment(args: argparse.Namespace, exp: Any, executors: tuple[str, ...],
-                       options: list[str]) -> int:
-    """An experiment with its own driver (not yet written as study files)."""
-    import shlex
-    import time
-
-    from testbed.registry import resolve
-    from testbed.runner import RESULTS_ROOT
-
-    chosen = {f.replace("-", "_"): v for f, v in _chosen_options(args, exp, options).items()}
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else RESULTS_ROOT / f"{exp.name}-{args.size}-{stamp}"
-    report_dir = Path(args.report or exp.report_dir)
-    folder = resolve(exp.run)(args.size, out, _print_flush, executors, **chosen)
-    command = f"testbed experiment {exp.name} " + shlex.join(
-        [*options, "--report", str(report_dir)])
-    reports = resolve(exp.report)(folder, report_dir, command, executors, **chosen)
-    print(f"results: {folder}\nreports: {', '.join(map(str, reports))}")
     return 0
 
 

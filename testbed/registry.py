@@ -108,24 +108,17 @@ class Experiment:
     studies' traces and event logs into numbers, and ``claims`` (``function(metrics) ->
     [Claim]``) the numbers into verdicts; one generic report layer writes
     ``report_dir/report_file`` (Markdown, headed ``title``), its HTML page and its
-    claims file for the paper ``paper``. The sizes and executors are those of the study files.
-
-    An experiment not yet written as data names a driver instead: ``run(size, out,
-    progress, executors, **options)`` returns the folder it filled and ``report(out,
-    report_dir, command, executors, **options)`` the report files; ``options``
-    declares its command-line options as ``{"runtime": ("process", "docker")}`` (the
-    first choice is the default), and ``sizes`` and ``executors`` its choices.
+    claims file for the paper ``paper``. The sizes and executors are those of the study
+    files. ``options`` declares command-line options as ``{"task-runtime": ("process",
+    "docker")}`` (the first choice is the default), each setting the scenario path
+    ``option_paths`` names in every study.
     """
 
     name: str
     description: str
-    run: str = ""
-    report: str = ""
-    sizes: tuple[str, ...] = ("small", "full")
-    executors: tuple[str, ...] = ("emulation",)
+    studies: str
     report_dir: str = "docs/results"
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    studies: str = ""
     metrics: str = ""
     claims: str = ""
     paper: str = ""
@@ -135,11 +128,6 @@ class Experiment:
     #: study (``{"task-runtime": "build.params.task_runtime"}``); a value other than the
     #: first choice also names the report and the results folder (``load-docker.md``)
     option_paths: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def is_data(self) -> bool:
-        """Whether the experiment is study files, metrics and claims (not a driver)."""
-        return bool(self.studies)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""What every system's paper experiments share.
+"""What every system's paper experiments share: an experiment is data.
 
-:mod:`testbed.experiments.emulated` is the frame of an emulated experiment (checks,
-bring-up, teardown, results folder) and the report helpers; the experiments themselves
-live in their systems' packages (``testbed/systems/<name>/``) and are registered there.
+:mod:`testbed.experiments.files` finds an experiment's study files per size,
+:mod:`testbed.experiments.engine` runs them through the study engine and hands the
+studies (:mod:`testbed.experiments.results`) to the experiment's metric and claim
+functions; the experiments themselves (study files, metrics, claims) live in their
+systems' packages (``testbed/systems/<name>/``) and are registered there.
 """

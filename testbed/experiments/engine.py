@@ -125,8 +125,6 @@ def run_experiment(exp: Experiment, size: str, executors: Sequence[str], out: Pa
                    progress: Progress = print) -> ExperimentRun:
     """Run ``exp``'s studies at ``size`` into ``out`` (each with ``overrides`` set, the
     experiment's options), then its metrics and claims."""
-    if not exp.is_data:
-        raise TestbedError(f"experiment {exp.name}: not written as study files")
     out.mkdir(parents=True, exist_ok=True)
     studies, incomplete = run_studies(exp, size, executors, out, scheduler=scheduler,
                                       serial=serial, rerun_degraded=rerun_degraded,

@@ -42,8 +42,6 @@ def studies_folder(exp: Experiment) -> Path:
 
 def sizes(exp: Experiment) -> tuple[str, ...]:
     """The experiment's sizes: its size folders that hold a study file."""
-    if not exp.is_data:
-        return exp.sizes
     root = studies_folder(exp)
     found = [d.name for d in root.iterdir()
              if d.is_dir() and _studies_in(d)] if root.is_dir() else []
@@ -72,8 +70,6 @@ def _declared_executors(path: Path) -> list[str]:
 
 def executors(exp: Experiment) -> tuple[str, ...]:
     """Every executor some study file of the experiment names, simulator first."""
-    if not exp.is_data:
-        return exp.executors
     found = {e for size in sizes(exp) for path in study_files(exp, size)
              for e in _declared_executors(path)}
     return tuple(sorted(found, key=lambda e: (e != "sim", e)))
@@ -82,8 +78,6 @@ def executors(exp: Experiment) -> tuple[str, ...]:
 def listed_studies(exp: Experiment, root: Path) -> dict[str, list[str]]:
     """Per size, the experiment's study files as paths relative to ``root`` (what
     ``testbed list --json`` gives under ``studies``)."""
-    if not exp.is_data:
-        return {}
     out = {}
     for size in sizes(exp):
         out[size] = [_relative(p, root) for p in study_files(exp, size)]

@@ -33,7 +33,7 @@ def _run(tmp_path: Path, capsys: pytest.CaptureFixture) -> str:
 
 def test_the_added_experiment_is_found_with_its_study_files(toy: Path) -> None:  # noqa: F811
     exp = registry.experiments()["toy-compare"][1]
-    assert exp.is_data and files.sizes(exp) == ("small", "full")
+    assert files.sizes(exp) == ("small", "full")
     assert [p.name for p in files.study_files(exp, "small")] == ["rules.yaml", "servers.yaml"]
     assert files.executors(exp) == ("sim", "emulation")
     listed = files.listed_studies(exp, toy)

@@ -20,17 +20,20 @@ from nodes.person_search.model import CANDIDATE_RULES, Search, reading
 from nodes.person_search.policies import check_policy_params, make_search_policy
 from testbed.analysis.traces import read_traces
 from testbed.errors import ScenarioError
-from testbed.reports.claims_index import claims_path, read_claims
 from testbed.runner import run_scenario
 from testbed.scenario.loader import scenario_from_dict
+from testbed.study.spec import load_study
 from testbed.systems.person_search.deployment import deployment as scenario_deployment
 from testbed.systems.person_search.driver import run_body
 from testbed.systems.person_search.emulation_claims import judge_emulated
-from testbed.systems.person_search.experiment_emulation import SIZES, point_document
-from testbed.systems.person_search.paper_reports import row_reading, write_emulation_report
+from testbed.systems.person_search.emulation_experiment import claims as emulation_claims
+from testbed.systems.person_search.emulation_tables import row_reading
+from testbed.systems.person_search.emulation_tables import tables as emulation_tables
 from testbed.systems.person_search.sim import simulate
 from tests.unit.test_person_search_services import deployment, starts_of
 from workloads.person_search import Layout, SearchWorld, build_world
+
+STUDIES = Path(__file__).resolve().parents[2] / "testbed/systems/person_search/studies"
 
 AFTER = {"name": "priority", "label": "priority-after-discovery",
          "params": {"candidates": "after-discovery"}}
@@ -191,14 +194,14 @@ def test_the_driver_sends_the_rule_to_the_coordinator() -> None:
     assert "policy_params" not in run_body(urls, SMALL, "priority", {}, 11, dep)
 
 
-def test_the_emulated_experiment_compares_both_rules() -> None:
-    plan = SIZES["small"]
-    doc = point_document(10, "straight", plan)
-    assert AFTER in doc["policies"]
-    scen = scenario_from_dict(doc, source="<point>")
-    assert set(scen.policies) == {"priority", "priority-after-discovery", "random",
-                                  "load-balance"}
+@pytest.mark.parametrize("size", ["small", "full"])
+def test_the_emulated_experiment_compares_both_rules(size: str) -> None:
+    study = load_study(STUDIES / "emulation" / size / "emulation.yaml")
+    assert set(study.policies) == {"priority", "priority-after-discovery", "random",
+                                   "load-balance"}
+    scen = study.scenario(study.points()[0], 0)
     assert dict(scen.policy_entry("priority").params) == {"candidates": "unanalysed"}
+    assert dict(scen.policy_entry(AFTER["label"]).params) == {"candidates": "after-discovery"}
 
 
 async def test_the_coordinator_honours_the_rule() -> None:
@@ -222,94 +225,57 @@ def test_reading_names_accounting_eq1_and_rule() -> None:
                     "w": 0.3}) == \
         "compensated accounting, Eq. 1 with Tc l_i, w = 0.3, candidates after-discovery"
     assert reading("load-balance", "plain", {}) == "plain accounting, T_R items only"
-    # what older results recorded nothing about: the defaults of their time
-    assert row_reading({"policy": "priority"}) == reading("priority")
     assert row_reading({"policy": "x", "reading": "given"}) == "given"
 
 
-def emulation_folder(tmp: Path, with_reading: bool) -> Path:
-    """A hand-made ``run_emulation`` folder: one point, priority and random."""
-    run = tmp / "n010-normal" / "emulation"
-    run.mkdir(parents=True)
-    (run / "metadata.json").write_text(json.dumps({
-        "started": 0, "machine": {"cpus": 2, "kernel": "k"}, "shaping_backend": "userspace"}))
+def compared_rows(worlds: int = 1) -> list[dict[str, Any]]:
+    """Hand-made rows of :func:`twin_rows`: one point, priority (both rules) and random,
+    in each of ``worlds`` worlds (random twice as slow in the second)."""
     base = {"servers": 10, "movement": "normal", "time_scale": 500.0, "repetition": 0,
             "policy_seed": 1, "targets": 100, "emulated_makespan_s": 1.0,
             "simulated_makespan_s": 1.0, "wall_s": 1.0, "all_found": True, "analyses": 1,
             "round_trip_overhead_ms_mean": 30.0, "analysis_ms_mean": 900.0,
             "round_trip_overhead_ms_p95": 40.0, "timer_lateness_ms_mean": 0.3,
             "decision_us_mean": 5.0}
-    results = []
-    for policy, emu, sim in (("priority", 110.0, 100.0), ("random", 52.0, 50.0),
-                             ("priority-after-discovery", 90.0, 88.0)):
-        row = {**base, "policy": policy, "emulated_total_s": emu, "simulated_total_s": sim,
-               "discrepancy": emu / sim - 1.0, "emulated_analyses": 7,
-               "simulated_analyses": 7}
-        if with_reading:
+    rows = []
+    for world in range(worlds):
+        for policy, emu, sim in (("priority", 110.0, 100.0), ("random", 52.0, 50.0),
+                                 ("priority-after-discovery", 90.0, 88.0)):
+            scale = 2.0 if policy == "random" and world == 1 else 1.0
             name = "random" if policy == "random" else "priority"
             params = {"candidates": "after-discovery"} if "after" in policy else {}
-            row["reading"] = reading(name, "plain", params)
-        elif "after" in policy:
-            continue
-        results.append(row)
-    host = {"idle_share": 0.4, "saturated": False}
-    (tmp / "person_search.json").write_text(json.dumps({
-        "size": "small", "plan": {"targets": 100, "servers": [10], "movements": ["normal"],
-                                  "seed": 0},
-        "points": [{"servers": 10, "time_scale": 500.0, "targets": 100, "results": results,
-                    "host": host, "runs": {"normal": {"emulation": "n010-normal/emulation",
-                                                      "sim": "n010-normal/sim"}}}]}))
-    return tmp
+            rows.append({**base, "policy": policy, "replication": world,
+                         "emulated_total_s": emu * scale, "simulated_total_s": sim * scale,
+                         "discrepancy": emu / sim - 1.0, "emulated_analyses": 7,
+                         "simulated_analyses": 7,
+                         "reading": reading(name, "plain", params)})
+    return rows
 
 
-@pytest.mark.parametrize("with_reading", [True, False])
-def test_emulation_report_prints_the_reading_beside_every_number(tmp_path: Path,
-                                                                 with_reading: bool) -> None:
-    folder = emulation_folder(tmp_path / "out", with_reading)
-    text = write_emulation_report(folder, tmp_path / "emulation.md", "test").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| 10 |")]
-    assert len(rows) == (3 if with_reading else 2)
-    for line in rows:
-        policy = line.split(" | ")[2]
+def test_the_emulation_tables_print_the_reading_beside_every_number() -> None:
+    table, paper = emulation_tables(compared_rows())
+    assert len(table["rows"]) == 3
+    for row in table["rows"]:
+        policy = row[2]
         rule = "after-discovery" if "after" in policy else "unanalysed"
         expected = "plain accounting, T_R items only" if policy == "random" else \
             f"plain accounting, Eq. 1 with Tc, candidates {rule}"
-        assert line.startswith(f"| 10 | normal | {policy} | {expected} | "), line
+        assert row[:5] == ["10", "normal", policy, expected, "1"], row
     assert f"priority {1 - 110.0 / 52.0:+.1%} (plain accounting, Eq. 1 with Tc, candidates " \
-        "unanalysed)" in text
+        "unanalysed)" in paper["rows"][0][1]
     assert "off the simulated ones (over every row of the table; readings: priority: plain " \
-        "accounting, Eq. 1 with Tc, candidates unanalysed" in text
+        "accounting, Eq. 1 with Tc, candidates unanalysed" in table["note"]
 
 
-def test_emulation_report_over_world_seeds_pairs_within_each_world(tmp_path: Path) -> None:
+def test_the_emulation_tables_pair_within_each_world() -> None:
     """Two worlds of one point: every number is a mean over them with its interval, and a
     reduction is taken against random of the same world before averaging."""
-    folder = emulation_folder(tmp_path / "out", with_reading=True)
-    table = json.loads((folder / "person_search.json").read_text())
-    rows = table["points"][0]["results"]
-    second = []
-    for row in rows:
-        twin = {**row, "replication": 1, "world_seed": 99}
-        scale = 2.0 if row["policy"] == "random" else 1.0  # random twice as slow there
-        twin["emulated_total_s"] = row["emulated_total_s"] * scale
-        twin["simulated_total_s"] = row["simulated_total_s"] * scale
-        twin["discrepancy"] = twin["emulated_total_s"] / twin["simulated_total_s"] - 1.0
-        second.append(twin)
-    table["points"][0]["results"] = [{**r, "replication": 0, "world_seed": 7} for r in rows] \
-        + second
-    table["points"][0]["runs"] = {"normal": [
-        {"replication": 0, "world_seed": 7, "emulation": "n010-normal/emulation"},
-        {"replication": 1, "world_seed": 99, "emulation": "n010-normal/emulation"}]}
-    (folder / "person_search.json").write_text(json.dumps(table))
-    text = write_emulation_report(folder, tmp_path / "emulation.md", "test").read_text()
-    assert "each of 2 independent worlds (n = 2 world seeds per point" in text
-    priority = next(line for line in text.splitlines()
-                    if line.startswith("| 10 | normal | priority |"))
-    cells = priority.split(" | ")
-    assert cells[4] == "2" and cells[5].startswith("110 ± 0")
+    table, _ = emulation_tables(compared_rows(worlds=2))
+    priority = next(row for row in table["rows"] if row[2] == "priority")
+    assert priority[4] == "2" and priority[5].startswith("110 ± 0")
     # reductions 1 - 110/52 and 1 - 110/104, averaged: -0.5096; not 1 - 110/78
     mean = ((1 - 110.0 / 52.0) + (1 - 110.0 / 104.0)) / 2
-    assert cells[9].startswith(f"{mean:+.1%} ± ")
+    assert priority[9].startswith(f"{mean:+.1%} ± ")
 
 
 def _worlds(totals: dict[tuple[int, str], list[float]]) -> list[dict[str, Any]]:
@@ -328,34 +294,26 @@ def test_emulated_claims_judge_p1_and_p3_within_each_world() -> None:
         (50, "random"): [100.0, 200.0, 150.0], (50, "load-balance"): [90.0, 180.0, 140.0],
         (50, "priority"): [50.0, 100.0, 70.0], (50, "after"): [80.0, 160.0, 120.0]})
     judged = {j.key: j for j in judge_emulated(results, lambda r: r["reading"])}
-    assert judged["P1"].passed == {"priority (reading of priority)": True,
-                                   "after (reading of after)": False}
+
+    def passed(key: str) -> dict[str, bool]:
+        return {c.what: c.passed for c in judged[key].conditions}
+
+    assert passed("P1") == {"priority (reading of priority)": True,
+                            "after (reading of after)": False}
     assert judged["P1"].verdict == "holds only for priority (reading of priority)"
-    assert "lower in 1 of 2 conditions; not lower in: normal N = 10" in judged["P1"].why[1]
+    evidence = judged["P1"].tables[0].rows
+    assert evidence[1][2].startswith("lower in 1 of 2 conditions; not lower in: normal N = 10")
     # priority: 20 % in each world at N = 10 to 50 %, 50 %, 53 % at N = 50: grows
-    assert judged["P3"].passed["priority (reading of priority)"] is True
-    assert judged["P3"].passed["after (reading of after)"] is False
+    assert passed("P3")["priority (reading of priority)"] is True
+    assert passed("P3")["after (reading of after)"] is False
     one_world = [r for r in results if r["replication"] == 0]
     assert judge_emulated(one_world, lambda r: r["reading"]) == []
 
 
-def test_emulation_report_judges_claims_only_over_several_worlds(tmp_path: Path) -> None:
-    """One world: no verdict and no claims file (a stale one is removed); two worlds:
-    the verdict table, its subsections and a claims file that the index can read."""
-    folder = emulation_folder(tmp_path / "out", with_reading=True)
-    report = tmp_path / "emulation.md"
-    claims_path(report).write_text("stale")
-    text = write_emulation_report(folder, report, "test").read_text()
-    assert "None: the paper's claims are judged on intervals across worlds, and this run " \
-        "has 1." in text
-    assert not claims_path(report).exists()
-    table = json.loads((folder / "person_search.json").read_text())
-    rows = table["points"][0]["results"]
-    table["points"][0]["results"] = [{**r, "replication": w} for w in (0, 1) for r in rows]
-    (folder / "person_search.json").write_text(json.dumps(table))
-    text = write_emulation_report(folder, report, "test").read_text()
-    assert "### Claim P1: priority has the shortest total in every emulated condition" in text
-    doc = read_claims(claims_path(report))
-    assert [c["key"] for c in doc["claims"]] == ["P1"]
-    # priority 110 against random's 52 in both worlds: not lower
-    assert doc["claims"][0]["verdict"] == "fails"
+def test_the_emulated_claims_need_several_worlds() -> None:
+    """One world: no verdict; two: P1 judged (P3 needs two numbers of servers)."""
+    assert emulation_claims({"rows": compared_rows()}) == []
+    judged = emulation_claims({"rows": compared_rows(worlds=2)})
+    assert [c.key for c in judged] == ["P1"] and judged[0].replications == 2
+    # priority 110 against random's 52 in the first world: not lower
+    assert judged[0].verdict == "fails"

@@ -3,6 +3,7 @@ truth is split among the edge servers, trace rows and the report's reductions.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,11 +11,13 @@ import pytest
 from testbed.analysis.traces import rows_to_frame
 from testbed.scenario import Scenario
 from testbed.scenario.loader import scenario_from_dict
+from testbed.study.spec import load_study
 from testbed.systems.person_search.builders import edge_name
 from testbed.systems.person_search.driver import overheads, run_rows, world_truths
-from testbed.systems.person_search.experiment_emulation import SIZES
-from testbed.systems.person_search.paper_reports import reductions
+from testbed.systems.person_search.emulation_tables import reductions
 from workloads.person_search import build_world
+
+STUDIES = Path(__file__).resolve().parents[2] / "testbed/systems/person_search/studies"
 
 
 def search_scenario(servers: int, targets: int = 1000, movement: str = "normal",
@@ -104,7 +107,12 @@ def test_reductions_are_relative_to_random_of_the_same_point() -> None:
     assert red[(50, "normal", 0)] == {"random": 0.0}
 
 
-def test_sizes_cover_the_issue() -> None:
-    assert set(SIZES["full"].servers) >= {10, 50}
-    assert SIZES["full"].targets == 1000
-    assert SIZES["full"].time_scale(50) < SIZES["full"].time_scale(10)
+def test_the_full_emulated_study_covers_the_paper_s_points() -> None:
+    study = load_study(STUDIES / "emulation" / "full" / "emulation.yaml")
+    scale = {}
+    for point in study.points():
+        values = dict(point.values)
+        scale[values["build.params.servers"]] = values["build.params.time_scale"]
+    assert set(scale) >= {10, 50} and scale[50] < scale[10]
+    assert dict(study.fixed)["build.params.targets"] == 1000
+    assert study.replications == 10 and set(study.executors) == {"emulation", "sim"}

@@ -7,12 +7,14 @@ The system's parts, by layer: the services ``nodes/person_search/`` (edge data s
 coordinator); the generator ``workloads/person_search.py`` (world, trace, ground truth);
 here, the pure model (:mod:`.model`: Eq. 1, Algorithm 1, the response model), the
 policies (:mod:`.policies`), what a scenario deploys (:mod:`.deployment`), the scenario
-builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), the simulator's
-experiment as study files (``studies/simulation/``, read back by :mod:`.simulation_rows`
-into the tables of :mod:`.simulation_tables`, judged by :mod:`.claim_checks`:
-:mod:`.simulation_experiment`), the emulated experiment (:mod:`.experiment`,
-:mod:`.experiment_emulation`, :mod:`.paper_reports`) and the per-world-seed statistics
-both use (:mod:`.replicated`); the simulator is :mod:`testbed.systems.person_search.sim`. The policies'
+builder (:mod:`.builders`), the emulation driver (:mod:`.driver`), and two experiments
+as study files: the simulator's (``studies/simulation/``, read back by
+:mod:`.simulation_rows` into the tables of :mod:`.simulation_tables`, judged by
+:mod:`.claim_checks`: :mod:`.simulation_experiment`) and the emulated one beside its
+simulated twins (``studies/emulation/``: :mod:`.emulation_experiment`,
+:mod:`.emulation_tables`, :mod:`.emulation_claims`), both over the per-world-seed
+statistics of :mod:`.replicated`; the simulator is
+:mod:`testbed.systems.person_search.sim`. The policies'
 scenario parameters (the priority policy's candidate-set rule among them) are checked by
 :func:`.policies.check_policy_params`.
 
@@ -20,6 +22,21 @@ Everything is named by import path: importing this package imports nothing heavy
 """
 
 from testbed.registry import Experiment, Program, System, TraceKind
+
+_HERE = "testbed.systems.person_search"
+
+
+def _experiment(name: str, part: str, description: str, title: str) -> Experiment:
+    """Experiment ``name`` written as data: the study files of ``studies/<part>/``, the
+    metric and claim functions of ``<part>_experiment.py``, the report ``<part>.md``."""
+    return Experiment(name, description, studies=f"{_HERE}:studies/{part}",
+                      metrics=f"{_HERE}.{part}_experiment:metrics",
+                      claims=f"{_HERE}.{part}_experiment:claims",
+                      paper="001: context-based person search on edge servers (priority "
+                            "Eq. 1)",
+                      report_dir="docs/results/person-search", report_file=f"{part}.md",
+                      title=f"{title} (`{name}`)")
+
 
 SYSTEM = System(
     name="person-search",
@@ -46,22 +63,13 @@ SYSTEM = System(
     emulate="testbed.systems.person_search.driver:make_driver",
     simulate="testbed.systems.person_search.sim:run_sim",
     experiments=(
-        Experiment("person-search",
-                   "the simulator's Fig. 3, Fig. 4, 2-D grid and straight movers, each claim "
-                   "judged under both readings of Eq. 7-8 and both candidate-set rules",
-                   studies="testbed.systems.person_search:studies/simulation",
-                   metrics="testbed.systems.person_search.simulation_experiment:metrics",
-                   claims="testbed.systems.person_search.simulation_experiment:claims",
-                   paper="001: context-based person search on edge servers (priority Eq. 1)",
-                   report_dir="docs/results/person-search", report_file="simulation.md",
-                   title="Context-based person search: the simulator's experiments "
-                         "(`person-search`)"),
-        Experiment("person-search-emulation",
-                   "the same searches over real HTTP beside their simulated twins",
-                   run="testbed.systems.person_search.experiment:run",
-                   report="testbed.systems.person_search.experiment:report",
-                   sizes=("small", "full"), executors=("emulation",),
-                   report_dir="docs/results/person-search"),
+        _experiment("person-search", "simulation",
+                    "the simulator's Fig. 3, Fig. 4, 2-D grid and straight movers, each claim "
+                    "judged under both readings of Eq. 7-8 and both candidate-set rules",
+                    "Context-based person search: the simulator's experiments"),
+        _experiment("person-search-emulation", "emulation",
+                    "the same searches over real HTTP beside their simulated twins",
+                    "Person search in emulation beside the simulator"),
     ),
     preload=("nodes.person_search.edge_server", "nodes.person_search.coordinator"),
     policy_seed="testbed.systems.person_search.sim:scenario_policy_seed",

@@ -12,16 +12,14 @@ readings that pass; the paragraph saying why is built from the same numbers.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from testbed.analysis.stats import Interval
-from testbed.reports import claims_index
+from testbed.reports.claim import Claim, Condition, Table
 from testbed.systems.person_search.replicated import pct, pm, points
 
 #: Policies the paper's Fig. 3 compares the priority policy with.
@@ -37,22 +35,19 @@ PAPER_BALANCE_REDUCTION = 0.06
 PEAK_W = 0.3
 
 
-@dataclasses.dataclass(frozen=True)
-class Judged:
-    """One claim judged: per reading whether it passed, and the sentences saying why."""
-
-    key: str
-    title: str
-    paper: str
-    rule: str
-    passed: dict[str, bool]
-    why: tuple[str, ...]
-
-    @property
-    def verdict(self) -> str:
-        """``holds``, ``fails`` or ``holds only for`` the readings that passed (the
-        ledger's shared rule)."""
-        return claims_index.verdict(self.passed.items(), name="; ".join)
+def reading_claim(key: str, title: str, paper: str, rule: str, passed: Mapping[str, bool],
+                  why: Sequence[str], replications: int | None, unit: str) -> Claim:
+    """One claim judged under each reading: a condition per reading (passed or not) and
+    its evidence, ``why[i]`` (``"<reading>: <numbers>."``), in a table; ``unit`` says
+    what stands behind each number (``n = 10 world seeds``)."""
+    rows = tuple((name, "yes" if ok else "no",
+                  text.removeprefix(f"{name}: ").removesuffix("."))
+                 for (name, ok), text in zip(passed.items(), why, strict=True))
+    evidence = Table("Per reading", ("reading", "passes the rule",
+                                     f"evidence ({unit} per point)"), rows)
+    return Claim(key, title, rule=rule, paper=paper,
+                 conditions=tuple(Condition(name, ok) for name, ok in passed.items()),
+                 tables=(evidence,) if rows else (), replications=replications)
 
 
 def below_zero(interval: Interval) -> bool:
@@ -96,6 +91,11 @@ class _Judge:
         curve = self.data.seed_curve(acc, mv, n, label, r)
         return max(curve) / min(curve)
 
+    def claim(self, key: str, title: str, paper: str, rule: str, passed: dict[str, bool],
+              why: tuple[str, ...]) -> Claim:
+        return reading_claim(key, title, paper, rule, passed, why, self.data.n,
+                             self.data.seeds())
+
     def each(self, judge: Callable[[str, str], tuple[bool, str]]) -> tuple[dict[str, bool],
                                                                              tuple[str, ...]]:
         passed, why = {}, []
@@ -105,7 +105,7 @@ class _Judge:
             why.append(f"{self.name(acc, label)}: {text}.")
         return passed, tuple(why)
 
-    def lowest(self) -> Judged:
+    def lowest(self) -> Claim:
         def one(acc: str, label: str) -> tuple[bool, str]:
             misses = []
             for mv, n in self.conds:
@@ -118,7 +118,7 @@ class _Judge:
             return not misses, (f"lower in {won} of {len(self.conds)} conditions; not lower "
                                 f"in: {_listing(misses)}")
         passed, why = self.each(one)
-        return Judged("P1", "priority has the shortest total in every condition of Fig. 3",
+        return self.claim("P1", "priority has the shortest total in every condition of Fig. 3",
                       "In all experimental conditions, the proposed method reduced response "
                       "time compared with the other methods.",
                       "per condition (movement, N) the paired difference priority minus the "
@@ -126,7 +126,7 @@ class _Judge:
                       "interval below zero; a reading passes when every condition does",
                       passed, why)
 
-    def figures(self) -> Judged:
+    def figures(self) -> Claim:
         big = max(self.data.servers)
         balance = {acc: self.data.reduction(acc, "normal", big, "load-balance")
                    for acc, _ in self.readings}
@@ -138,7 +138,7 @@ class _Judge:
             return ok, (f"priority {pct(mine)} (paper 95 %), load-balance "
                         f"{pct(balance[acc])} (paper 6 %)")
         passed, why = self.each(one)
-        return Judged("P2", f"priority cuts random's total by about 95 % and load-balance by "
+        return self.claim("P2", f"priority cuts random's total by about 95 % and load-balance by "
                             f"about 6 % (normal movement, N = {big})",
                       "The proposed method reduced response time most under normal "
                       "distribution movement and 100 edge servers, where the reduction rate "
@@ -148,7 +148,7 @@ class _Judge:
                       f"{100 * REDUCTION_BAND:g} points of the paper's figure",
                       passed, why)
 
-    def grows(self) -> Judged:
+    def grows(self) -> Claim:
         pairs = list(zip(self.data.servers, self.data.servers[1:]))
 
         def one(acc: str, label: str) -> tuple[bool, str]:
@@ -162,7 +162,7 @@ class _Judge:
                         misses.append(f"{mv} {a} to {b}")
             return not misses, (f"{'; '.join(steps)} (does not grow: {_listing(misses)})")
         passed, why = self.each(one)
-        return Judged("P3", "priority's reduction grows with the number of edge servers",
+        return self.claim("P3", "priority's reduction grows with the number of edge servers",
                       "The greater the number of edge servers, the greater the reduction "
                       "effect.",
                       "for both movements and each step to the next larger N, the paired "
@@ -181,14 +181,14 @@ class _Judge:
                 misses.append(f"N = {n}")
         return not misses, f"{'; '.join(parts)} (not larger: {_listing(misses)})"
 
-    def movement(self) -> Judged:
+    def movement(self) -> Claim:
         def one(acc: str, label: str) -> tuple[bool, str]:
             return self.above_at_each_n(
                 lambda n, r: self.red(acc, "normal", n, label, r)
                 - self.red(acc, "straight", n, label, r),
                 lambda n, gap: f"N = {n}: {points(gap)}")
         passed, why = self.each(one)
-        return Judged("P4", "priority's reduction is larger under normal than straight "
+        return self.claim("P4", "priority's reduction is larger under normal than straight "
                             "movement at every N",
                       "The reduction rate is higher in the normal distribution movement in "
                       "any number of edge servers.",
@@ -196,7 +196,7 @@ class _Judge:
                       "normal minus straight, has its 95 % interval above zero",
                       passed, why)
 
-    def sensitivity(self) -> Judged:
+    def sensitivity(self) -> Claim:
         def one(acc: str, label: str) -> tuple[bool, str]:
             return self.above_at_each_n(
                 lambda n, r: self.variation(acc, "straight", n, label, r)
@@ -205,7 +205,7 @@ class _Judge:
                                  f"normal, {pm(self.data.variation(acc, 'straight', n, label), 2)}x "
                                  "straight"))
         passed, why = self.each(one)
-        return Judged("P5", "w moves the total more under straight movement (7.7x) than "
+        return self.claim("P5", "w moves the total more under straight movement (7.7x) than "
                             "under normal movement (1.6x)",
                       "Depending on the value of w, the response time varies by 1.6 times in "
                       "the normal distribution movement case but by 7.7 times in the "
@@ -214,9 +214,9 @@ class _Judge:
                       "over smallest total, per world seed), straight minus normal, has its "
                       "95 % interval above zero", passed, why)
 
-    def peak(self) -> Judged:
+    def peak(self) -> Claim:
         if PEAK_W not in self.data.ws:
-            return Judged("P6", "straight movement: the total peaks at w = 0.3",
+            return self.claim("P6", "straight movement: the total peaks at w = 0.3",
                           "", f"w = {PEAK_W:g} is not on this size's grid", {}, ())
 
         def one(acc: str, label: str) -> tuple[bool, str]:
@@ -231,7 +231,7 @@ class _Judge:
             return not misses, (f"world seeds peaking at w = {PEAK_W:g}: {'; '.join(counts)} "
                                 f"(no majority: {_listing(misses)})")
         passed, why = self.each(one)
-        return Judged("P6", f"straight movement: the total rises with w up to {PEAK_W:g} and "
+        return self.claim("P6", f"straight movement: the total rises with w up to {PEAK_W:g} and "
                             "falls after",
                       "In the straight movement case, the response time increases as w "
                       "increases until it is 0.3 and decreases as w increases thereafter.",
@@ -240,33 +240,8 @@ class _Judge:
 
 
 def judge(data: Any, readings: Sequence[tuple[str, str]],
-          name: Callable[[str, str], str]) -> list[Judged]:
+          name: Callable[[str, str], str]) -> list[Claim]:
     """Every claim of the paper's evaluation, judged under each reading of ``readings``
     (``(accounting, priority label)``, named by ``name``)."""
     j = _Judge(data, readings, name)
     return [j.lowest(), j.figures(), j.grows(), j.movement(), j.sensitivity(), j.peak()]
-
-
-def section(judged: Sequence[Judged], seeds: str) -> list[str]:
-    """The report's verdict table and one subsection per claim."""
-    lines = ["## Verdicts", "",
-             (f"Each claim is judged under every reading (accounting, candidate-set rule) on "
-              f"{seeds} per point; intervals are 95 % t-intervals across world seeds, "
-              "paired within a seed."), "",
-             f"| # | claim | verdict ({seeds} per point) |", "|---|---|---|",
-             *(f"| {c.key} | {c.title} | {c.verdict} |" for c in judged), ""]
-    for c in judged:
-        lines += [f"### Claim {c.key}: {c.title}", ""]
-        if c.paper:
-            lines += [f"*Paper:* {c.paper}", ""]
-        lines += [*(f"- {w}" for w in c.why), "",
-                  f"**Verdict: {c.verdict}.** Rule: {c.rule}.", ""]
-    return lines
-
-
-def write_judged(report: Path, command: str, judged: Sequence[Judged]) -> Path:
-    """The claims file of ``report`` (for the claims index): each judged claim with its
-    verdict, linked to the report's subsection that gives the evidence."""
-    return claims_index.write_claims(report, PAPER_NAME, command, [
-        claims_index.Claim(c.key, c.title, c.verdict, f"Claim {c.key}: {c.title}")
-        for c in judged])

@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testbed.analysis.stats import replication_interval
+from testbed.reports.claim import Claim
 from testbed.systems.person_search.claim_checks import (
     BASELINES,
-    Judged,
     above_zero,
     below_zero,
+    reading_claim,
 )
 from testbed.systems.person_search.replicated import pm, points
 
@@ -43,7 +44,7 @@ def _totals(results: Sequence[Mapping[str, Any]]
 
 
 def judge_emulated(results: Sequence[Mapping[str, Any]],
-                   reading: Callable[[Mapping[str, Any]], str]) -> list[Judged]:
+                   reading: Callable[[Mapping[str, Any]], str]) -> list[Claim]:
     """P1 and P3 on the emulated totals, per priority variant (named with
     ``reading(row)``); empty with fewer than two worlds (P3 also needs two numbers of
     servers)."""
@@ -96,20 +97,22 @@ def judge_emulated(results: Sequence[Mapping[str, Any]],
                       "per emulated condition (movement, N) the paired difference priority "
                       "minus the better of random and load-balance, per world, has its "
                       "95 % interval below zero; a variant passes when every condition does",
-                      {v: lowest(v) for v in variants}, names)]
+                      {v: lowest(v) for v in variants}, names, len(worlds))]
     if any(len([n for n, m in conds if m == mv]) > 1 for _, mv in conds):
         judged.append(_judged(
             "P3", "priority's reduction grows with the number of emulated edge servers",
             "The greater the number of edge servers, the greater the reduction effect.",
             "for each movement and each step to the next larger emulated N, the paired "
             "change of the reduction against random, per world, has its 95 % interval "
-            "above zero", {v: grows(v) for v in variants}, names))
+            "above zero", {v: grows(v) for v in variants}, names, len(worlds)))
     return judged
 
 
 def _judged(key: str, title: str, paper: str, rule: str,
-            outcome: Mapping[str, tuple[bool, str]], names: Mapping[str, str]) -> Judged:
+            outcome: Mapping[str, tuple[bool, str]], names: Mapping[str, str],
+            worlds: int) -> Claim:
     """One claim's verdict per priority variant, each named with its reading."""
-    return Judged(key, title, paper, rule,
-                  {names[v]: ok for v, (ok, _) in outcome.items()},
-                  tuple(f"{names[v]}: {text}." for v, (_, text) in outcome.items()))
+    return reading_claim(key, title, paper, rule,
+                         {names[v]: ok for v, (ok, _) in outcome.items()},
+                         tuple(f"{names[v]}: {text}." for v, (_, text) in outcome.items()),
+                         worlds, f"n = {worlds} world seeds")

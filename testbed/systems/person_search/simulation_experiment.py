@@ -31,7 +31,7 @@ from typing import Any
 
 from nodes.person_search.model import ACCOUNTINGS, CANDIDATE_RULE_TEXT, PriorityParams
 from testbed.experiments.results import StudyResult
-from testbed.reports.claim import Claim, Condition, Table
+from testbed.reports.claim import Claim
 from testbed.systems.person_search.claim_checks import judge
 from testbed.systems.person_search.simulation_rows import (
     GRID_READINGS,
@@ -106,16 +106,4 @@ def claims(found: Mapping[str, Any]) -> list[Claim]:
     if not found.get("fig3") or not found.get("fig4") or not found.get("alone"):
         return []
     data = SimData(found)
-    judged = judge(data, readings(), lambda acc, label: reading_name(data, acc, label))
-    out = []
-    for j in judged:
-        rows = tuple((name, "yes" if ok else "no",
-                      why.removeprefix(f"{name}: ").removesuffix("."))
-                     for (name, ok), why in zip(j.passed.items(), j.why, strict=True))
-        evidence = Table("Per reading (accounting, candidate-set rule)",
-                         ("reading", "passes the rule", f"evidence ({data.seeds()} per point)"),
-                         rows)
-        out.append(Claim(j.key, j.title, rule=j.rule, paper=j.paper,
-                         conditions=tuple(Condition(name, ok) for name, ok in j.passed.items()),
-                         tables=(evidence,) if rows else (), replications=data.n))
-    return out
+    return judge(data, readings(), lambda acc, label: reading_name(data, acc, label))

@@ -34,8 +34,6 @@ from typing import Any
 
 from nodes.person_search.model import PriorityParams, split_run_options
 from testbed.experiments.results import Cell, StudyResult
-from testbed.scenario.model import plain_copy
-from testbed.study.spec import get_path, set_path
 
 #: The compared policies of Fig. 3 by label; both priority labels differ only in their
 #: candidate-set rule (``priority`` is the default rule ``unanalysed``)
@@ -63,10 +61,7 @@ _END_KEYS = ("end_share", "mean_analyses_end", "mean_analyses_rest")
 def cell_settings(result: StudyResult, cell: Cell) -> dict[str, Any]:
     """The ``build.params`` a cell ran with: the study's scenario, its ``set:`` and the
     cell's grid values."""
-    doc = plain_copy(result.study.scenario_doc)
-    for path, value in cell.record["values"].items():
-        set_path(doc, path, plain_copy(value))
-    return dict(get_path(doc, "build.params"))
+    return dict(result.cell_doc(cell)["build"]["params"])
 
 
 def _cells(result: StudyResult) -> Iterator[tuple[dict[str, Any], int, int,
