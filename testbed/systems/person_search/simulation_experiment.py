@@ -54,6 +54,8 @@ SENSITIVITY_TEXT = {
     "continuous-mu0": "the first mu_L at the target's continuous T_0 position mu_0 instead "
                       "of its T_0 server",
 }
+#: The candidate-set rule each priority label ranks with (``studies/search.scenario.yaml``)
+RULES = {"priority": "unanalysed", "priority-after-discovery": "after-discovery"}
 WORLD_SEED_RULE = ("first 4 bytes of sha256 of [study seed, {layout, movement, servers}, "
                    "replication] as JSON, 31 bits")
 
@@ -70,11 +72,8 @@ def _params(results: Mapping[str, StudyResult], rows: Mapping[str, list[dict[str
         "grid_sides": sorted({r["side"] for r in rows["grid"]}),
         "world_seeds": max((s.study.replications for s in results.values()), default=0),
         "world_seed_rule": WORLD_SEED_RULE,
-        "policies": {label: {"options": ({"candidates": "after-discovery"}
-                                         if label.endswith("after-discovery") else
-                                         {"candidates": "unanalysed"}
-                                         if label == "priority" else {})}
-                     for label in POLICY_LABELS},
+        "policies": {label: {"options": {"candidates": RULES[label]} if label in RULES
+                             else {}} for label in POLICY_LABELS},
         "candidate_rules": dict(CANDIDATE_RULE_TEXT),
         "accountings": list(ACCOUNTINGS),
         "grid_readings": [{"label": label} for label, *_ in GRID_READINGS

@@ -113,11 +113,10 @@ def _fig3(result: StudyResult, rows: dict[str, list[dict[str, Any]]]) -> None:
             r = replays.get(variant)
             if r is None or random_total is None:
                 continue
+            own, run = split_run_options(r["policy_params"])
             rows["variants"].append({
                 "accounting": s["accounting"], "movement": s["movement"],
-                "servers": s["servers"], "variant": variant,
-                "options": split_run_options(r["policy_params"])[0]
-                or split_run_options(r["policy_params"])[1],
+                "servers": s["servers"], "variant": variant, "options": own or run,
                 "replication": rep, "world_seed": seed,
                 "total_response_s": r["total_response_s"], "mean_analyses": r["mean_analyses"],
                 **_stats(r), "reduction_vs_random": reduction(r["total_response_s"])})
