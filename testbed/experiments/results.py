@@ -113,13 +113,7 @@ class StudyResult:
         """The scenario document ``cell`` ran, as the study wrote it: the study's
         scenario with its ``set:`` and the cell's grid values (builder parameters
         included, before the builder expands them)."""
-        from testbed.scenario.model import plain_copy
-        from testbed.study.spec import set_path
-
-        doc = plain_copy(self.study.scenario_doc)
-        for path, value in cell.record["values"].items():
-            set_path(doc, path, plain_copy(value))
-        return doc
+        return self.study.point_doc(cell.record["values"].items())
 
     def frames(self, point: int, executor: str) -> list[pd.DataFrame]:
         """The traces of each finished replication of ``point`` on ``executor``, in

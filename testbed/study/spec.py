@@ -29,7 +29,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,15 @@ class Study:
             out.append(Point(index, values))
         return out
 
+    def point_doc(self, values: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        """The study's scenario document (its ``set:`` applied) with a point's grid
+        ``values`` set, before seeds and policies: what seeds hash over and what a cell's
+        readers see (builder parameters included, before the builder expands them)."""
+        doc = plain_copy(self.scenario_doc)
+        for path, value in values:
+            set_path(doc, path, plain_copy(value))
+        return doc
+
     def replication_seed(self, point: Point, replication: int) -> int:
         """The seed of ``replication`` at ``point``: under the ``hash`` rule a hash of
         the study seed, the point's values (not its position, so adding a grid value
@@ -147,9 +156,7 @@ class Study:
             return self.seed + replication
         hashed: Any = list(point.values)
         if self.seed_over:
-            doc = plain_copy(self.scenario_doc)
-            for path, value in point.values:
-                set_path(doc, path, plain_copy(value))
+            doc = self.point_doc(point.values)
             hashed = {name: get_path(doc, path) for name, path in self.seed_over}
         blob = json.dumps([self.seed, hashed, replication], sort_keys=True, default=str)
         return int.from_bytes(hashlib.sha256(blob.encode()).digest()[:4], "big") & SEED_MASK
@@ -166,9 +173,7 @@ class Study:
     def scenario(self, point: Point, replication: int) -> Scenario:
         """The validated scenario of one replication of ``point``; a
         :class:`ScenarioError` names the study file, the point and the field."""
-        doc = plain_copy(self.scenario_doc)
-        for path, value in point.values:
-            set_path(doc, path, plain_copy(value))
+        doc = self.point_doc(point.values)
         seed = self.replication_seed(point, replication)
         doc["seed"] = seed
         if isinstance(doc.get("workload"), dict) and "seed" in doc["workload"]:
