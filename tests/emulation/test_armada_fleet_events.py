@@ -7,7 +7,9 @@ Edge-to-Cloud. The fleet experiments (``armada-scalability``, ``-failures``, ``-
 ``-load``) rest on what is checked here: both policies replay the same frames, every
 event lands, crashed and departed nodes serve nothing while gone and the Spinner
 re-places their replicas, the SDK loses no frame and moves a user off a loaded node,
-Edge-to-Cloud starts on the nearest replica and falls back to the cloud for good. Their
+Edge-to-Cloud starts on the nearest replica and falls back to the cloud for good. The
+simulator runs the same scenario too, as ``armada-executors`` runs a fleet on both
+executors: the same trace and seeds, every frame and event of both policies. Their
 metric functions read this run as they read their own cells; their claims are
 unit-tested on hand-made numbers (``tests/unit/test_armada_reports.py``) and the generic
 study -> metrics -> claims -> report path on the emulator by
@@ -44,6 +46,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scenario = load_scenario(SCENARIO)
     assert scenario.policies == POLICIES
     return run_scenario(scenario, out=tmp_path_factory.mktemp("fleet-events") / "run",
+                        progress=lambda _line: None)
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same scenario on the simulator (seconds)."""
+    return run_scenario(load_scenario(SCENARIO), executor="sim", plots=False,
+                        out=tmp_path_factory.mktemp("fleet-events-sim") / "run",
                         progress=lambda _line: None)
 
 
@@ -144,3 +154,26 @@ def test_the_fleet_experiments_metrics_read_the_run(run: Path) -> None:
     phases = failure_intervals(run, "armada")
     assert len(phases) == len(stream["applied"]) + 1
     assert phases[0]["users_at_edge"] == USERS  # before any event everyone is at the edge
+
+
+def test_the_simulator_replays_the_same_frames_and_events(run: Path, sim_run: Path) -> None:
+    emulated, simulated = (json.loads((r / "metadata.json").read_text())
+                           for r in (run, sim_run))
+    assert (emulated["executor"], simulated["executor"]) == ("emulation", "sim")
+    assert simulated["failed"] == [] and simulated["seeds"] == emulated["seeds"]
+    assert simulated["trace"]["sha256"] == emulated["trace"]["sha256"]
+    frames = {r: read_traces(r).groupby("policy").task_id.apply(sorted).to_dict()
+              for r in (run, sim_run)}
+    assert frames[sim_run] == frames[run]
+    for policy in POLICIES:
+        emulated_stream, simulated_stream = _stream(run, policy), _stream(sim_run, policy)
+        assert simulated_stream["ok"] == simulated_stream["frames"] > 0
+        assert simulated_stream["mean_ms"] > 0
+        # the node a load lands on is whichever serves u01 then, each executor's own pick
+        assert ([_event(a) for a in simulated_stream["applied"]]
+                == [_event(a) for a in emulated_stream["applied"]]), policy
+
+
+def _event(applied: dict[str, Any]) -> tuple[str, str | None, Any]:
+    target = None if applied["action"] == "load" else applied["target"]
+    return applied["action"], target, applied["error"]

@@ -8,7 +8,9 @@ failure. The test checks the standard results folder and what the run must show:
 frame of the trace accounted for in both replays, the crash applied at its instant, the
 crashed node serving nothing afterwards, and the SDK losing no frame through it. The
 same run is what an ``armada-failover`` study cell holds, so the experiment's metric
-function is checked on it too.
+function is checked on it too. The run is a ``testbed`` process watched by
+:mod:`tests.emulation.secret_watch`, so the same run shows that the secret its services
+present to each other reaches no file, log or command line.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis.traces import read_traces
-from testbed.runner import run_scenario
 from testbed.scenario import load_scenario
 from testbed.systems.armada import failover_experiment as failover
 from testbed.systems.armada.failover_experiment import failover_metrics
+from tests.emulation.secret_watch import Observed, assert_secret_kept, watched_run
 from workloads.trace import read_trace
 
 pytestmark = pytest.mark.emulation
@@ -30,11 +32,23 @@ POLICIES = ("armada", "server-reconnect")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    scenario = load_scenario("armada-failover")
-    assert scenario.policies == POLICIES
-    return run_scenario(scenario, out=tmp_path_factory.mktemp("armada-run") / "run",
-                        progress=lambda _line: None)
+def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Observed, Path]:
+    """``testbed run armada-failover`` under the secret watch: what it showed, and its
+    results folder."""
+    assert load_scenario("armada-failover").policies == POLICIES
+    return watched_run(tmp_path_factory.mktemp("armada-run"), "armada-failover")
+
+
+@pytest.fixture(scope="module")
+def run(watched: tuple[Observed, Path]) -> Path:
+    seen, out = watched
+    assert seen.returncode == 0, seen.output
+    return out
+
+
+def test_the_run_secret_reaches_no_file_log_or_command_line(
+        watched: tuple[Observed, Path]) -> None:
+    assert_secret_kept(*watched)
 
 
 def test_the_results_folder_is_the_standard_one(run: Path) -> None:

@@ -13,6 +13,7 @@ from testbed.systems.armada.executors_experiment import (
     claims,
     sdk_conclusion,
     sim_minus_emulation,
+    tables,
 )
 
 POINT = {"nodes": 3, "users": 3, "cores": 0.25}
@@ -86,3 +87,22 @@ def test_the_fleets_fit_the_host_the_issue_allows() -> None:
                 (cores,) = fleet["node_cores"]
                 assert 0.25 <= cores <= 0.5 and 3 <= fleet["nodes"] <= 6
                 assert fleet["nodes"] * cores <= 1.5 and fleet["replica_cpu"] == cores
+
+
+def test_the_report_sets_the_executors_side_by_side() -> None:
+    doc = {**_doc({"emulation": {"armada": [100.0, 110.0], "geo-nearest": [150.0, 160.0]},
+                   "sim": {"armada": [90.0, 95.0], "geo-nearest": [140.0, 170.0]}}),
+           "policies": ["armada", "geo-nearest"], "duration_s": 6.0}
+    fleet, apart = tables(doc)
+    assert fleet["title"] == "3 nodes of 0.25 cores, 3 users"
+    assert fleet["columns"] == ["policy", "metric", "emulation", "simulator",
+                                "sim − emulation"]
+    assert fleet["note"].startswith("2 replication(s). Policies by mean latency, "
+                                    "emulation: armada, geo-nearest; simulator: armada")
+    (mean_row,) = [row for row in fleet["rows"] if row[:2] == ["`armada`", "mean latency (ms)"]]
+    assert mean_row[4].startswith("-12.5")  # paired: (90 - 100 + 95 - 110) / 2
+    assert apart["title"] == "How far apart the executors are"
+    assert "6 s at 1 fps" in apart["note"]
+    one_side = {**doc, "runs": [r for r in doc["runs"] if r["executor"] == "sim"]}
+    assert [t["title"] for t in tables(one_side)] == [fleet["title"]]
+    assert tables({**doc, "runs": []}) == []

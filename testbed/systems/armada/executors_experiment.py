@@ -80,9 +80,7 @@ def metrics(results: Mapping[str, StudyResult], size: str) -> dict[str, Any]:
                          "degraded": cell.degraded, "policies": measure_run(cell.run)})
     doc: dict[str, Any] = {"size": size, "policies": names, "duration_s": duration,
                            "runs": runs}
-    doc["tables"] = ([*(_fleet_table(point, found, names) for point, found in
-                        by_point(doc).items()), *_agreement_tables(doc, names)]
-                     if runs else [])
+    doc["tables"] = tables(doc)
     return doc
 
 
@@ -204,6 +202,16 @@ def agreement(doc: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ tables
+
+
+def tables(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The report's tables of :func:`metrics`' runs: each fleet's executors side by side,
+    then how far apart the executors are (when both ran); none without runs."""
+    if not doc["runs"]:
+        return []
+    names = doc["policies"]
+    return [*(_fleet_table(point, found, names) for point, found in by_point(doc).items()),
+            *_agreement_tables(doc, names)]
 
 
 def _setup(doc: Mapping[str, Any]) -> str:
