@@ -26,7 +26,7 @@ from testbed.systems.armada.builders import cargo_node
 from tests.emulation import experiment_run
 
 pytestmark = pytest.mark.emulation
-FRAMES = 24  # the small study files'
+FRAMES = 12  # the small study files'
 
 
 @pytest.fixture(scope="module")
