@@ -45,8 +45,9 @@ STATS = ("mean", "p50", "p95", "p99")
 def task_table(frame: pd.DataFrame, policy: str) -> pd.DataFrame:
     """``policy``'s completed tasks in arrival order, indexed by ``task_id``: ``arrival``
     (model s) and ``latency`` (ms, the mean over the repetitions that completed it)."""
-    rows = frame[frame["policy"] == policy]
-    ok = rows[rows["outcome"] == "ok"]
+    # only the columns read: a boolean take of all the trace's columns cost ten times more
+    ok = frame.loc[(frame["policy"] == policy) & (frame["outcome"] == "ok"),
+                   ["task_id", "arrival_model", "latency_s"]]
     if ok.empty:
         return pd.DataFrame({"arrival": pd.Series(dtype=float),
                              "latency": pd.Series(dtype=float)})
@@ -78,7 +79,7 @@ def steady_cutoff(tables: Sequence[pd.DataFrame]) -> float:
 def failures(frame: pd.DataFrame, policy: str) -> dict[str, int]:
     """``policy``'s rows by outcome: ``n_error``, ``n_timeout`` and tasks that never
     completed in any repetition (``failed_tasks``)."""
-    rows = frame[frame["policy"] == policy]
+    rows = frame.loc[frame["policy"] == policy, ["outcome", "task_id"]]
     done = set(rows.loc[rows["outcome"] == "ok", "task_id"])
     return {"n_error": int((rows["outcome"] == "error").sum()),
             "n_timeout": int((rows["outcome"] == "timeout").sum()),

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from testbed.checks import is_number, is_text
+from testbed.checks import is_clean_text, is_number, is_text
 from testbed.errors import TestbedError
 
 PARQUET_NAME = "traces.parquet"
@@ -146,6 +146,29 @@ def _first_bad(values: pd.Series, good: Any) -> tuple[Any, Any] | None:
     return None
 
 
+#: What pandas infers (nulls skipped) for an object column whose every value is a number
+#: as :func:`~testbed.checks.is_number` means it; anything else is checked value by value.
+_ALL_NUMBERS = frozenset({"integer", "floating", "mixed-integer-float", "empty"})
+
+
+def _all_text(values: pd.Series) -> bool:
+    """True when every non-null value is a clean string, found without a Python loop:
+    pandas infers the kind, and one search over the strings joined finds a NUL or a lone
+    surrogate (the separator is neither)."""
+    kind = pd.api.types.infer_dtype(values, skipna=True)
+    if kind == "empty":
+        return True
+    return kind == "string" and is_clean_text("\n".join(values[values.notna()]))
+
+
+def _as_floats(values: pd.Series) -> np.ndarray:
+    """The numbers of a column already checked to hold only numbers and nulls."""
+    try:
+        return pd.to_numeric(values).to_numpy(dtype=float, na_value=np.nan)
+    except (TypeError, ValueError):
+        return values.map(lambda v: np.nan if _is_null(v) else float(v)).to_numpy(float)
+
+
 
 def _convert(column: Column, values: pd.Series) -> pd.Series:
     """Cast ``values`` to ``column.dtype``, refusing values of the wrong kind.
@@ -155,7 +178,7 @@ def _convert(column: Column, values: pd.Series) -> pd.Series:
     """
     dtype = values.dtype
     if column.dtype == _STRING:
-        if not isinstance(dtype, pd.StringDtype):
+        if not isinstance(dtype, pd.StringDtype) and not _all_text(values):
             bad = _first_bad(values, is_text)
             if bad is not None:
                 raise TestbedError(
@@ -163,12 +186,12 @@ def _convert(column: Column, values: pd.Series) -> pd.Series:
                 )
         return values.astype(_STRING)
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
-        bad = _first_bad(values, is_number)
-        if bad is not None:
-            raise TestbedError(
-                f"trace column {column.name}: expected a number, found {bad[1]!r} (row {bad[0]})"
-            )
-        numbers = values.map(lambda v: np.nan if _is_null(v) else float(v)).to_numpy(float)
+        if pd.api.types.infer_dtype(values, skipna=True) not in _ALL_NUMBERS:
+            bad = _first_bad(values, is_number)
+            if bad is not None:
+                raise TestbedError(f"trace column {column.name}: expected a number, "
+                                   f"found {bad[1]!r} (row {bad[0]})")
+        numbers = _as_floats(values)
     else:
         numbers = values.to_numpy(dtype=float, na_value=np.nan)
     as_float = pd.Series(numbers, index=values.index, dtype=_FLOAT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,11 @@ def test_rows_to_frame_empty():
         ([row(task_id=1.5)], "task_id: expected an integer"),
         ([row(client=3)], "client: expected text"),
         ([row(size=True)], "size: expected a number"),
+        ([row(client="cam\x00")], "client: expected text"),
+        ([row(client="cam\ud800")], "client: expected text"),
+        ([row(0), row(1), row(2, client=b"c")], r"client: expected text.*\(row 2\)"),
+        ([row(0), row(1), row(2, size="9")], r"size: expected a number.*\(row 2\)"),
+        ([row(size=1 + 2j)], "size: expected a number"),
         ([row(op="get")], "op is only for rows of kind storage"),
     ],
 )
@@ -271,3 +277,13 @@ def test_a_clashing_or_mistyped_column_is_refused(kind: TraceKind, message: str)
 def test_a_kind_two_systems_claim_is_refused():
     with pytest.raises(TestbedError, match="trace kind 'frame' is registered by 'armada'"):
         register(_probe_system(TraceKind("frame", "again")))
+
+
+def test_numbers_of_every_python_and_numpy_kind_are_read_as_numbers():
+    """Object columns are checked without a Python loop where pandas can tell every value
+    is a number or a string; the values it cannot classify are checked one by one."""
+    rows = [row(0, estimate_s=np.int64(5)), row(1, estimate_s=Fraction(1, 4)),
+            row(2, estimate_s=None), row(3, estimate_s=2.5), row(4, estimate_s=pd.NA)]
+    df = rows_to_frame(rows)
+    assert df["estimate_s"].tolist()[:2] == [5.0, 0.25]
+    assert df["estimate_s"].isna().tolist() == [False, False, True, False, True]
