@@ -169,12 +169,13 @@ def _as_floats(values: pd.Series) -> np.ndarray:
         return values.map(lambda v: np.nan if _is_null(v) else float(v)).to_numpy(float)
 
 
-
 def _convert(column: Column, values: pd.Series) -> pd.Series:
     """Cast ``values`` to ``column.dtype``, refusing values of the wrong kind.
 
-    Columns that already have a suitable dtype are cast without inspecting each value;
-    object columns (rows built from dicts, CSV text) are checked value by value.
+    Columns that already have a suitable dtype are cast without inspecting each value.
+    Object columns (rows built from dicts, CSV text) are accepted whole when pandas infers
+    that every value is a number or a clean string; otherwise they are checked value by
+    value, which names the first bad row.
     """
     dtype = values.dtype
     if column.dtype == _STRING:
